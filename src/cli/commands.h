@@ -1,0 +1,14 @@
+// Subcommand registration: each add_*_command adds its options and a callback to `app`.
+// Callbacks throw sluice::error (printed by main) or return normally.
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace sluice::cli {
+
+void add_run_command(CLI::App& app);      // run.cpp
+void add_inspect_command(CLI::App& app);  // inspect.cpp
+
+}  // namespace sluice::cli

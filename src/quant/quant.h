@@ -1,0 +1,29 @@
+// Block formats: reference dequantisation (the definition of each format's values) and the
+// quantisers that llama.cpp's gguf package also implements. Layouts are GGML's, bit for bit.
+#pragma once
+
+#include "core/dtype.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace sluice::quant {
+
+// True when dequantize_row supports t (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K,
+// IQ4_NL, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S, MXFP4).
+bool can_dequantize(dtype t);
+// dst[0..n) = values of n elements stored at src in format t. n is a multiple of the block size.
+void dequantize_row(dtype t, const std::byte* src, float* dst, int64_t n);
+
+// True when quantize_row supports t (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, MXFP4: the
+// formats whose quantiser the gguf package has; output equals its bytes).
+bool can_quantize(dtype t);
+void quantize_row(dtype t, const float* src, std::byte* dst, int64_t n);
+
+// Scalar conversions shared by every format.
+float fp16_to_fp32(uint16_t h);
+uint16_t fp32_to_fp16(float f);   // round to nearest even
+float bf16_to_fp32(uint16_t h);
+uint16_t fp32_to_bf16(float f);   // round to nearest even, as gguf/ggml do
+
+}  // namespace sluice::quant

