@@ -1,10 +1,100 @@
-// TEMPORARY: replaced by the run implementation.
+// `sluice run [MODEL] -p PROMPT`: streams the generated text to stdout as it is made, then
+// prints prompt and decode speed to stderr. Flags follow llama.cpp's names.
 #include "cli/commands.h"
-#include "core/error.h"
+
+#include "sluice/engine.h"
+
 #include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+
 namespace sluice::cli {
-void add_run_command(CLI::App& app) {
-    auto* cmd = app.add_subcommand("run", "run");
-    cmd->callback([] { sluice::fail("run: not built yet"); });
+namespace {
+
+struct run_args {
+    std::string model;
+    std::string prompt;
+    std::string prompt_file;
+    std::string system;
+    int n_predict = 128;
+    int ctx_size = 0;
+    int threads = 0;
+    float temp = 0.8f;
+    int top_k = 40;
+    float top_p = 0.95f;
+    float min_p = 0.05f;
+    uint64_t seed = 0;
+    bool chat = false;
+    bool verbose = false;
+};
+
+void run(const run_args& a) {
+    std::string prompt = a.prompt;
+    if (!a.prompt_file.empty()) {
+        std::ifstream in(a.prompt_file, std::ios::binary);
+        if (!in) throw std::runtime_error(fmt::format("run: -f {}: cannot open the file", a.prompt_file));
+        std::ostringstream ss;
+        ss << in.rdbuf();
+        prompt = ss.str();
+    }
+    if (prompt.empty()) throw std::runtime_error("run: no prompt: pass -p PROMPT or -f FILE");
+
+    engine_options eo;
+    eo.model_path = a.model;
+    eo.n_ctx = a.ctx_size;
+    eo.n_threads = a.threads;
+    auto eng = engine::open(eo);
+    if (a.verbose) fmt::print(stderr, "model: {}\n{}\n", eng->model_path().string(), eng->describe());
+
+    generate_params gp;
+    gp.n_predict = a.n_predict;
+    gp.temperature = a.temp;
+    gp.top_k = a.top_k;
+    gp.top_p = a.top_p;
+    gp.min_p = a.min_p;
+    gp.seed = a.seed;
+    gp.chat = a.chat;
+    gp.system = a.system;
+    if (!a.chat) {
+        std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+        std::fflush(stdout);
+    }
+    const generate_stats st = eng->generate(prompt, gp, [](std::string_view piece) {
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+    });
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    fmt::print(stderr, "\nprompt: {} tokens, {:.1f} tok/s | decode: {} tokens, {:.1f} tok/s | stop: {}\n", st.n_prompt,
+               st.prompt_tok_s(), st.n_decoded, st.decode_tok_s(), st.stop_reason);
 }
+
+}  // namespace
+
+void add_run_command(CLI::App& app) {
+    auto args = std::make_shared<run_args>();
+    auto* cmd = app.add_subcommand("run", "Generate text from a prompt (no MODEL: the default small model)");
+    cmd->add_option("model", args->model, "GGUF file or Hugging Face directory");
+    cmd->add_option("-p,--prompt", args->prompt, "Prompt text");
+    cmd->add_option("-f,--file", args->prompt_file, "Read the prompt from a file");
+    cmd->add_option("-n,--n-predict", args->n_predict, "Tokens to generate (-1: until the context is full)")
+        ->capture_default_str();
+    cmd->add_option("-c,--ctx-size", args->ctx_size, "Context size (0: the model's, at most 4096)")->capture_default_str();
+    cmd->add_option("-t,--threads", args->threads, "Threads (0: all)")->capture_default_str();
+    cmd->add_option("--temp", args->temp, "Temperature (0: greedy)")->capture_default_str();
+    cmd->add_option("--top-k", args->top_k, "Top-k (0: off)")->capture_default_str();
+    cmd->add_option("--top-p", args->top_p, "Top-p (1: off)")->capture_default_str();
+    cmd->add_option("--min-p", args->min_p, "Min-p (0: off)")->capture_default_str();
+    cmd->add_option("--seed", args->seed, "Sampling seed")->capture_default_str();
+    cmd->add_flag("--chat", args->chat, "Wrap the prompt in the model's ChatML template");
+    cmd->add_option("--system", args->system, "With --chat: the system message");
+    cmd->add_flag("-v,--verbose", args->verbose, "Print the model's shape");
+    cmd->callback([args] { run(*args); });
+}
+
 }  // namespace sluice::cli

@@ -3,13 +3,26 @@
 
 #include "io/model_file.h"
 
+#include <cstddef>
 #include <filesystem>
 #include <memory>
+#include <span>
+#include <string>
 
 namespace sluice {
 
 // Opens a GGUF file, or every part of a split set when `path` names one part.
 // Throws sluice::error naming the field and the value on malformed input.
 std::unique_ptr<model_file> open_gguf(const std::filesystem::path& path);
+
+// Parses one GGUF image held in memory (the fuzz target's entry point and tests). `bytes` must
+// outlive the returned model: tensor views point into it. Split keys are validated against
+// each other but other parts are not looked for. `label` names the image in errors.
+std::unique_ptr<model_file> open_gguf_memory(std::span<const std::byte> bytes,
+                                             const std::string& label = "<memory>");
+
+// Nested metadata arrays deeper than this are rejected (llama.cpp writes depth 1; the cap keeps
+// a hostile file from recursing the stack away).
+inline constexpr int k_gguf_max_array_depth = 8;
 
 }  // namespace sluice

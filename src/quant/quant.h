@@ -15,9 +15,13 @@ bool can_dequantize(dtype t);
 // dst[0..n) = values of n elements stored at src in format t. n is a multiple of the block size.
 void dequantize_row(dtype t, const std::byte* src, float* dst, int64_t n);
 
-// True when quantize_row supports t (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, MXFP4: the
-// formats whose quantiser the gguf package has; output equals its bytes).
+// True when quantize_row supports t: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, MXFP4 (the
+// formats whose quantiser the gguf package has; output equals its bytes), and Q2_K..Q6_K,
+// IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S with simple quantisers of our own
+// (quant_simple.h: valid blocks for synthetic models and tests, not llama.cpp's bytes).
 bool can_quantize(dtype t);
+// True when quantize_row's bytes equal the gguf package's quantize() for t.
+bool quantize_matches_gguf(dtype t);
 void quantize_row(dtype t, const float* src, std::byte* dst, int64_t n);
 
 // Scalar conversions shared by every format.
@@ -25,5 +29,7 @@ float fp16_to_fp32(uint16_t h);
 uint16_t fp32_to_fp16(float f);   // round to nearest even
 float bf16_to_fp32(uint16_t h);
 uint16_t fp32_to_bf16(float f);   // round to nearest even, as gguf/ggml do
+// MXFP4's e8m0 scale times 1/2 (2^(e-128)): the levels are stored doubled so they are integers.
+float e8m0_to_fp32_half(uint8_t e);
 
 }  // namespace sluice::quant

@@ -1,5 +1,8 @@
 // Byte-level BPE tokenizers (gpt2, llama-bpe, qwen2, smollm pre-tokenizers) built from GGUF
-// metadata (tokenizer.ggml.*) or from a Hugging Face tokenizer.json.
+// metadata (tokenizer.ggml.*) or from a Hugging Face tokenizer.json. SentencePiece ("llama")
+// vocabularies are not supported and are rejected at load with that reason.
+// Invalid UTF-8 in the input is kept: each such byte becomes its byte token, so
+// decode(encode(s)) == s for every byte string s.
 #pragma once
 
 #include "io/metadata.h"
@@ -45,6 +48,14 @@ public:
     virtual bool is_end_of_generation(token_id id) const = 0;
     // The token id of a special token's text, or -1.
     virtual token_id find_special(std::string_view text) const = 0;
+    // Whether encode(..., add_bos=true) prepends BOS (tokenizer.ggml.add_bos_token /
+    // tokenizer_config.json add_bos_token, else llama.cpp's default for the pre-tokenizer).
+    virtual bool adds_bos() const = 0;
+    virtual token_id eot() const = 0;  // -1 when none
+    // tokenizer.chat_template / tokenizer_config.json chat_template; empty when absent.
+    virtual std::string_view chat_template() const = 0;
+    // The pre-tokenizer in use, by its tokenizer.ggml.pre name ("gpt2", "llama-bpe", ...).
+    virtual std::string_view pre_tokenizer_name() const = 0;
 };
 
 // Streams text while tokens arrive: never emits half a UTF-8 code point; holds back a partial

@@ -23,6 +23,11 @@ namespace sluice::kernels {
 bool has_dot(dtype t);
 // One weight row (n elements of format wt) against one activation row prepared with
 // quant::quantize_act_row(quant::act_format_for(wt), ...).
+// For F32/F16/BF16 weights the activation row is the fp32 row (act_format::f32) and the result
+// is dot_f32_ref's.
 float dot_ref(dtype wt, const std::byte* w_row, const std::byte* act_row, int64_t n);
+// Float weights (F32, F16, BF16; F16/BF16 widened exactly) against fp32 activations x[0..n),
+// with the 16-lane fmaf rule above; x must be float-aligned.
+float dot_f32_ref(dtype wt, const std::byte* w_row, const float* x, int64_t n);
 
 }  // namespace sluice::kernels

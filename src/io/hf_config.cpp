@@ -1,0 +1,293 @@
+#include "io/hf_config.h"
+
+#include "core/error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+
+namespace sluice {
+namespace {
+
+using json = nlohmann::json;
+
+struct arch_row {
+    std::string_view hf_class;  // config.json architectures[0]
+    std::string_view gguf;      // general.architecture
+    bool permute_qk;            // interleaved RoPE in llama.cpp: q/k rows permuted at load
+};
+
+// One row per architecture: a new one adds a row here and its names in hf_names.cpp.
+constexpr std::array<arch_row, 4> k_archs{{
+    {"LlamaForCausalLM", "llama", true},
+    {"Qwen3ForCausalLM", "qwen3", false},
+    {"Qwen3MoeForCausalLM", "qwen3moe", false},
+    {"Qwen2MoeForCausalLM", "qwen2moe", false},
+}};
+
+class reader {
+public:
+    reader(const json& j, std::string_view where) : j_(j), where_(where) {}
+
+    const json* find(std::string_view key) const {
+        auto it = j_.find(std::string(key));
+        if (it == j_.end() || it->is_null()) return nullptr;
+        return &*it;
+    }
+
+    // A positive integer that fits the u32 the converter writes.
+    std::optional<int64_t> count(std::string_view key, int64_t min = 1) const {
+        const json* v = find(key);
+        if (!v) return std::nullopt;
+        if (!v->is_number_integer())
+            fail("{}: '{}': expected an integer, got {}", where_, key, v->dump());
+        int64_t x = v->get<int64_t>();
+        if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX)) x = -1;
+        if (x < min || x > int64_t(std::numeric_limits<uint32_t>::max()))
+            fail("{}: '{}': expected an integer in [{}, 4,294,967,295], got {}", where_, key, min,
+                 v->dump());
+        return x;
+    }
+
+    int64_t require_count(std::string_view key) const {
+        auto v = count(key);
+        if (!v) fail("{}: missing '{}' (a positive integer)", where_, key);
+        return *v;
+    }
+
+    std::optional<double> number(const json& obj, std::string_view key) const {
+        auto it = obj.find(std::string(key));
+        if (it == obj.end() || it->is_null()) return std::nullopt;
+        if (!it->is_number()) fail("{}: '{}': expected a number, got {}", where_, key, it->dump());
+        double x = it->get<double>();
+        if (!std::isfinite(x) || !std::isfinite(static_cast<float>(x)))
+            fail("{}: '{}': expected a finite f32 number, got {}", where_, key, it->dump());
+        return x;
+    }
+    std::optional<double> number(std::string_view key) const { return number(j_, key); }
+
+    std::optional<bool> flag(std::string_view key) const {
+        const json* v = find(key);
+        if (!v) return std::nullopt;
+        if (!v->is_boolean()) fail("{}: '{}': expected true or false, got {}", where_, key, v->dump());
+        return v->get<bool>();
+    }
+
+private:
+    const json& j_;
+    std::string_view where_;
+};
+
+meta_value u32(int64_t v) { return {meta_type::u32, v}; }
+// GGUF stores these as f32: keep the value a file would hold, not the JSON double.
+meta_value f32(double v) { return {meta_type::f32, static_cast<double>(static_cast<float>(v))}; }
+meta_value boolean(bool v) { return {meta_type::boolean, v}; }
+meta_value str(std::string v) { return {meta_type::string, std::move(v)}; }
+
+// rope_scaling (transformers 4) or rope_parameters (transformers 5, which also holds
+// rope_theta). Only the types llama.cpp's converter writes keys for are mapped.
+void add_rope_scaling(const reader& r, const json& rs, const std::string& a, std::string_view where,
+                      hf_config& c) {
+    if (!rs.is_object()) fail("{}: rope scaling: expected an object, got {}", where, rs.dump());
+    std::string type;
+    for (const char* k : {"rope_type", "type"}) {
+        auto it = rs.find(k);
+        if (it != rs.end() && it->is_string()) {
+            type = it->get<std::string>();
+            break;
+        }
+    }
+    if (type.empty() || type == "default") return;
+    auto factor = r.number(rs, "factor");
+    if (type == "yarn" || type == "linear") {
+        if (!factor) fail("{}: rope scaling '{}' without 'factor'", where, type);
+        c.meta.set(a + ".rope.scaling.type", str(type));
+        c.meta.set(a + ".rope.scaling.factor", f32(*factor));
+        if (auto orig = r.number(rs, "original_max_position_embeddings"))
+            c.meta.set(a + ".rope.scaling.original_context_length", u32(static_cast<int64_t>(*orig)));
+        return;
+    }
+    if (type == "llama3") {
+        hf_config::llama3_rope p;
+        p.factor = factor.value_or(p.factor);
+        p.low_freq_factor = r.number(rs, "low_freq_factor").value_or(p.low_freq_factor);
+        p.high_freq_factor = r.number(rs, "high_freq_factor").value_or(p.high_freq_factor);
+        p.original_context =
+            r.number(rs, "original_max_position_embeddings").value_or(p.original_context);
+        if (p.low_freq_factor == p.high_freq_factor)
+            fail("{}: llama3 rope: low_freq_factor equals high_freq_factor", where);
+        c.llama3 = p;
+    }
+    // Other types are noted with their parameters so model code can see them; llama3's
+    // becomes rope_freqs.weight for llama (see llama3_rope_factors).
+    c.meta.set("sluice.hf.rope_scaling.type", str(type));
+    for (const char* k : {"factor", "low_freq_factor", "high_freq_factor",
+                          "original_max_position_embeddings"})
+        if (auto v = r.number(rs, k)) c.meta.set(std::string("sluice.hf.rope_scaling.") + k, f32(*v));
+}
+
+}  // namespace
+
+size_t json_nesting_depth(std::string_view text) {
+    size_t depth = 0, deepest = 0;
+    bool in_string = false, escaped = false;
+    for (char ch : text) {
+        if (in_string) {
+            if (escaped) escaped = false;
+            else if (ch == '\\') escaped = true;
+            else if (ch == '"') in_string = false;
+        } else if (ch == '"') {
+            in_string = true;
+        } else if (ch == '[' || ch == '{') {
+            deepest = std::max(deepest, ++depth);
+        } else if ((ch == ']' || ch == '}') && depth > 0) {
+            --depth;
+        }
+    }
+    return deepest;
+}
+
+std::vector<float> llama3_rope_factors(const hf_config::llama3_rope& p, int64_t head_dim) {
+    // convert_hf_to_gguf.py, LlamaModel.generate_extra_tensors, step by step in torch's float32:
+    // a python number meeting a float32 tensor is rounded to float32 first, and `x / t` for a
+    // tensor t is t.reciprocal() * x (torch's __rtruediv__).
+    const float dim = static_cast<float>(head_dim);
+    const float factor = static_cast<float>(p.factor);
+    const float low = static_cast<float>(p.low_freq_factor);
+    const float high_minus_low = static_cast<float>(p.high_freq_factor - p.low_freq_factor);
+    const float old_ctx = static_cast<float>(p.original_context);
+    const float low_wavelen = static_cast<float>(p.original_context / p.low_freq_factor);
+    const float high_wavelen = static_cast<float>(p.original_context / p.high_freq_factor);
+    const float two_pi = static_cast<float>(2.0 * 3.14159265358979323846);
+    std::vector<float> out;
+    for (int64_t i = 0; i < head_dim; i += 2) {
+        const float x = static_cast<float>(i) / dim;
+        const float freq = 1.0f / std::pow(static_cast<float>(p.theta), x);
+        const float wavelen = (1.0f / freq) * two_pi;
+        if (wavelen < high_wavelen) {
+            out.push_back(1.0f);
+        } else if (wavelen > low_wavelen) {
+            out.push_back(factor);
+        } else {
+            const float smooth = ((1.0f / wavelen) * old_ctx - low) / high_minus_low;
+            out.push_back(1.0f / ((1.0f - smooth) / factor + smooth));
+        }
+    }
+    return out;
+}
+
+std::string supported_hf_architectures() {
+    std::string s;
+    for (const auto& row : k_archs)
+        s += fmt::format("{}{} ({})", s.empty() ? "" : ", ", row.hf_class, row.gguf);
+    return s;
+}
+
+hf_config parse_hf_config(std::string_view json_text, std::string_view where,
+                          std::string_view model_name) {
+    if (json_nesting_depth(json_text) > k_max_json_depth)
+        fail("{}: JSON nested deeper than {} levels", where, k_max_json_depth);
+    json j;
+    try {
+        j = json::parse(json_text.begin(), json_text.end());
+    } catch (const json::exception& e) {
+        fail("{}: not valid JSON: {}", where, e.what());
+    }
+    if (!j.is_object()) fail("{}: expected a JSON object at the top level", where);
+    reader r(j, where);
+
+    auto archs = j.find("architectures");
+    if (archs == j.end() || !archs->is_array() || archs->empty() || !(*archs)[0].is_string())
+        fail("{}: 'architectures' must be a non-empty list of class names; supported: {}", where,
+             supported_hf_architectures());
+    std::string hf_class = (*archs)[0].get<std::string>();
+    const arch_row* row = nullptr;
+    for (const auto& x : k_archs)
+        if (x.hf_class == hf_class) row = &x;
+    if (!row)
+        fail("{}: architecture '{}' is not supported; supported: {}", where, hf_class,
+             supported_hf_architectures());
+
+    hf_config c;
+    c.arch = std::string(row->gguf);
+    c.permute_qk = row->permute_qk;
+    const std::string& a = c.arch;
+    c.meta.set("general.architecture", str(a));
+    c.meta.set("general.type", str("model"));
+    c.meta.set("general.name", str(std::string(model_name)));
+    c.meta.set("sluice.hf.architecture", str(hf_class));
+
+    c.n_embd = r.require_count("hidden_size");
+    c.n_layer = r.require_count("num_hidden_layers");
+    c.n_head = r.require_count("num_attention_heads");
+    c.n_head_kv = r.count("num_key_value_heads").value_or(c.n_head);
+    if (c.n_head % c.n_head_kv != 0)
+        fail("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", where,
+             c.n_head, c.n_head_kv);
+    if (auto hd = r.count("head_dim")) {
+        c.head_dim = *hd;
+    } else {
+        if (c.n_embd % c.n_head != 0)
+            fail("{}: no 'head_dim' and hidden_size {} is not a multiple of num_attention_heads {}",
+                 where, c.n_embd, c.n_head);
+        c.head_dim = c.n_embd / c.n_head;
+    }
+    c.meta.set(a + ".embedding_length", u32(c.n_embd));
+    c.meta.set(a + ".block_count", u32(c.n_layer));
+    c.meta.set(a + ".attention.head_count", u32(c.n_head));
+    c.meta.set(a + ".attention.head_count_kv", u32(c.n_head_kv));
+    c.meta.set(a + ".attention.key_length", u32(c.head_dim));
+    c.meta.set(a + ".attention.value_length", u32(c.head_dim));
+    // The converter writes the rotary width for llama; every architecture here rotates the whole head.
+    c.meta.set(a + ".rope.dimension_count", u32(c.head_dim));
+
+    if (auto v = r.count("intermediate_size")) c.meta.set(a + ".feed_forward_length", u32(*v));
+    if (auto v = r.count("max_position_embeddings")) c.meta.set(a + ".context_length", u32(*v));
+    if (auto v = r.count("vocab_size")) c.meta.set(a + ".vocab_size", u32(*v));
+    if (auto v = r.number("rms_norm_eps"))
+        c.meta.set(a + ".attention.layer_norm_rms_epsilon", f32(*v));
+
+    std::optional<double> theta = r.number("rope_theta");
+    if (const json* rp = r.find("rope_parameters")) {
+        if (!rp->is_object()) fail("{}: 'rope_parameters': expected an object", where);
+        if (!theta) theta = r.number(*rp, "rope_theta");
+        add_rope_scaling(r, *rp, a, where, c);
+    }
+    if (const json* rs = r.find("rope_scaling")) add_rope_scaling(r, *rs, a, where, c);
+    if (theta) c.meta.set(a + ".rope.freq_base", f32(*theta));
+    if (c.llama3 && theta) c.llama3->theta = *theta;
+    if (c.llama3 && !row->permute_qk) c.llama3.reset();  // the converter does this for llama only
+
+    // transformers 5 writes num_local_experts where 4.x wrote num_experts.
+    auto n_exp = r.count("num_experts");
+    if (!n_exp) n_exp = r.count("num_local_experts");
+    if (auto v = n_exp) {
+        c.n_expert = *v;
+        c.meta.set(a + ".expert_count", u32(*v));
+        auto used = r.count("num_experts_per_tok");
+        if (!used) fail("{}: experts given without 'num_experts_per_tok'", where);
+        if (*used > *v)
+            fail("{}: num_experts_per_tok {} exceeds num_experts {}", where, *used, *v);
+        c.meta.set(a + ".expert_used_count", u32(*used));
+    } else if (a == "qwen3moe" || a == "qwen2moe") {
+        fail("{}: '{}' needs 'num_experts' (or 'num_local_experts')", where, hf_class);
+    }
+    if (auto v = r.count("moe_intermediate_size"))
+        c.meta.set(a + ".expert_feed_forward_length", u32(*v));
+    if (auto v = r.count("shared_expert_intermediate_size"))
+        c.meta.set(a + ".expert_shared_feed_forward_length", u32(*v));
+    if (auto v = r.flag("norm_topk_prob")) c.meta.set(a + ".expert_weights_norm", boolean(*v));
+
+    c.tie_word_embeddings = r.flag("tie_word_embeddings").value_or(false);
+    c.meta.set("sluice.hf.tie_word_embeddings", boolean(c.tie_word_embeddings));
+    if (auto it = j.find("torch_dtype"); it != j.end() && it->is_string())
+        c.meta.set("sluice.hf.torch_dtype", str(it->get<std::string>()));
+    else if (auto it2 = j.find("dtype"); it2 != j.end() && it2->is_string())
+        c.meta.set("sluice.hf.torch_dtype", str(it2->get<std::string>()));
+    return c;
+}
+
+}  // namespace sluice

@@ -1,0 +1,68 @@
+// Element-wise and row-reduction ops: fixed-order dot, RMSNorm, softmax, SwiGLU, top-k router.
+#include "kernels/cpu/ops.h"
+#include "kernels/math.h"
+
+#include <cmath>
+
+namespace sluice::kernels {
+
+float dot_f32_lanes(const float* a, const float* b, int64_t n) {
+    float acc[16] = {};
+    for (int64_t i = 0; i < n; ++i) acc[i & 15] = std::fmaf(a[i], b[i], acc[i & 15]);
+    for (int s = 8; s >= 1; s /= 2)
+        for (int l = 0; l < s; ++l) acc[l] += acc[l + s];
+    return acc[0];
+}
+
+void rmsnorm(const float* x, const float* w, float* out, int64_t n, float eps) {
+    const float mean = dot_f32_lanes(x, x, n) / static_cast<float>(n);
+    const float scale = 1.0f / std::sqrt(mean + eps);  // sqrt is correctly rounded everywhere
+    if (w) {
+        for (int64_t i = 0; i < n; ++i) out[i] = (x[i] * scale) * w[i];
+    } else {
+        for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale;
+    }
+}
+
+void softmax(float* x, int64_t n) {
+    float mx = x[0];
+    for (int64_t i = 1; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; ++i) {
+        x[i] = exp_f32(x[i] - mx);
+        sum += x[i];
+    }
+    for (int64_t i = 0; i < n; ++i) x[i] = x[i] / sum;
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) out[i] = silu_f32(gate[i]) * up[i];
+}
+
+void add(float* y, const float* b, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] += b[i];
+}
+
+void route_topk(const router_params& p, float* logits, int32_t* ids, float* weights) {
+    softmax(logits, p.n_expert);
+    // Selection by repeated argmax: n_used is small (8 of 128 in Qwen3-MoE), and the strict '>'
+    // keeps the lower id on ties, so the choice is a function of the probabilities alone.
+    for (int k = 0; k < p.n_used; ++k) {
+        int best = -1;
+        for (int e = 0; e < p.n_expert; ++e) {
+            bool taken = false;
+            for (int j = 0; j < k; ++j) taken = taken || ids[j] == e;
+            if (taken) continue;
+            if (best < 0 || logits[e] > logits[best]) best = e;
+        }
+        ids[k] = best;
+        weights[k] = logits[best];
+    }
+    if (p.renormalize) {
+        float sum = 0.0f;
+        for (int k = 0; k < p.n_used; ++k) sum += weights[k];
+        for (int k = 0; k < p.n_used; ++k) weights[k] = weights[k] / sum;
+    }
+}
+
+}  // namespace sluice::kernels

@@ -1,0 +1,117 @@
+// Reference CPU ops for the forward pass: plainly correct, deterministic, row-exact.
+//  - E1: every op computes a row of its output from that row's inputs alone, with the same code
+//    whatever the number of rows in the window (no split-K that depends on the row count).
+//  - E2: ops that take a thread_pool split OUTPUT elements (columns, heads) between threads,
+//    never a reduction, so the thread count never changes a bit.
+// Shapes are written [outer, inner] with the inner dimension contiguous. Families live in
+// norm.cpp, rope.cpp, attention.cpp and matmul.cpp.
+#pragma once
+
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace sluice::kernels {
+
+// ---- reductions in one fixed order -------------------------------------------------------
+// sum_i a[i]*b[i] in the canonical float order of dot_ref.h: 16 lanes, lane l accumulates
+// fmaf(a[i], b[i], acc[l]) for i % 16 == l in index order, then pairwise folds (8, 4, 2, 1).
+float dot_f32_lanes(const float* a, const float* b, int64_t n);
+
+// ---- norm.cpp ------------------------------------------------------------------------------
+// out[i] = (x[i] * (1 / sqrt(mean(x^2) + eps))) * w[i]; the sum of squares is dot_f32_lanes(x, x).
+// x, out: [n] (may alias); w: [n], or nullptr for no weight.
+void rmsnorm(const float* x, const float* w, float* out, int64_t n, float eps);
+// In place: x[i] = exp(x[i] - max) / sum, the sum taken in index order. x: [n], n >= 1.
+void softmax(float* x, int64_t n);
+// out[i] = silu(gate[i]) * up[i]. All [n]; out may alias gate or up.
+void swiglu(const float* gate, const float* up, float* out, int64_t n);
+// y[i] += b[i]. [n].
+void add(float* y, const float* b, int64_t n);
+
+// ---- rope.cpp ------------------------------------------------------------------------------
+enum class rope_mode : uint8_t {
+    normal,  // rotates adjacent pairs (x[2i], x[2i+1]): llama (its converter permutes q/k for it)
+    neox,    // rotates (x[i], x[i + n_rot/2]): qwen2, qwen3, qwen3moe
+};
+
+// RoPE with llama.cpp's YaRN. theta_i = pos * freq_base^(-2i/n_rot), interpolated by
+// freq_scale (= 1/factor) on the dimensions below the YaRN correction range and extrapolated
+// above it, with a linear ramp between; when ext_factor != 0 the sin/cos are scaled by
+// attn_factor * (1 + 0.1 ln(1/freq_scale)).
+struct rope_params {
+    rope_mode mode = rope_mode::normal;
+    int n_rot = 0;              // rotated dimensions per head (even, <= head_dim)
+    float freq_base = 10000.0f;
+    float freq_scale = 1.0f;    // 1 / scaling factor (linear and YaRN scaling)
+    float ext_factor = 0.0f;    // YaRN extrapolation mix: 1 for YaRN, 0 otherwise
+    float attn_factor = 1.0f;
+    float beta_fast = 32.0f;
+    float beta_slow = 1.0f;
+    int n_ctx_orig = 0;         // the training context the scaling extends (YaRN only)
+};
+
+// Per-position table: cs[2i] = cos(theta_i) * mscale, cs[2i+1] = sin(theta_i) * mscale for
+// i < n_rot/2. Computed in double and rounded once, by the same code for every row.
+void rope_table(const rope_params& p, int32_t pos, float* cs /* [n_rot] */);
+// Rotates the first n_rot dimensions of each of n_head heads in place. x: [n_head, head_dim].
+void rope_apply(const rope_params& p, const float* cs /* [n_rot] */, float* x, int n_head, int head_dim);
+
+// ---- attention.cpp -------------------------------------------------------------------------
+inline constexpr int k_attn_chunk = 32;     // KV positions reduced per chunk (E1: fixed)
+inline constexpr int k_max_head_dim = 512;
+
+struct attention_params {
+    int n_head = 0;       // query heads
+    int n_kv_head = 0;    // key/value heads (GQA: n_head % n_kv_head == 0)
+    int head_dim = 0;     // <= k_max_head_dim
+    float scale = 1.0f;   // usually 1/sqrt(head_dim)
+};
+
+// Causal attention for a window of rows. Row r (at position pos0 + r) attends to KV positions
+// 0..pos0+r. For each (row, head): scores over chunks of k_attn_chunk positions in order, each
+// chunk softmaxed against its own max and merged into a running (max, sum, output) in chunk
+// order (the same online form a GPU kernel uses), so a row's result never depends on the rows
+// around it. Threads split (row, head) pairs.
+//   q:   [n_rows, n_head, head_dim]
+//   k,v: [n_ctx, n_kv_head, head_dim], positions 0..pos0+n_rows-1 filled
+//   out: [n_rows, n_head, head_dim]
+void attention(thread_pool& pool, const attention_params& p, const float* q, const float* k,
+               const float* v, int32_t pos0, int64_t n_rows, float* out);
+
+// ---- matmul.cpp ----------------------------------------------------------------------------
+// y[r, j] = dot(w row j, x row r). w: GGML matrix ne = {n_in, n_out} (a 2-D tensor or one
+// expert's slice of a 3-D one) in any format dot_ref supports; x: [n_rows, n_in] f32;
+// y: [n_rows, n_out]. Each activation row is prepared once with quant::quantize_act_row (int8
+// blocks for quantised weights, a copy for float weights) into `act`, then every (row, column)
+// is one kernels::dot_ref call: the bits of row r never depend on n_rows (E1); threads split
+// the columns (E2).
+// act: matmul_act_bytes(w, n_rows) bytes of scratch.
+size_t matmul_act_bytes(const tensor_view& w, int64_t n_rows);
+void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n_rows, float* y,
+            std::byte* act);
+// Same, with the activation rows already prepared in `act` for w's format (one preparation
+// shared by several matrices of one format: an expert's gate and up, q/k/v).
+void matmul_prepared(thread_pool& pool, const tensor_view& w, const std::byte* act, int64_t n_rows,
+                     float* y);
+void prepare_act(const tensor_view& w, const float* x, int64_t n_rows, std::byte* act);
+
+// Expert e of a 3-D expert tensor ne = {n_in, n_out, n_expert}, as a 2-D view.
+tensor_view expert_slice(const tensor_view& w, int64_t e);
+// Row `row` of a matrix (e.g. token_embd [n_embd, n_vocab]) as f32. out: [ne[0]].
+void get_row(const tensor_view& w, int64_t row, float* out);
+
+// ---- router (norm.cpp) ---------------------------------------------------------------------
+struct router_params {
+    int n_expert = 0;
+    int n_used = 0;        // experts per token (1..n_expert)
+    bool renormalize = false;  // divide the chosen probabilities by their sum
+};
+// probs = softmax(logits); ids = the n_used largest probabilities in descending order (ties:
+// lower id first); weights = their probabilities (renormalised when asked).
+//   logits: [n_expert] (overwritten with the probabilities); ids, weights: [n_used]
+void route_topk(const router_params& p, float* logits, int32_t* ids, float* weights);
+
+}  // namespace sluice::kernels

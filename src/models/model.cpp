@@ -1,0 +1,71 @@
+// The architecture registry and the scratch/KV sizing every architecture shares.
+#include "models/model.h"
+
+#include "core/error.h"
+#include "io/model_file.h"
+
+#include <algorithm>
+
+namespace sluice {
+
+// One factory per architecture file.
+std::unique_ptr<model> make_llama(const model_file& f, const load_options& o);
+std::unique_ptr<model> make_qwen3(const model_file& f, const load_options& o);
+std::unique_ptr<model> make_qwen3moe(const model_file& f, const load_options& o);
+std::unique_ptr<model> make_qwen2moe(const model_file& f, const load_options& o);
+
+model::~model() = default;
+
+std::unique_ptr<model> load_model(const model_file& f, const load_options& o) {
+    const std::string arch = f.architecture();
+    if (arch == "llama") return make_llama(f, o);
+    if (arch == "qwen3") return make_qwen3(f, o);
+    if (arch == "qwen3moe") return make_qwen3moe(f, o);
+    if (arch == "qwen2moe") return make_qwen2moe(f, o);
+    fail("model: general.architecture '{}': expected one of llama, qwen3, qwen3moe, qwen2moe", arch);
+}
+
+forward_scratch model::make_scratch(int max_rows, thread_pool& pool) const {
+    const model_hparams& hp = hparams();
+    if (max_rows < 1 || max_rows > 4096) fail("forward_scratch: max_rows: expected 1..4096, got {}", max_rows);
+    const size_t R = static_cast<size_t>(max_rows);
+    const size_t E = static_cast<size_t>(hp.n_embd);
+    const size_t nq = static_cast<size_t>(hp.n_head) * static_cast<size_t>(hp.head_dim);
+    const size_t nkv = static_cast<size_t>(hp.n_kv_head) * static_cast<size_t>(hp.head_dim);
+    const size_t ff = static_cast<size_t>(std::max({hp.n_ff, hp.n_ff_exp, hp.n_ff_shexp, 1}));
+    const size_t K = static_cast<size_t>(std::max(hp.n_expert_used, 1));
+    forward_scratch s;
+    s.pool = &pool;
+    s.max_rows = max_rows;
+    s.x.resize(R * E);
+    s.xn.resize(R * E);
+    s.q.resize(R * nq);
+    s.k.resize(R * nkv);
+    s.v.resize(R * nkv);
+    s.attn.resize(R * nq);
+    s.out.resize(R * E);
+    s.gate.resize(R * ff);
+    s.up.resize(R * ff);
+    s.expert.resize(E);
+    s.shexp.resize(hp.n_ff_shexp > 0 ? R * E : 0);
+    s.router.resize(R * static_cast<size_t>(std::max(hp.n_expert, 1)));
+    s.expert_ids.resize(R * K);
+    s.expert_w.resize(R * K);
+    s.shexp_gate.resize(R);
+    s.rope_cs.resize(static_cast<size_t>(hp.rope.n_rot));
+    // f32 activations (a copy) are the largest form of an activation row: 4 bytes a value.
+    s.act.resize(R * 4 * std::max({E, nq, ff}));
+    return s;
+}
+
+kv_shape model::kv_shape_for(int n_ctx) const {
+    const model_hparams& hp = hparams();
+    kv_shape k;
+    k.n_layer = hp.n_layer;
+    k.n_ctx = n_ctx;
+    k.n_kv_head = hp.n_kv_head;
+    k.head_dim = hp.head_dim;
+    return k;
+}
+
+}  // namespace sluice

@@ -1,0 +1,69 @@
+// The mixture-of-experts FFN block: softmax top-k router, SwiGLU experts combined in the
+// router's rank order, and qwen2moe's sigmoid-gated shared expert.
+#include "models/blocks.h"
+
+#include "core/error.h"
+#include "kernels/math.h"
+
+namespace sluice {
+
+moe_weights bind_moe(const weight_binder& b, const model_hparams& hp, int il, bool shared_expert) {
+    moe_weights w;
+    w.router = &b.matrix(blk(il, "ffn_gate_inp.weight"), hp.n_embd, hp.n_expert);
+    w.gate_exps = &b.experts(blk(il, "ffn_gate_exps.weight"), hp.n_embd, hp.n_ff_exp, hp.n_expert);
+    w.up_exps = &b.experts(blk(il, "ffn_up_exps.weight"), hp.n_embd, hp.n_ff_exp, hp.n_expert);
+    w.down_exps = &b.experts(blk(il, "ffn_down_exps.weight"), hp.n_ff_exp, hp.n_embd, hp.n_expert);
+    if (shared_expert) {
+        w.shexp = bind_ffn(b, il, "_shexp", hp.n_embd, hp.n_ff_shexp);
+        w.shexp_gate = &b.matrix(blk(il, "ffn_gate_inp_shexp.weight"), hp.n_embd, 1);
+    }
+    return w;
+}
+
+void moe_ffn_block(const std::vector<float>& norm, const moe_weights& w, const model_hparams& hp,
+                   int64_t n, forward_scratch& s) {
+    thread_pool& pool = *s.pool;
+    const int64_t E = hp.n_embd, F = hp.n_ff_exp, K = hp.n_expert_used;
+    for (int64_t r = 0; r < n; ++r) kernels::rmsnorm(s.x.data() + r * E, norm.data(), s.xn.data() + r * E, E, hp.rms_eps);
+
+    // Router: logits [n, n_expert] -> top-k ids and weights per row.
+    kernels::matmul(pool, *w.router, s.xn.data(), n, s.router.data(), s.act.data());
+    kernels::router_params rp;
+    rp.n_expert = hp.n_expert;
+    rp.n_used = hp.n_expert_used;
+    rp.renormalize = hp.expert_weights_norm;
+    for (int64_t r = 0; r < n; ++r)
+        kernels::route_topk(rp, s.router.data() + r * hp.n_expert, s.expert_ids.data() + r * K, s.expert_w.data() + r * K);
+
+    // Experts, one row at a time (a row's result is computed exactly as in a one-row window),
+    // summed in rank order: out = w_0 * y_0 + w_1 * y_1 + ...
+    for (int64_t r = 0; r < n; ++r) {
+        const float* xr = s.xn.data() + r * E;
+        float* out = s.out.data() + r * E;
+        for (int64_t i = 0; i < E; ++i) out[i] = 0.0f;
+        for (int64_t k = 0; k < K; ++k) {
+            const int64_t e = s.expert_ids[static_cast<size_t>(r * K + k)];
+            const float we = s.expert_w[static_cast<size_t>(r * K + k)];
+            kernels::matmul(pool, kernels::expert_slice(*w.gate_exps, e), xr, 1, s.gate.data(), s.act.data());
+            kernels::matmul(pool, kernels::expert_slice(*w.up_exps, e), xr, 1, s.up.data(), s.act.data());
+            kernels::swiglu(s.gate.data(), s.up.data(), s.gate.data(), F);
+            kernels::matmul(pool, kernels::expert_slice(*w.down_exps, e), s.gate.data(), 1, s.expert.data(), s.act.data());
+            for (int64_t i = 0; i < E; ++i) out[i] = out[i] + we * s.expert[static_cast<size_t>(i)];
+        }
+    }
+
+    if (w.shexp_gate) {
+        // Shared expert: every row, scaled by sigmoid(gate . x), added after the routed sum.
+        ffn_rows(w.shexp, hp.n_ff_shexp, E, n, s, s.shexp.data());
+        kernels::matmul(pool, *w.shexp_gate, s.xn.data(), n, s.shexp_gate.data(), s.act.data());
+        for (int64_t r = 0; r < n; ++r) {
+            const float g = kernels::sigmoid_f32(s.shexp_gate[static_cast<size_t>(r)]);
+            float* out = s.out.data() + r * E;
+            const float* sh = s.shexp.data() + r * E;
+            for (int64_t i = 0; i < E; ++i) out[i] = out[i] + g * sh[i];
+        }
+    }
+    kernels::add(s.x.data(), s.out.data(), n * E);
+}
+
+}  // namespace sluice

