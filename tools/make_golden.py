@@ -209,10 +209,10 @@ SPECS = [
     Spec("qwen2moe_shexp", "Qwen2MoeForCausalLM", "qwen2moe",
          dict(num_attention_heads=4, num_key_value_heads=4, intermediate_size=96,
               moe_intermediate_size=32, shared_expert_intermediate_size=64, num_experts=4,
-              num_experts_per_tok=2, norm_topk_prob=False, qkv_bias=True, tie_word_embeddings=True,
+              num_experts_per_tok=2, norm_topk_prob=False, qkv_bias=True, tie_word_embeddings=False,
               rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
          seed=108, note="Qwen1.5/2-MoE: shared expert with sigmoid gate, qkv bias, MHA (GQA 1), "
-                        "4 experts top-2, no renormalisation, tied"),
+                        "4 experts top-2, no renormalisation, untied (llama.cpp's qwen2moe requires output.weight)"),
 ]
 
 
@@ -526,14 +526,19 @@ def make_fixture(spec: Spec, tok_dir: pathlib.Path, vocab, tok) -> dict:
 
 
 def versions() -> dict:
-    import gguf  # noqa: F401
     import importlib.metadata as md
     import torch
     import transformers
 
+    def dist(name: str) -> str:
+        try:
+            return md.version(name)
+        except md.PackageNotFoundError:  # e.g. gguf put on PYTHONPATH by hand
+            return "unknown"
+
     return {"torch": torch.__version__, "transformers": transformers.__version__,
-            "gguf": md.version("gguf"), "tokenizers": md.version("tokenizers"),
-            "safetensors": md.version("safetensors"), "numpy": np.__version__,
+            "gguf": dist("gguf"), "tokenizers": dist("tokenizers"),
+            "safetensors": dist("safetensors"), "numpy": np.__version__,
             "python": sys.version.split()[0]}
 
 

@@ -163,6 +163,14 @@ def main():
            {k: v for k, v in LLAMA.items() if k != "hidden_size"})
     single("config_bad_heads", "not a multiple of num_key_value_heads", good,
            dict(LLAMA, num_key_value_heads=3))
+    single("config_llama3_equal_freq_factors", "expected positive values, low != high", good,
+           dict(LLAMA, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0,
+                                     "high_freq_factor": 4.0, "original_max_position_embeddings": 64}))
+    single("config_yarn_negative_context", "is not a positive u32", good,
+           dict(LLAMA, rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                     "original_max_position_embeddings": -5}))
+    single("config_experts_without_top_k", "without 'num_experts_per_tok'", good,
+           {k: v for k, v in QWEN3MOE.items() if k != "num_experts_per_tok"})
     single("unknown_tensor_name", "has no GGUF name", raw_file(
         dict(hdr, **{"model.mystery.weight": entry("F32", [8], 544, 576)}), data + f32(8)))
     single("layer_out_of_range", "num_hidden_layers 1", raw_file(

@@ -289,6 +289,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not 0.0 <= args.router_locality <= 1.0:
         p.error(f"--router-locality: expected 0..1, got {args.router_locality}")
+    for name in ("seed", "router_seed"):
+        if not 0 <= getattr(args, name) < 2**32:
+            p.error(f"--{name.replace('_', '-')}: expected 0..2^32-1, got {getattr(args, name)}")
+    if args.threads < 1:
+        p.error(f"--threads: expected >= 1, got {args.threads}")
     if args.pool_mb < 1:
         p.error(f"--pool-mb: expected >= 1, got {args.pool_mb}")
     if args.router_skew < 0:

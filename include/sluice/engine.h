@@ -25,7 +25,7 @@ struct generate_params {
     float min_p = 0.05f;        // <= 0: off
     uint64_t seed = 0;
     bool chat = false;          // wrap the prompt in the model's ChatML template
-    std::string system;         // chat only: a system message (default: the template's own, if any)
+    std::string system;         // chat only: a system message (none when empty)
 };
 
 struct generate_stats {

@@ -106,8 +106,12 @@ void add_rope_scaling(const reader& r, const json& rs, const std::string& a, std
         if (!factor) fail("{}: rope scaling '{}' without 'factor'", where, type);
         c.meta.set(a + ".rope.scaling.type", str(type));
         c.meta.set(a + ".rope.scaling.factor", f32(*factor));
-        if (auto orig = r.number(rs, "original_max_position_embeddings"))
+        if (auto orig = r.number(rs, "original_max_position_embeddings")) {
+            if (!(*orig >= 1 && *orig <= 4294967295.0) || *orig != std::floor(*orig))
+                fail("{}: rope scaling: original_max_position_embeddings {} is not a positive u32",
+                     where, *orig);
             c.meta.set(a + ".rope.scaling.original_context_length", u32(static_cast<int64_t>(*orig)));
+        }
         return;
     }
     if (type == "llama3") {
@@ -117,8 +121,11 @@ void add_rope_scaling(const reader& r, const json& rs, const std::string& a, std
         p.high_freq_factor = r.number(rs, "high_freq_factor").value_or(p.high_freq_factor);
         p.original_context =
             r.number(rs, "original_max_position_embeddings").value_or(p.original_context);
-        if (p.low_freq_factor == p.high_freq_factor)
-            fail("{}: llama3 rope: low_freq_factor equals high_freq_factor", where);
+        if (!(p.factor > 0 && p.low_freq_factor > 0 && p.high_freq_factor > 0 &&
+              p.original_context > 0) || p.low_freq_factor == p.high_freq_factor)
+            fail("{}: llama3 rope: factor {}, low_freq_factor {}, high_freq_factor {}, "
+                 "original_max_position_embeddings {}: expected positive values, low != high",
+                 where, p.factor, p.low_freq_factor, p.high_freq_factor, p.original_context);
         c.llama3 = p;
     }
     // Other types are noted with their parameters so model code can see them; llama3's

@@ -71,20 +71,6 @@ std::filesystem::path first_gguf_in(const std::filesystem::path& dir) {
     return found.empty() ? std::filesystem::path{} : found.front();
 }
 
-// A default system message written as a literal in a ChatML template (SmolLM2's
-// "You are a helpful AI assistant named SmolLM, ..."); empty when the template has none.
-std::string template_default_system(std::string_view tmpl) {
-    const std::string_view open = "<|im_start|>system\n";
-    const size_t at = tmpl.find(open);
-    if (at == std::string_view::npos) return {};
-    const size_t start = at + open.size();
-    const size_t end = tmpl.find("<|im_end|>", start);
-    if (end == std::string_view::npos) return {};
-    std::string_view text = tmpl.substr(start, end - start);
-    if (text.empty() || text.find_first_of("'\"{}+") != std::string_view::npos) return {};
-    return std::string(text);
-}
-
 }  // namespace
 
 std::filesystem::path engine::default_model_path() {
@@ -137,12 +123,12 @@ std::string engine::describe() const {
 
 std::string engine::format_prompt(std::string_view prompt, const generate_params& p) const {
     if (!p.chat) return std::string(prompt);
-    const std::string_view tmpl = p_->tok->chat_template();
     if (p_->tok->find_special("<|im_start|>") < 0)
         fail("run: --chat: the model has no <|im_start|> token; only ChatML templates are supported");
-    std::string system = p.system.empty() ? template_default_system(tmpl) : p.system;
+    // The template's own default system message (SmolLM2's, Qwen2.5's) is not inserted: only
+    // the one the user passes.
     std::string s;
-    if (!system.empty()) s += "<|im_start|>system\n" + system + "<|im_end|>\n";
+    if (!p.system.empty()) s += "<|im_start|>system\n" + p.system + "<|im_end|>\n";
     s += "<|im_start|>user\n" + std::string(prompt) + "<|im_end|>\n<|im_start|>assistant\n";
     return s;
 }

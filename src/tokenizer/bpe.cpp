@@ -266,7 +266,7 @@ void bpe_tokenizer::encode_text(std::string_view text, scratch& sc, std::vector<
 
 void bpe_tokenizer::encode_word(std::string_view word, scratch& sc, std::vector<token_id>& out) const {
     if (word.empty()) return;
-    if (word.size() > 64) {  // long pieces (whitespace runs, long words) are rare: no caching
+    if (word.size() == 1 || word.size() > 64) {  // single bytes need no BPE; long pieces are rare: no caching
         merge_word(word, sc, out);
         return;
     }

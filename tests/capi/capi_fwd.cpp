@@ -10,7 +10,9 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -111,6 +113,19 @@ int sluice_fwd_tokenize(void* hv, const char* text, int parse_special, int32_t* 
         if (static_cast<int>(ids.size()) > cap) throw std::runtime_error("too many tokens");
         std::memcpy(out, ids.data(), ids.size() * sizeof(int32_t));
         return static_cast<int>(ids.size());
+    });
+}
+
+// The text of ids (bytes, not NUL-terminated); returns its length, or -1 (also when it does not
+// fit in cap bytes).
+int sluice_fwd_detokenize(void* hv, const int32_t* ids, int n, char* out, int cap) {
+    auto* h = static_cast<handle*>(hv);
+    return guarded(h, [&] {
+        if (!h->tok) throw std::runtime_error("the model has no tokenizer");
+        const std::string text = h->tok->decode(std::vector<sluice::token_id>(ids, ids + n));
+        if (static_cast<int>(text.size()) > cap) throw std::runtime_error("text longer than the buffer");
+        std::memcpy(out, text.data(), text.size());
+        return static_cast<int>(text.size());
     });
 }
 

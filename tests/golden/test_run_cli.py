@@ -22,8 +22,12 @@ def tiny_gguf():
 
 
 def run(sluice_bin, *args, env=None):
-    return subprocess.run([str(sluice_bin), "run", *args], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, **(env or {})})
+    # Bytes, decoded leniently: a random tiny model may print byte tokens that are not UTF-8.
+    r = subprocess.run([str(sluice_bin), "run", *args], capture_output=True, timeout=600,
+                       env={**os.environ, **(env or {})})
+    r.stdout = r.stdout.decode("utf-8", errors="replace")
+    r.stderr = r.stderr.decode("utf-8", errors="replace")
+    return r
 
 
 def test_run_streams_text_and_reports_speed(sluice_bin):

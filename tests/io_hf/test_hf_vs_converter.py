@@ -25,13 +25,27 @@ NOT_FROM_CONFIG = ("GGUF.", "tokenizer.", "general.name", "general.file_type",
                    "general.finetune")
 
 
-def find_converter():
+def find_converter(scratch: pathlib.Path):
+    """$SLUICE_LLAMA_CPP_CONVERTER, an unpacked llama.cpp under .peers/src, or the converter's
+    files taken from the llama.cpp source archive in .peers (tools/peers fetches it)."""
     env = os.environ.get("SLUICE_LLAMA_CPP_CONVERTER")
     if env:
         return pathlib.Path(env)
     hits = sorted(ROOT.glob(".peers/src/*/llama.cpp/convert_hf_to_gguf.py"))
     hits += sorted(ROOT.glob(".peers/src/*/*/vendor/llama.cpp/convert_hf_to_gguf.py"))
-    return hits[0] if hits else None
+    if hits:
+        return hits[0]
+    archive = ROOT / ".peers/llama.cpp-slim.tar.gz"
+    if not archive.exists():
+        return None
+    import tarfile
+
+    wanted = ("llama.cpp/convert_hf_to_gguf.py", "llama.cpp/conversion/", "llama.cpp/gguf-py/")
+    with tarfile.open(archive) as tar:
+        members = [m for m in tar.getmembers() if m.name.startswith(wanted)]
+        tar.extractall(scratch, members=members, filter="data")
+    conv = scratch / "llama.cpp/convert_hf_to_gguf.py"
+    return conv if conv.exists() else None
 
 
 def assert_matches_gguf(capi, hf_dir, gguf_path):
@@ -57,6 +71,24 @@ def assert_matches_gguf(capi, hf_dir, gguf_path):
                 assert m.meta(key) == value, key
             checked += 1
         assert checked >= 8, "too few metadata keys compared"
+
+
+def assert_same_layout_as_gguf(capi, hf_dir, gguf_path):
+    """For quantised GGUFs: the same tensor names and shapes (the bytes differ by design)."""
+    gguf = pytest.importorskip("gguf")
+    r = gguf.GGUFReader(str(gguf_path))
+    with HfModel(capi, hf_dir) as m:
+        want = {t.name: [int(x) for x in t.shape] for t in r.tensors}
+        assert {n: t.ne for n, t in m.tensors.items()} == want
+
+
+QUANTISED = sorted((p.parent, p) for p in (ROOT / "tests/golden/fixtures").glob("*/model-Q8_0.gguf")
+                   if (p.parent / "hf/config.json").exists())
+
+
+@pytest.mark.parametrize("fixture,gguf_path", QUANTISED, ids=[p.name for p, _ in QUANTISED])
+def test_golden_hf_fixture_has_the_layout_of_its_q8_gguf(capi, fixture, gguf_path):
+    assert_same_layout_as_gguf(capi, fixture / "hf", gguf_path)
 
 
 GOLDEN = sorted(p.parent for p in (ROOT / "tests/golden/fixtures").glob("*/model-F32.gguf")
@@ -95,7 +127,7 @@ def _configs():
 def converted(tmp_path_factory):
     pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    conv = find_converter()
+    conv = find_converter(tmp_path_factory.mktemp("llama_cpp"))
     if conv is None or not conv.exists():
         pytest.skip("llama.cpp's convert_hf_to_gguf.py not found (set SLUICE_LLAMA_CPP_CONVERTER)")
     import torch

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import importlib.util
 import json
 import pathlib
@@ -53,6 +54,16 @@ SMOLLM_PRE = {
 }
 QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3_PRE = {
+    "type": "Sequence",
+    "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": LLAMA3_REGEX}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+    ],
+}
+GPT2_PRE = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
 QWEN2_PRE = {
     "type": "Sequence",
     "pretokenizers": [
@@ -64,7 +75,7 @@ QWEN2_PRE = {
 
 def write_hf_dir(out: pathlib.Path, tokens: list[str], types: list[int], merges: list[tuple[str, str]],
                  pre: dict, added: list[tuple[int, str, bool]], bos: str | None, eos: str | None,
-                 chat_template: str | None = None) -> pathlib.Path:
+                 chat_template: str | None = None, ignore_merges: bool = False) -> pathlib.Path:
     """tokenizer.json (+ tokenizer_config.json). `added`: (id, text, special) for added tokens."""
     out.mkdir(parents=True, exist_ok=True)
     # Added tokens are listed in the vocab too (as SmolLM2's file does): the library would
@@ -78,7 +89,7 @@ def write_hf_dir(out: pathlib.Path, tokens: list[str], types: list[int], merges:
         "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
         "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
                   "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
-                  "ignore_merges": False, "vocab": vocab, "merges": [[a, b] for a, b in merges]},
+                  "ignore_merges": ignore_merges, "vocab": vocab, "merges": [[a, b] for a, b in merges]},
     }
     (out / "tokenizer.json").write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
     cfg = {"bos_token": bos, "eos_token": eos, "add_bos_token": False}
@@ -161,6 +172,7 @@ def _merges_from_ranks(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
     return merges
 
 
+@functools.lru_cache(maxsize=1)  # ~30 s to convert: once per test session
 def qwen_vocab() -> dict:
     ranks = {}
     for line in qwen_tiktoken_path().read_bytes().splitlines():
@@ -180,9 +192,9 @@ def qwen_vocab() -> dict:
             "bos": n, "eos": n + 2}  # <|endoftext|> as BOS (never added), <|im_end|> as EOS
 
 
-def qwen_meta(v: dict) -> dict:
+def qwen_meta(v: dict, pre: str = "qwen2") -> dict:
     return {
-        "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "qwen2",
+        "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": pre,
         "tokenizer.ggml.tokens": v["tokens"], "tokenizer.ggml.token_type": v["types"],
         "tokenizer.ggml.merges": [f"{a} {b}" for a, b in v["merges"]],
         "tokenizer.ggml.bos_token_id": v["bos"], "tokenizer.ggml.eos_token_id": v["eos"],
@@ -190,9 +202,9 @@ def qwen_meta(v: dict) -> dict:
     }
 
 
-def qwen_hf_dir(v: dict, out: pathlib.Path) -> pathlib.Path:
-    return write_hf_dir(out, v["tokens"], v["types"], v["merges"], QWEN2_PRE, v["added"],
-                        v["tokens"][v["bos"]], v["tokens"][v["eos"]])
+def qwen_hf_dir(v: dict, out: pathlib.Path, pre: dict = QWEN2_PRE, ignore_merges: bool = False) -> pathlib.Path:
+    return write_hf_dir(out, v["tokens"], v["types"], v["merges"], pre, v["added"],
+                        v["tokens"][v["bos"]], v["tokens"][v["eos"]], ignore_merges=ignore_merges)
 
 
 def write_vocab_gguf(meta: dict, path: pathlib.Path, arch: str = "qwen2") -> pathlib.Path:

@@ -10,6 +10,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
+import make_synthetic  # noqa: E402
 import synthetic_shapes as S  # noqa: E402
 
 gguf = pytest.importorskip("gguf")
@@ -17,16 +18,29 @@ Q = gguf.GGMLQuantizationType
 
 
 def make(tmp_path: pathlib.Path, *extra: str, name: str = "m.gguf") -> pathlib.Path:
+    """Runs the tool in this process (its CLI entry point; saves an interpreter start a file)."""
     out = tmp_path / name
-    cmd = [sys.executable, str(ROOT / "tools" / "make_synthetic.py"), "--tiny", "--pool-mb", "1",
-           "--threads", "2", "-o", str(out), *extra]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    argv = ["--tiny", "--pool-mb", "1", "--threads", "2", "-o", str(out), *extra]
+    assert make_synthetic.main(argv) == 0
     return out
 
 
 # GGUFReader takes ~10 s to parse a 151936-string vocabulary on a loaded machine, so files
 # read back here use a shrunk vocabulary; the llama.cpp test keeps the real-size one.
 SMALL_VOCAB = "2048"
+
+
+@pytest.fixture(scope="module")
+def small_file(tmp_path_factory):
+    """mix -> a 2-layer tiny file with a shrunk vocabulary, made once per module."""
+    made: dict[str, pathlib.Path] = {}
+
+    def get(mix: str) -> pathlib.Path:
+        if mix not in made:
+            made[mix] = make(tmp_path_factory.mktemp(mix), "--layers", "2", "--mix", mix,
+                             "--vocab", SMALL_VOCAB)
+        return made[mix]
+    return get
 
 
 def test_real_shapes_follow_published_configs():
@@ -70,8 +84,8 @@ def test_q4_k_m_size_matches_published_files():
 
 
 @pytest.mark.parametrize("mix", sorted(S.MIXES))
-def test_file_has_spec_names_shapes_types_and_scaled_finite_weights(tmp_path, mix):
-    path = make(tmp_path, "--layers", "2", "--mix", mix, "--vocab", SMALL_VOCAB)
+def test_file_has_spec_names_shapes_types_and_scaled_finite_weights(small_file, mix):
+    path = small_file(mix)
     reader = gguf.GGUFReader(path)
     want = S.tensor_specs(dataclasses.replace(S.tiny(S.SHAPES["qwen3-30b-a3b"]), n_layer=2,
                                               n_vocab=int(SMALL_VOCAB)), mix)
@@ -133,14 +147,17 @@ def test_routing_model_follows_skew_and_locality():
         assert all(len(set(row)) == 8 for row in picks)
 
 
-def test_bad_arguments_are_rejected(tmp_path):
-    tool = str(ROOT / "tools" / "make_synthetic.py")
+def test_bad_arguments_are_rejected(tmp_path, capsys):
     for bad in (["--router-locality", "1.5"], ["--router-skew", "-1"], ["--layers", "0"],
-                ["--mix", "q3_k_xl"]):
-        r = subprocess.run([sys.executable, tool, "--tiny", "-o", str(tmp_path / "x.gguf"), *bad],
-                           capture_output=True, text=True)
-        assert r.returncode != 0, bad
+                ["--mix", "q3_k_xl"], ["--vocab", "100"], ["--pool-mb", "0"], ["--seed", "-1"], ["--threads", "0"]):
+        with pytest.raises(SystemExit) as e:
+            make_synthetic.main(["--tiny", "-o", str(tmp_path / "x.gguf"), *bad])
+        assert e.value.code != 0, bad
         assert not (tmp_path / "x.gguf").exists(), bad
+    # The command line itself works (the in-process calls above skip the interpreter start).
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "make_synthetic.py"), "--plan"],
+                       capture_output=True, text=True, check=True)
+    assert "qwen3-30b-a3b q4_k_m: 579 tensors" in r.stdout
 
 
 def test_llama_cpp_loads_tokenizes_and_decodes(tmp_path):
@@ -160,9 +177,9 @@ def test_llama_cpp_loads_tokenizes_and_decodes(tmp_path):
 
 
 @pytest.mark.parametrize("mix", ["q8_0", "iq4_xs", "iq3_s", "mxfp4"])
-def test_llama_cpp_decodes_every_mix(tmp_path, mix):
+def test_llama_cpp_decodes_every_mix(small_file, mix):
     llama_cpp = pytest.importorskip("llama_cpp")
-    path = make(tmp_path, "--layers", "2", "--mix", mix, "--vocab", SMALL_VOCAB)
+    path = small_file(mix)
     m = llama_cpp.Llama(str(path), n_ctx=32, n_threads=2, logits_all=True, verbose=False)
     toks = m.tokenize(b"for i in range(10): print(i)", add_bos=False)
     m.eval(toks)

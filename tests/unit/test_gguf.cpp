@@ -58,6 +58,19 @@ TEST(gguf, memory_and_file_entry_points_agree) {
     EXPECT_EQ(a->meta().all().size(), b->meta().all().size());
 }
 
+// The last tensor of these files ends at the last byte, so every shorter prefix is missing
+// something the header promised and must be refused with sluice::error (not crash, not open).
+TEST(gguf, every_truncation_of_a_valid_file_is_rejected) {
+    for (const char* file : {"valid_two_tensors.gguf", "valid_v2.gguf", "valid_alignment_64.gguf"}) {
+        SCOPED_TRACE(file);
+        mapped_file map(k_dir / file);
+        const auto bytes = map.bytes();
+        ASSERT_NO_THROW(open_gguf_memory(bytes));
+        for (size_t n = 0; n < bytes.size(); ++n)
+            EXPECT_THROW(open_gguf_memory(bytes.first(n)), error) << "prefix of " << n << " bytes opened";
+    }
+}
+
 TEST(gguf, metadata_lookups_are_typed) {
     auto m = open_gguf(k_dir / "valid_two_tensors.gguf");
     const metadata& md = m->meta();

@@ -2,6 +2,7 @@
 // exactness contract needs from them: rows independent of the window (E1), bits independent
 // of the thread count (E2).
 #include "core/thread_pool.h"
+#include "kernels/cpu/dot_ref.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/math.h"
 #include "quant/quant.h"
@@ -250,6 +251,32 @@ TEST(ops, matmul_q8_0_is_close_to_float_and_row_exact) {
     EXPECT_LT(rel_err(y, ref), 2e-2);   // two 8-bit roundings
     kernels::matmul(pool, tw, x.data() + 2 * n_in, 1, one.data(), act.data());
     EXPECT_EQ(0, std::memcmp(one.data(), y.data() + 2 * n_out, n_out * sizeof(float)));
+}
+
+// matmul may use any kernel (SIMD, windows of rows) but every element must be dot_ref's bits.
+TEST(ops, matmul_gives_dot_ref_bits_for_every_element) {
+    const int n_in = 256, n_out = 24, n_rows = 21;   // 21 rows: a full 16-row group and a rest
+    auto w = randn(n_in * n_out, 16), x = randn(n_in * n_rows, 17);
+    thread_pool pool(3);
+    for (dtype t : {dtype::f32, dtype::q8_0, dtype::q4_0, dtype::q4_1, dtype::q5_0}) {
+        const auto& inf = info(t);
+        const size_t wrow = n_in / inf.block_elems * inf.block_bytes;
+        std::vector<std::byte> wq(wrow * n_out);
+        for (int j = 0; j < n_out; ++j) quant::quantize_row(t, w.data() + j * n_in, wq.data() + j * wrow, n_in);
+        tensor_view tw = f32_matrix(w, n_in, n_out);
+        tw.type = t;
+        tw.data = wq.data();
+        tw.nbytes = wq.size();
+        std::vector<std::byte> act(kernels::matmul_act_bytes(tw, n_rows));
+        std::vector<float> y(n_rows * n_out);
+        kernels::matmul(pool, tw, x.data(), n_rows, y.data(), act.data());
+        const size_t arow = act.size() / n_rows;
+        for (int r = 0; r < n_rows; ++r)
+            for (int j = 0; j < n_out; ++j) {
+                const float ref = kernels::dot_ref(t, tw.row(j), act.data() + r * arow, n_in);
+                ASSERT_EQ(0, std::memcmp(&ref, &y[r * n_out + j], 4)) << name(t) << " row " << r << " col " << j;
+            }
+    }
 }
 
 TEST(ops, expert_slice_views_one_expert) {

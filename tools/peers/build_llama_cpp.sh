@@ -62,7 +62,9 @@ fi
 # The llama.cpp tree: vendor/llama.cpp in the sdist, top level in a --pack tarball.
 src=$(find "$unpacked" -maxdepth 4 -type f -name CMakeLists.txt -path '*llama.cpp/CMakeLists.txt' \
       -printf '%h\n' | head -n1)
-[ -n "$src" ] && [ -d "$src/ggml" ] || die "no llama.cpp source tree (CMakeLists.txt + ggml/) in $sdist"
+if [ -z "$src" ] || [ ! -d "$src/ggml" ]; then
+  die "no llama.cpp source tree (CMakeLists.txt + ggml/) in $sdist"
+fi
 
 if [ -n "$pack" ]; then
   # Everything the build needs; docs, vocab GGUFs, media and git metadata stay behind.

@@ -189,8 +189,7 @@ def fixture_refs(name: str, seq: list[int], tmp: pathlib.Path, tok) -> dict:
             continue
         entry = {"loads": True, "gguf": path.name}
         logits = all_logits(llm, seq[:n_pos])
-        if not (q == "F32" and res.get("f32_rebuilt_from_hf")):
-            entry.update(save_top2(f"{name}.{q}", logits))
+        entry.update(save_top2(f"{name}.{q}", logits))
         entry["greedy"] = [greedy(llm, p["ids"], N_GREEDY) for p in m["prompts"]]
         if q == "F32":
             entry["tokenizer_check"] = check_tokenizer(llm, tok, [p["text"] for p in m["prompts"] if p["text"]])
@@ -325,7 +324,7 @@ def main() -> None:
         "llama_cpp_python": llama_cpp.__version__, "llama_cpp_commit": LLAMA_CPP_COMMIT,
         "system_info": llama_cpp.llama_print_system_info().decode().strip(),
         "settings": {"n_threads": N_THREADS, "n_batch": 512, "n_ubatch": 512, "logits_all": True,
-                     "backend": "CPU", "greedy": f"{N_GREEDY} argmax tokens, no stop on EOS, ties to lowest id"},
+                     "kv_cache": "F32 (type_k = type_v = GGML_TYPE_F32)", "backend": "CPU", "greedy": f"{N_GREEDY} argmax tokens, no stop on EOS, ties to lowest id"},
         "tiny_seq_file": "tiny_seq.i32",
         "tiny_seq": "make_golden.CORPUS tokenized by the fixture tokenizer, first 512 ids "
                     "(the YaRN fixture uses the first 256: its context)",

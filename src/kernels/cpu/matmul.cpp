@@ -1,6 +1,7 @@
 // Matrix products through the canonical dot products of dot_ref (E3), row-exact (E1) and split
 // over output columns (E2).
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/dot.h"
 #include "kernels/cpu/dot_ref.h"
 #include "quant/act.h"
 #include "quant/quant.h"
@@ -22,10 +23,18 @@ void matmul_prepared(thread_pool& pool, const tensor_view& w, const std::byte* a
                      float* y) {
     const int64_t n_in = w.ne[0], n_out = w.ne[1];
     const size_t row_bytes = quant::act_row_bytes(quant::act_format_for(w.type), n_in);
+    // dot_rows returns dot_ref's bits for up to 16 rows per weight row, decoding each weight
+    // block once (SIMD where this CPU and format have a kernel, dot_ref otherwise).
+    static const isa best = best_isa();
     pool.parallel_for(n_out, [&](int64_t b, int64_t e) {
+        float tmp[16];
         for (int64_t j = b; j < e; ++j) {
             const std::byte* wr = w.row(j);
-            for (int64_t r = 0; r < n_rows; ++r) y[r * n_out + j] = dot_ref(w.type, wr, act + r * row_bytes, n_in);
+            for (int64_t r0 = 0; r0 < n_rows; r0 += 16) {
+                const int nr = static_cast<int>(n_rows - r0 < 16 ? n_rows - r0 : 16);
+                dot_rows(best, w.type, wr, act + r0 * row_bytes, row_bytes, nr, n_in, tmp);
+                for (int r = 0; r < nr; ++r) y[(r0 + r) * n_out + j] = tmp[r];
+            }
         }
     });
 }

@@ -1,0 +1,56 @@
+// Fast exact CPU dot products: AVX2 and AVX-512 (VNNI) versions of dot_ref (DESIGN.md E3), for
+// one weight row against a window of 1..16 activation rows, chosen at run time by CPU support.
+//
+// Exactness: every kernel returns dot_ref's bits. Integer block sums are computed with SIMD
+// (exact in any order); the fp32 term of each block is dot_ref's expression, each operation
+// rounded on its own, and each row folds y = ((t0 + t1) + t2) + ... in block order. Float
+// weights follow dot_f32_ref's 16-lane fmaf rule (AVX-512: one zmm; AVX2: two ymm, lanes 0-7
+// and 8-15), then the same pairwise fold.
+//
+// Activation precondition (act.h guarantees it): int8 activations lie in [-127, 127]. The
+// kernels multiply |w| (<= 128, unsigned) by sign(w) * x with pmaddubsw; a pair sum is at most
+// 2 * 128 * 127 = 32,512 < 32,767, so the int16 saturation of pmaddubsw never triggers.
+//
+// Formats without a SIMD version run dot_ref row by row: has_simd() says which ones do.
+#pragma once
+
+#include "core/dtype.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace sluice::kernels {
+
+enum class isa : uint8_t { scalar, avx2, avx512 };
+
+// "scalar", "avx2", "avx512".
+std::string_view name(isa i);
+// True when this CPU can run kernels of ISA i (avx2: AVX2+FMA+F16C; avx512: F, BW, VL, VNNI).
+bool cpu_supports(isa i);
+// The fastest ISA this CPU supports.
+isa best_isa();
+// True when dot_rows(i, wt, ...) runs a SIMD kernel; false means dot_ref row by row (always the
+// case for isa::scalar and for formats without a SIMD version at that ISA).
+bool has_simd(isa i, dtype wt);
+
+// One weight row against n_rows activation rows:
+//   out[r] = dot_ref(wt, w_row, act_rows + r * act_stride, n) for r in [0, n_rows), bit for bit.
+// w_row: n elements of format wt (any alignment). act_rows: row r starts act_stride bytes after
+// row r-1, each laid out as quant::quantize_act_row(act_format_for(wt)) writes it (fp32 rows for
+// F32/F16/BF16 weights, float-aligned). n_rows in [1, 16]; n a multiple of wt's block size.
+// Each weight block is decoded once for all rows. Fails (sluice::fail) on n_rows out of range,
+// a format dot_ref lacks, or an ISA this CPU cannot run: these are caller bugs, checked once.
+void dot_rows(isa i, dtype wt, const std::byte* w_row, const std::byte* act_rows, size_t act_stride,
+              int n_rows, int64_t n, float* out);
+
+// The per-ISA kernel tables (dot_avx2.cpp, dot_avx512.cpp): nullptr for formats without a SIMD
+// version. Arguments as dot_rows, already validated.
+using dot_rows_fn = void (*)(const std::byte* w_row, const std::byte* act_rows, size_t act_stride,
+                             int n_rows, int64_t n, float* out);
+namespace detail {
+dot_rows_fn avx2_kernel(dtype wt);
+dot_rows_fn avx512_kernel(dtype wt);
+}  // namespace detail
+
+}  // namespace sluice::kernels

@@ -1,0 +1,31 @@
+// AVX-512 (F, BW, VL, VNNI) kernels of dot.h: dot_simd_impl.h with 512-bit integer loops for
+// 256-wide blocks (vpmaddubsw + vpdpwssd), vpdpbusd for 32-wide blocks and one zmm of 16 fp32
+// lanes for float rows. Called only when the CPU reports all four extensions (dot_dispatch.cpp).
+#include "kernels/cpu/dot.h"
+
+#include "quant/act.h"
+#include "quant/blocks.h"
+#include "quant/iq_tables.h"
+#include "quant/quant.h"
+
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <immintrin.h>
+
+#pragma GCC push_options
+// GCC 12 warns about the deliberately undefined vectors inside its own AVX-512 intrinsic headers
+// (_mm512_undefined_*): a known false positive, silenced for this file only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
+#define SLUICE_DOT_WIDE 1
+#include "kernels/cpu/dot_simd_impl.h"
+#undef SLUICE_DOT_WIDE
+
+namespace sluice::kernels::detail {
+dot_rows_fn avx512_kernel(dtype wt) { return kernel_for(wt); }
+}  // namespace sluice::kernels::detail
+#pragma GCC diagnostic pop
+#pragma GCC pop_options

@@ -1,0 +1,547 @@
+// The SIMD dot-product kernels of dot.h, written once and compiled twice: dot_avx2.cpp includes
+// this file under `#pragma GCC target("avx2,fma,f16c")` and dot_avx512.cpp under the AVX-512
+// target with SLUICE_DOT_WIDE=1 (512-bit integer loops for 256-wide blocks, VNNI for 32-wide
+// ones, one zmm for float rows). Everything here has internal linkage, so the two copies never
+// meet at link time and no baseline caller can pick up a wide instruction.
+//
+// Included only by those two files, after <immintrin.h>, <cmath>, <cstring>, quant/blocks.h,
+// quant/act.h, quant/quant.h, quant/iq_tables.h and kernels/cpu/dot.h.
+//
+// Shape of every quantised kernel: for each weight block in order, decode it once (weights to
+// int8 vectors, sub-block scales to int16 per element pair), then for each activation row
+// compute the block's exact integer sums and dot_ref's fp32 term, and fold it into out[r].
+// Bounds: |w| <= 128, |x| <= 127 (act.h clamps), so a pmaddubsw pair is <= 32,512 (no int16
+// saturation); a pair times its scale (|sc| <= 128) summed over two pairs is <= 8.4e6, and a
+// 32-bit lane sums at most 8 of those (67e6 < 2^31); dot_ref bounds the block's sumi by 1.4e8.
+#ifndef SLUICE_DOT_WIDE
+#error "dot_simd_impl.h: define SLUICE_DOT_WIDE (0 or 1) before including"
+#endif
+
+namespace sluice::kernels {
+namespace {
+
+using namespace sluice::quant;
+
+// f16 scale widened exactly (vcvtph2ps); inf/NaN go through fp16_to_fp32, which keeps a
+// signalling NaN's payload bits where the instruction would set the quiet bit.
+float f16_at(const std::byte* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    if ((h & 0x7C00u) == 0x7C00u) return fp16_to_fp32(h);
+    return _cvtsh_ss(h);
+}
+
+int32_t hsum8(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+__m256i loadu256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+__m128i loadu128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+// 16 packed bytes -> 32 nibbles: low nibbles are elements 0-15, high nibbles 16-31 (GGML order).
+__m256i nibbles32(const std::byte* qs) {
+    const __m128i v = loadu128(qs), m = _mm_set1_epi8(0x0F);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
+}
+
+// Byte i = 0xFF where bit i of bits is set.
+__m256i bits_to_bytes(uint32_t bits) {
+    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bm = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int32_t>(bits)), shuf);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bm), bm);
+}
+
+__m256i table16(const int8_t* t) { return _mm256_broadcastsi128_si256(loadu128(t)); }
+
+// sum over 32 lanes of aw[i] * x[i] (aw unsigned 0..255 with aw * x pairs inside int16; see top).
+__m256i dot32_u(__m256i aw, __m256i x) {
+#if SLUICE_DOT_WIDE
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, x);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, x), _mm256_set1_epi16(1));
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// 32-wide formats (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4): one 32-byte vector per block.
+
+constexpr bool is_legacy(dtype t) {
+    return t == dtype::q8_0 || t == dtype::q4_0 || t == dtype::q4_1 || t == dtype::q5_0 ||
+           t == dtype::q5_1 || t == dtype::iq4_nl || t == dtype::mxfp4;
+}
+// Formats whose decoded weights are unsigned: multiplied directly, no sign transfer.
+constexpr bool unsigned_weights(dtype t) {
+    return t == dtype::q4_1 || t == dtype::q5_1 || t == dtype::q4_k || t == dtype::q5_k || t == dtype::q2_k;
+}
+// Formats whose term has a min: Q4_1/Q5_1 add (m * dx) * summ, K-quants subtract (dmin * dx) * summ.
+constexpr bool has_min(dtype t) {
+    return t == dtype::q4_1 || t == dtype::q5_1 || t == dtype::q4_k || t == dtype::q5_k || t == dtype::q2_k;
+}
+
+template <dtype wt>
+constexpr size_t block_bytes() {
+    switch (wt) {
+    case dtype::q8_0: return sizeof(block_q8_0);
+    case dtype::q4_0: return sizeof(block_q4_0);
+    case dtype::q4_1: return sizeof(block_q4_1);
+    case dtype::q5_0: return sizeof(block_q5_0);
+    case dtype::q5_1: return sizeof(block_q5_1);
+    case dtype::iq4_nl: return sizeof(block_iq4_nl);
+    case dtype::mxfp4: return sizeof(block_mxfp4);
+    case dtype::q2_k: return sizeof(block_q2_k);
+    case dtype::q3_k: return sizeof(block_q3_k);
+    case dtype::q4_k: return sizeof(block_q4_k);
+    case dtype::q5_k: return sizeof(block_q5_k);
+    case dtype::q6_k: return sizeof(block_q6_k);
+    case dtype::iq4_xs: return sizeof(block_iq4_xs);
+    default: return 0;
+    }
+}
+
+// Decodes one 32-wide block at b: returns its 32 integer weights, sets d (and m for Q4_1/Q5_1).
+template <dtype wt>
+[[gnu::always_inline]] inline __m256i decode32(const std::byte* b, float& d, float& m) {
+    if constexpr (wt == dtype::q8_0) {
+        d = f16_at(b);
+        return loadu256(b + 2);
+    } else if constexpr (wt == dtype::q4_0) {
+        d = f16_at(b);
+        return _mm256_sub_epi8(nibbles32(b + 2), _mm256_set1_epi8(8));
+    } else if constexpr (wt == dtype::q4_1) {
+        d = f16_at(b);
+        m = f16_at(b + 2);
+        return nibbles32(b + 4);
+    } else if constexpr (wt == dtype::q5_0 || wt == dtype::q5_1) {
+        constexpr int off = wt == dtype::q5_0 ? 2 : 4;   // qh follows d (and m)
+        d = f16_at(b);
+        if constexpr (wt == dtype::q5_1) m = f16_at(b + 2);
+        uint32_t qh;
+        std::memcpy(&qh, b + off, 4);
+        const __m256i q = _mm256_or_si256(nibbles32(b + off + 4),
+                                          _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10)));
+        return wt == dtype::q5_0 ? _mm256_sub_epi8(q, _mm256_set1_epi8(16)) : q;
+    } else if constexpr (wt == dtype::iq4_nl) {
+        d = f16_at(b);
+        return _mm256_shuffle_epi8(table16(k_kvalues_iq4nl), nibbles32(b + 2));
+    } else {
+        static_assert(wt == dtype::mxfp4);
+        d = e8m0_to_fp32_half(static_cast<uint8_t>(b[0]));
+        return _mm256_shuffle_epi8(table16(k_kvalues_mxfp4), nibbles32(b + 1));
+    }
+}
+
+// One 32-wide block decoded for all rows, and its per-row integer sums as 8 int32 partials.
+template <dtype wt>
+struct legacy_ops {
+    static constexpr bool uns = unsigned_weights(wt);
+    static constexpr size_t act_bytes = sizeof(act_block32);
+    __m256i q, aw;          // weights, |weights| (32 x int8)
+    float d = 0.0f, m = 0.0f;
+
+    [[gnu::always_inline]] void decode(const std::byte* w, int64_t ib) {
+        q = decode32<wt>(w + ib * static_cast<int64_t>(block_bytes<wt>()), d, m);
+        aw = uns ? q : _mm256_sign_epi8(q, q);   // -128 becomes 128 as unsigned
+    }
+    [[gnu::always_inline]] __m256i sumi(const std::byte* ab) const {
+        const __m256i x = loadu256(ab + 4);
+        return uns ? dot32_u(aw, x) : dot32_u(aw, _mm256_sign_epi8(x, q));
+    }
+    [[gnu::always_inline]] __m256i summ(const std::byte* ab) const { return dot32_u(_mm256_set1_epi8(1), loadu256(ab + 4)); }
+};
+
+// ---------------------------------------------------------------------------------------------
+// 256-wide formats (Q2_K..Q6_K, IQ4_XS): decoded into a kblock, then one integer pass per row.
+
+struct kblock {
+    alignas(64) int8_t q[256];     // integer weights, element order
+    alignas(64) uint8_t aw[256];   // |q| (signed formats only)
+    alignas(64) int16_t scp[128];  // scale of the sub-block holding element pair p (2p, 2p+1)
+    alignas(32) int16_t mn[16];    // min of each 16-element group (formats with a min)
+    float d = 0.0f, dmin = 0.0f;
+};
+
+void set_scale(kblock& k, int j, int sub_w, int sc) {
+    if (sub_w == 32) _mm256_store_si256(reinterpret_cast<__m256i*>(k.scp + 16 * j), _mm256_set1_epi16(static_cast<int16_t>(sc)));
+    else _mm_store_si128(reinterpret_cast<__m128i*>(k.scp + 8 * j), _mm_set1_epi16(static_cast<int16_t>(sc)));
+}
+void store_q(kblock& k, int chunk, __m256i v) { _mm256_store_si256(reinterpret_cast<__m256i*>(k.q + 32 * chunk), v); }
+
+template <dtype wt>
+[[gnu::always_inline]] inline void decode256(const std::byte* b, kblock& k) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
+    if constexpr (wt == dtype::q4_k || wt == dtype::q5_k) {
+        // d, dmin, scales[12], [qh[32]], qs[128]; sub-blocks of 32: pair h of them shares 32 qs bytes.
+        constexpr int qs_off = wt == dtype::q4_k ? 16 : 48;
+        k.d = f16_at(b);
+        k.dmin = f16_at(b + 2);
+        const auto* scales = reinterpret_cast<const uint8_t*>(b + 4);
+        for (int j = 0; j < 8; ++j) {
+            int sc, mn;
+            get_scale_min_k4(j, scales, sc, mn);
+            set_scale(k, j, 32, sc);
+            k.mn[2 * j] = k.mn[2 * j + 1] = static_cast<int16_t>(mn);
+        }
+        const __m256i hb = wt == dtype::q5_k ? loadu256(b + 16) : _mm256_setzero_si256();
+        for (int h = 0; h < 4; ++h) {
+            const __m256i v = loadu256(b + qs_off + 32 * h);
+            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            if constexpr (wt == dtype::q5_k) {
+                const __m256i b0 = _mm256_set1_epi8(static_cast<char>(1 << (2 * h)));
+                const __m256i b1 = _mm256_set1_epi8(static_cast<char>(1 << (2 * h + 1)));
+                const __m256i x10 = _mm256_set1_epi8(0x10);
+                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, b0), b0), x10));
+                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, b1), b1), x10));
+            }
+            store_q(k, 2 * h, lo);
+            store_q(k, 2 * h + 1, hi);
+        }
+    } else if constexpr (wt == dtype::q6_k) {
+        // ql[128], qh[64], scales[16] (int8), d. Element 128h + 32c: ql nibble, qh 2 bits, - 32.
+        k.d = f16_at(b + 208);
+        const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
+        for (int j = 0; j < 16; ++j) set_scale(k, j, 16, scales[j]);
+        for (int h = 0; h < 2; ++h) {
+            const __m256i qh = loadu256(b + 128 + 32 * h);
+            const __m256i ql0 = loadu256(b + 64 * h), ql1 = loadu256(b + 64 * h + 32);
+            const __m256i l[4] = {_mm256_and_si256(ql0, m4), _mm256_and_si256(ql1, m4),
+                                  _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                                  _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4)};
+            const __m256i hh[4] = {_mm256_and_si256(qh, m2), _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2),
+                                   _mm256_and_si256(_mm256_srli_epi16(qh, 4), m2),
+                                   _mm256_and_si256(_mm256_srli_epi16(qh, 6), m2)};
+            for (int c = 0; c < 4; ++c)
+                store_q(k, 4 * h + c, _mm256_sub_epi8(_mm256_or_si256(l[c], _mm256_slli_epi16(hh[c], 4)),
+                                                      _mm256_set1_epi8(32)));
+        }
+    } else if constexpr (wt == dtype::q2_k || wt == dtype::q3_k) {
+        // Q2_K: scales[16], qs[64], d, dmin. Q3_K: hmask[32], qs[64], scales[12], d.
+        // Element 32c + l (c = 4h + s): (qs[32h + l] >> 2s) & 3.
+        constexpr int qs_off = wt == dtype::q2_k ? 16 : 32;
+        if constexpr (wt == dtype::q2_k) {
+            k.d = f16_at(b + 80);
+            k.dmin = f16_at(b + 82);
+            const auto* scales = reinterpret_cast<const uint8_t*>(b);
+            for (int j = 0; j < 16; ++j) {
+                set_scale(k, j, 16, scales[j] & 0x0F);
+                k.mn[j] = static_cast<int16_t>(scales[j] >> 4);
+            }
+        } else {
+            k.d = f16_at(b + 108);
+            const auto* scales = reinterpret_cast<const uint8_t*>(b + 96);
+            for (int j = 0; j < 16; ++j) set_scale(k, j, 16, q3_k_scale(j, scales));
+        }
+        const __m256i hm = wt == dtype::q3_k ? loadu256(b) : _mm256_setzero_si256();
+        for (int h = 0; h < 2; ++h) {
+            const __m256i v = loadu256(b + qs_off + 32 * h);
+            const __m256i lo[4] = {_mm256_and_si256(v, m2), _mm256_and_si256(_mm256_srli_epi16(v, 2), m2),
+                                   _mm256_and_si256(_mm256_srli_epi16(v, 4), m2),
+                                   _mm256_and_si256(_mm256_srli_epi16(v, 6), m2)};
+            for (int s = 0; s < 4; ++s) {
+                __m256i q = lo[s];
+                if constexpr (wt == dtype::q3_k) {
+                    // hmask bit c clear: subtract 4.
+                    const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << (4 * h + s)));
+                    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
+                    q = _mm256_sub_epi8(q, _mm256_andnot_si256(set, _mm256_set1_epi8(4)));
+                }
+                store_q(k, 4 * h + s, q);
+            }
+        }
+    } else {
+        static_assert(wt == dtype::iq4_xs);
+        // d, scales_h (u16), scales_l[4], qs[128]; sub-block j: qs[16j..16j+16) nibbles.
+        k.d = f16_at(b);
+        uint16_t sh;
+        std::memcpy(&sh, b + 2, 2);
+        const auto* sl = reinterpret_cast<const uint8_t*>(b + 4);
+        for (int j = 0; j < 8; ++j) {
+            const int lo = (sl[j / 2] >> (4 * (j % 2))) & 0x0F, hi = (sh >> (2 * j)) & 3;
+            set_scale(k, j, 32, (lo | (hi << 4)) - 32);
+        }
+        const __m256i tab = table16(k_kvalues_iq4nl);
+        for (int j = 0; j < 8; ++j) store_q(k, j, _mm256_shuffle_epi8(tab, nibbles32(b + 8 + 16 * j)));
+    }
+    if constexpr (!unsigned_weights(wt)) {
+        for (int c = 0; c < 8; ++c) {
+            const __m256i q = _mm256_load_si256(reinterpret_cast<const __m256i*>(k.q + 32 * c));
+            _mm256_store_si256(reinterpret_cast<__m256i*>(k.aw + 32 * c), _mm256_sign_epi8(q, q));
+        }
+    }
+}
+
+// sumi partials of one row (8 int32 lanes that add up to sum_j sc_j * dot(q_j, x_j)).
+template <bool uns>
+[[gnu::always_inline]] inline __m256i kblock_sumi(const kblock& k, const int8_t* x) {
+#if SLUICE_DOT_WIDE
+    __m512i acc = _mm512_setzero_si512();
+    const __m512i zero = _mm512_setzero_si512();
+    for (int c = 0; c < 4; ++c) {
+        const __m512i xv = _mm512_loadu_si512(x + 64 * c);
+        const __m512i qv = _mm512_load_si512(k.q + 64 * c);
+        __m512i p;
+        if constexpr (uns) {
+            p = _mm512_maddubs_epi16(qv, xv);
+        } else {
+            // x negated where q < 0 (x is in [-127, 127], so negation is exact).
+            const __m512i sx = _mm512_mask_sub_epi8(xv, _mm512_movepi8_mask(qv), zero, xv);
+            p = _mm512_maddubs_epi16(_mm512_load_si512(k.aw + 64 * c), sx);
+        }
+        acc = _mm512_dpwssd_epi32(acc, p, _mm512_load_si512(k.scp + 32 * c));
+    }
+    return _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+#else
+    __m256i acc = _mm256_setzero_si256();
+    for (int c = 0; c < 8; ++c) {
+        const __m256i xv = loadu256(x + 32 * c);
+        const __m256i qv = _mm256_load_si256(reinterpret_cast<const __m256i*>(k.q + 32 * c));
+        const __m256i p = uns ? _mm256_maddubs_epi16(qv, xv)
+                              : _mm256_maddubs_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(k.aw + 32 * c)),
+                                                     _mm256_sign_epi8(xv, qv));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_load_si256(reinterpret_cast<const __m256i*>(k.scp + 16 * c))));
+    }
+    return acc;
+#endif
+}
+
+template <dtype wt>
+struct k_ops {
+    static constexpr size_t act_bytes = sizeof(act_block256);
+    kblock k;
+    float d = 0.0f, m = 0.0f;
+
+    [[gnu::always_inline]] void decode(const std::byte* w, int64_t ib) {
+        decode256<wt>(w + ib * static_cast<int64_t>(block_bytes<wt>()), k);
+        d = k.d;
+        m = k.dmin;
+    }
+    [[gnu::always_inline]] __m256i sumi(const std::byte* ab) const {
+        return kblock_sumi<unsigned_weights(wt)>(k, reinterpret_cast<const int8_t*>(ab + 4));
+    }
+    // summ partials: sum over 16-groups of min * bsum (K-quant mins are per 32: stored twice).
+    [[gnu::always_inline]] __m256i summ(const std::byte* ab) const {
+        const __m256i bs = loadu256(ab + offsetof(act_block256, bsums));
+        return _mm256_madd_epi16(bs, _mm256_load_si256(reinterpret_cast<const __m256i*>(k.mn)));
+    }
+};
+
+// Eight 8-lane partial vectors -> one vector whose lane r is the total of v[r].
+__m256i reduce8(const __m256i* v) {
+    const __m256i s01 = _mm256_hadd_epi32(v[0], v[1]), s23 = _mm256_hadd_epi32(v[2], v[3]);
+    const __m256i s45 = _mm256_hadd_epi32(v[4], v[5]), s67 = _mm256_hadd_epi32(v[6], v[7]);
+    const __m256i a = _mm256_hadd_epi32(s01, s23), b = _mm256_hadd_epi32(s45, s67);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+// dot_ref's term for one block: A = (d * dx) * float(sumi), then + or - (m * dx) * float(summ).
+template <dtype wt>
+float term1(float d, float m, float dx, int32_t sumi, int32_t summ) {
+    const float a = (d * dx) * static_cast<float>(sumi);
+    if constexpr (!has_min(wt)) return a;
+    else if constexpr (is_legacy(wt)) return a + (m * dx) * static_cast<float>(summ);
+    else return a - (m * dx) * static_cast<float>(summ);
+}
+template <dtype wt>
+__m256 term8(float d, float m, __m256 dx, __m256i sumi, __m256i summ) {
+    const __m256 a = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), dx), _mm256_cvtepi32_ps(sumi));
+    if constexpr (!has_min(wt)) return a;
+    const __m256 b = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(m), dx), _mm256_cvtepi32_ps(summ));
+    if constexpr (is_legacy(wt)) return _mm256_add_ps(a, b);
+    else return _mm256_sub_ps(a, b);
+}
+
+// For each block in order: decode once, then every row's exact integer sums and dot_ref's
+// term. One row: the term in scalar code. Two or more: one fp32 lane per row (groups of 8), the
+// same expression lane by lane, so each row still folds its own terms in block order.
+template <dtype wt, class ops>
+void quant_rows_with(const std::byte* w, const std::byte* a, size_t stride, int nr, int64_t n, float* out) {
+    constexpr int64_t qk = is_legacy(wt) ? 32 : 256;
+    constexpr size_t ab_bytes = ops::act_bytes;
+    const int64_t nb = n / qk;
+    if (nb == 0) {
+        for (int r = 0; r < nr; ++r) out[r] = 0.0f;   // dot_ref's empty row
+        return;
+    }
+    ops o;
+    if (nr == 1) {
+        float y = 0.0f;
+        for (int64_t ib = 0; ib < nb; ++ib) {
+            o.decode(w, ib);
+            const std::byte* ab = a + ib * static_cast<int64_t>(ab_bytes);
+            float dx;
+            std::memcpy(&dx, ab, 4);
+            const int32_t sumi = hsum8(o.sumi(ab));
+            const int32_t summ = has_min(wt) ? hsum8(o.summ(ab)) : 0;
+            const float t = term1<wt>(o.d, o.m, dx, sumi, summ);
+            y = ib == 0 ? t : y + t;   // y = t0, then y + t in block order
+        }
+        out[0] = y;
+        return;
+    }
+    const int ng = (nr + 7) / 8;
+    __m256 y[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};   // lane r of y[g]: row 8g + r
+    for (int64_t ib = 0; ib < nb; ++ib) {
+        o.decode(w, ib);
+        for (int g = 0; g < ng; ++g) {
+            const int gsz = nr - 8 * g < 8 ? nr - 8 * g : 8;
+            const std::byte* base = a + 8 * g * stride + ib * static_cast<int64_t>(ab_bytes);
+            __m256i vi[8], vm[8];
+            alignas(32) float dxs[8] = {};
+            for (int r = 0; r < 8; ++r) {
+                if (r < gsz) {
+                    const std::byte* ab = base + r * stride;
+                    std::memcpy(&dxs[r], ab, 4);
+                    vi[r] = o.sumi(ab);
+                    if constexpr (has_min(wt)) vm[r] = o.summ(ab);
+                } else {
+                    vi[r] = vm[r] = _mm256_setzero_si256();
+                }
+            }
+            const __m256i summ = has_min(wt) ? reduce8(vm) : _mm256_setzero_si256();
+            const __m256 t = term8<wt>(o.d, o.m, _mm256_load_ps(dxs), reduce8(vi), summ);
+            y[g] = ib == 0 ? t : _mm256_add_ps(y[g], t);
+        }
+    }
+    for (int g = 0; g < ng; ++g) {
+        alignas(32) float l[8];
+        _mm256_store_ps(l, y[g]);
+        for (int r = 0; r < 8 && 8 * g + r < nr; ++r) out[8 * g + r] = l[r];
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Float weights: dot_f32_ref's 16 lanes, lane l taking elements i % 16 == l by fmaf in index
+// order, then the pairwise fold. Rows go in groups of up to 4 so each weight vector is widened
+// once per group; the tail (n % 16) runs the scalar rule on the spilled lanes.
+
+template <dtype wt>
+float widen1(const std::byte* w, int64_t i) {
+    if constexpr (wt == dtype::f32) {
+        float f;
+        std::memcpy(&f, w + 4 * i, 4);
+        return f;
+    } else {
+        uint16_t h;
+        std::memcpy(&h, w + 2 * i, 2);
+        return wt == dtype::f16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
+    }
+}
+
+float fold16(float* acc, const std::byte* w_tail, const float* x_tail, int rem, float (*widen)(const std::byte*, int64_t)) {
+    for (int l = 0; l < rem; ++l) acc[l] = std::fmaf(widen(w_tail, l), x_tail[l], acc[l]);
+    for (int s = 8; s >= 1; s /= 2)
+        for (int l = 0; l < s; ++l) acc[l] += acc[l + s];
+    return acc[0];
+}
+
+#if SLUICE_DOT_WIDE
+template <dtype wt>
+__m512 widen16(const std::byte* w, int64_t i) {
+    if constexpr (wt == dtype::f32) return _mm512_loadu_ps(w + 4 * i);
+    else if constexpr (wt == dtype::f16) return _mm512_cvtph_ps(loadu256(w + 2 * i));
+    else return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(loadu256(w + 2 * i)), 16));
+}
+
+template <dtype wt, int R>
+void float_group(const std::byte* w, const std::byte* a, size_t stride, int64_t n, float* out) {
+    __m512 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 wv = widen16<wt>(w, i);
+        for (int r = 0; r < R; ++r)
+            acc[r] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(reinterpret_cast<const float*>(a + r * stride) + i), acc[r]);
+    }
+    const std::byte* wt_tail = w + (wt == dtype::f32 ? 4 : 2) * i;
+    for (int r = 0; r < R; ++r) {
+        alignas(64) float l[16];
+        _mm512_store_ps(l, acc[r]);
+        out[r] = fold16(l, wt_tail, reinterpret_cast<const float*>(a + r * stride) + i, static_cast<int>(n - i), widen1<wt>);
+    }
+}
+#else
+template <dtype wt>
+void widen16(const std::byte* w, int64_t i, __m256& lo, __m256& hi) {
+    if constexpr (wt == dtype::f32) {
+        lo = _mm256_loadu_ps(reinterpret_cast<const float*>(w + 4 * i));
+        hi = _mm256_loadu_ps(reinterpret_cast<const float*>(w + 4 * i + 32));
+    } else if constexpr (wt == dtype::f16) {
+        lo = _mm256_cvtph_ps(loadu128(w + 2 * i));
+        hi = _mm256_cvtph_ps(loadu128(w + 2 * i + 16));
+    } else {
+        lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(loadu128(w + 2 * i)), 16));
+        hi = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(loadu128(w + 2 * i + 16)), 16));
+    }
+}
+
+template <dtype wt, int R>
+void float_group(const std::byte* w, const std::byte* a, size_t stride, int64_t n, float* out) {
+    __m256 lo[R], hi[R];   // lanes 0-7 and 8-15 of each row
+    for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 wl, wh;
+        widen16<wt>(w, i, wl, wh);
+        for (int r = 0; r < R; ++r) {
+            const float* x = reinterpret_cast<const float*>(a + r * stride) + i;
+            lo[r] = _mm256_fmadd_ps(wl, _mm256_loadu_ps(x), lo[r]);
+            hi[r] = _mm256_fmadd_ps(wh, _mm256_loadu_ps(x + 8), hi[r]);
+        }
+    }
+    const std::byte* wt_tail = w + (wt == dtype::f32 ? 4 : 2) * i;
+    for (int r = 0; r < R; ++r) {
+        alignas(32) float l[16];
+        _mm256_store_ps(l, lo[r]);
+        _mm256_store_ps(l + 8, hi[r]);
+        out[r] = fold16(l, wt_tail, reinterpret_cast<const float*>(a + r * stride) + i, static_cast<int>(n - i), widen1<wt>);
+    }
+}
+#endif
+
+template <dtype wt>
+void float_rows(const std::byte* w, const std::byte* a, size_t stride, int nr, int64_t n, float* out) {
+    int r = 0;
+    for (; r + 4 <= nr; r += 4) float_group<wt, 4>(w, a + r * stride, stride, n, out + r);
+    switch (nr - r) {
+    case 3: float_group<wt, 3>(w, a + r * stride, stride, n, out + r); break;
+    case 2: float_group<wt, 2>(w, a + r * stride, stride, n, out + r); break;
+    case 1: float_group<wt, 1>(w, a + r * stride, stride, n, out + r); break;
+    default: break;
+    }
+}
+
+template <dtype wt>
+void quant_rows(const std::byte* w, const std::byte* a, size_t stride, int nr, int64_t n, float* out) {
+    if constexpr (is_legacy(wt)) quant_rows_with<wt, legacy_ops<wt>>(w, a, stride, nr, n, out);
+    else quant_rows_with<wt, k_ops<wt>>(w, a, stride, nr, n, out);
+}
+
+// This ISA's kernel table.
+dot_rows_fn kernel_for(dtype wt) {
+    switch (wt) {
+    case dtype::f32: return float_rows<dtype::f32>;
+    case dtype::f16: return float_rows<dtype::f16>;
+    case dtype::bf16: return float_rows<dtype::bf16>;
+    case dtype::q8_0: return quant_rows<dtype::q8_0>;
+    case dtype::q4_0: return quant_rows<dtype::q4_0>;
+    case dtype::q4_1: return quant_rows<dtype::q4_1>;
+    case dtype::q5_0: return quant_rows<dtype::q5_0>;
+    case dtype::q5_1: return quant_rows<dtype::q5_1>;
+    case dtype::iq4_nl: return quant_rows<dtype::iq4_nl>;
+    case dtype::mxfp4: return quant_rows<dtype::mxfp4>;
+    case dtype::q2_k: return quant_rows<dtype::q2_k>;
+    case dtype::q3_k: return quant_rows<dtype::q3_k>;
+    case dtype::q4_k: return quant_rows<dtype::q4_k>;
+    case dtype::q5_k: return quant_rows<dtype::q5_k>;
+    case dtype::q6_k: return quant_rows<dtype::q6_k>;
+    case dtype::iq4_xs: return quant_rows<dtype::iq4_xs>;
+    default: return nullptr;   // IQ2_*, IQ3_*: dot_ref row by row (dot.h: has_simd is false)
+    }
+}
+
+}  // namespace
+}  // namespace sluice::kernels

@@ -1,0 +1,460 @@
+// jinja builtins (see jinja_builtins.h). Strings are UTF-8 bytes: length and slicing count
+// bytes, which equals Python's code-point count only for ASCII; the templates we serve apply
+// them to lists and to ASCII markers only.
+#include "server/jinja_builtins.h"
+
+#include "server/jinja_ast.h"
+
+#include "core/error.h"
+
+#include <algorithm>
+#include <ctime>
+
+namespace sluice::jinja {
+namespace {
+
+const char* const k_ws = " \t\n\r\f\v";
+
+std::string strip(const std::string& s, const value& chars, bool left, bool right) {
+    std::string set = chars.is_string() ? chars.s : k_ws;
+    size_t b = 0, e = s.size();
+    if (left)
+        while (b < e && set.find(s[b]) != std::string::npos) b++;
+    if (right)
+        while (e > b && set.find(s[e - 1]) != std::string::npos) e--;
+    return s.substr(b, e - b);
+}
+
+std::string replace(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
+    std::string out;
+    size_t pos = 0;
+    int64_t n = 0;
+    if (from.empty()) {  // Python inserts `to` between every character
+        for (size_t i = 0; i <= s.size(); i++) {
+            if (count < 0 || n < count) { out += to; n++; }
+            if (i < s.size()) out += s[i];
+        }
+        return out;
+    }
+    while (true) {
+        size_t f = s.find(from, pos);
+        if (f == std::string::npos || (count >= 0 && n >= count)) break;
+        out += s.substr(pos, f - pos) + to;
+        pos = f + from.size();
+        n++;
+    }
+    return out + s.substr(pos);
+}
+
+value split(const std::string& s, const value& sep, int64_t maxsplit) {
+    list_t parts;
+    if (!sep.is_string() || sep.is_none()) {  // Python: runs of whitespace, no empty parts
+        size_t i = 0;
+        while (true) {
+            while (i < s.size() && std::string(k_ws).find(s[i]) != std::string::npos) i++;
+            if (i >= s.size()) break;
+            if (maxsplit >= 0 && int64_t(parts.size()) == maxsplit) {
+                std::string rest = s.substr(i);
+                parts.push_back(value::str(strip(rest, value::none(), false, true)));
+                break;
+            }
+            size_t j = i;
+            while (j < s.size() && std::string(k_ws).find(s[j]) == std::string::npos) j++;
+            parts.push_back(value::str(s.substr(i, j - i)));
+            i = j;
+        }
+        return value::list(std::move(parts));
+    }
+    if (sep.s.empty()) fail("jinja: split: empty separator");
+    size_t pos = 0;
+    while (true) {
+        size_t f = s.find(sep.s, pos);
+        if (f == std::string::npos || (maxsplit >= 0 && int64_t(parts.size()) >= maxsplit)) break;
+        parts.push_back(value::str(s.substr(pos, f - pos)));
+        pos = f + sep.s.size();
+    }
+    parts.push_back(value::str(s.substr(pos)));
+    return value::list(std::move(parts));
+}
+
+bool starts_or_ends(const std::string& s, const value& arg, bool ends) {
+    auto one = [&](const value& x) {
+        if (!x.is_string()) fail("jinja: startswith/endswith: expected a string, got {}", kind_name(x));
+        if (x.s.size() > s.size()) return false;
+        return ends ? s.compare(s.size() - x.s.size(), x.s.size(), x.s) == 0 : s.compare(0, x.s.size(), x.s) == 0;
+    };
+    if (arg.k == value::kind::list) {
+        for (const auto& x : *arg.l)
+            if (one(x)) return true;
+        return false;
+    }
+    return one(arg);
+}
+
+int64_t as_int(const value& v, const char* what) {
+    if (v.k == value::kind::integer) return v.i;
+    if (v.k == value::kind::boolean) return v.b;
+    fail("jinja: {}: expected an integer, got {}", what, kind_name(v));
+}
+
+std::string upper(std::string s, bool up) {
+    for (char& c : s)
+        if ((unsigned char)c < 0x80) c = char(up ? std::toupper(c) : std::tolower(c));
+    return s;
+}
+
+value string_method(const std::string& s, const std::string& name, call_args& a) {
+    if (name == "startswith" || name == "endswith") return value::boolean(starts_or_ends(s, a.get(0, "prefix"), name == "endswith"));
+    if (name == "strip") return value::str(strip(s, a.get(0, "chars"), true, true));
+    if (name == "lstrip") return value::str(strip(s, a.get(0, "chars"), true, false));
+    if (name == "rstrip") return value::str(strip(s, a.get(0, "chars"), false, true));
+    if (name == "split") {
+        value mx = a.get(1, "maxsplit", value::integer(-1));
+        return split(s, a.get(0, "sep"), as_int(mx, "split"));
+    }
+    if (name == "upper") return value::str(upper(s, true));
+    if (name == "lower") return value::str(upper(s, false));
+    if (name == "replace") {
+        value from = a.get(0, "old"), to = a.get(1, "new");
+        if (!from.is_string() || !to.is_string()) fail("jinja: replace: expected two strings");
+        return value::str(replace(s, from.s, to.s, as_int(a.get(2, "count", value::integer(-1)), "replace")));
+    }
+    if (name == "find") {
+        value x = a.get(0, "sub");
+        size_t f = s.find(x.s);
+        return value::integer(f == std::string::npos ? -1 : int64_t(f));
+    }
+    if (name == "title" || name == "capitalize") {
+        std::string o = s;
+        bool start = true;
+        for (char& c : o) {
+            bool alpha = std::isalpha((unsigned char)c);
+            c = char(start && alpha ? std::toupper((unsigned char)c) : std::tolower((unsigned char)c));
+            start = name == "title" ? !alpha : false;
+        }
+        return value::str(o);
+    }
+    fail("jinja: 'str object' has no attribute '{}'", name);
+}
+
+const char* const k_str_methods[] = {"startswith", "endswith", "strip", "lstrip", "rstrip", "split", "upper",
+                                     "lower", "replace", "find", "title", "capitalize"};
+const char* const k_dict_methods[] = {"items", "keys", "values", "get"};
+
+value items_of(const value& d) {
+    list_t l;
+    for (const auto& [k, v] : *d.d) l.push_back(value::list({value::str(k), v}));
+    return value::list(std::move(l));
+}
+
+value dict_method(const value& d, const std::string& name, call_args& a) {
+    if (name == "items") return items_of(d);
+    list_t l;
+    if (name == "keys" || name == "values") {
+        for (const auto& [k, v] : *d.d) l.push_back(name == "keys" ? value::str(k) : v);
+        return value::list(std::move(l));
+    }
+    // get(key, default=None)
+    value key = a.get(0, "key");
+    const value* v = key.is_string() ? d.find(key.s) : nullptr;
+    return v ? *v : a.get(1, "default", value::none());
+}
+
+size_t length(const value& v) {
+    switch (v.k) {
+        case value::kind::string: return v.s.size();
+        case value::kind::list: return v.l->size();
+        case value::kind::dict: return v.d->size();
+        case value::kind::undefined: return 0;
+        default: fail("jinja: length: object of type '{}' has no len()", kind_name(v));
+    }
+}
+
+// selectattr/rejectattr/map(attribute=): dotted attribute lookup as jinja2 does.
+value attr_path(const value& v, const std::string& path) {
+    value cur = v;
+    size_t pos = 0;
+    while (true) {
+        size_t dot = path.find('.', pos);
+        std::string part = path.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
+        cur = get_item(cur, value::str(part));
+        if (dot == std::string::npos) return cur;
+        pos = dot + 1;
+    }
+}
+
+}  // namespace
+
+bool is_known_filter(const std::string& n) {
+    static const char* const names[] = {"tojson", "trim", "length", "count", "upper", "lower", "default", "d",
+                                        "join", "first", "last", "replace", "string", "int", "float", "list",
+                                        "items", "selectattr", "rejectattr", "map", "safe", "abs", "capitalize",
+                                        "title", "reverse"};
+    return std::find(std::begin(names), std::end(names), n) != std::end(names);
+}
+
+bool is_known_test(const std::string& n) {
+    static const char* const names[] = {"defined", "undefined", "none", "string", "mapping", "sequence",
+                                        "iterable", "true", "false", "number", "integer", "float", "boolean",
+                                        "even", "odd", "callable", "sameas", "eq", "equalto", "ne", "in",
+                                        "lower", "upper", "divisibleby"};
+    return std::find(std::begin(names), std::end(names), n) != std::end(names);
+}
+
+value apply_filter(const std::string& name, const value& in, call_args& a) {
+    if (name == "default" || name == "d") {
+        bool boolean = truthy(a.get(1, "boolean", value::boolean(false)));
+        if (in.is_undefined() || (boolean && !truthy(in))) return a.get(0, "default_value", value::str(""));
+        return in;
+    }
+    if (name == "safe" || name == "string") return name == "safe" ? in : value::str(to_str(in));
+    if (name == "tojson") {
+        value ind = a.get(0, "indent", value::none());
+        return value::str(to_json(in, ind.is_none() ? -1 : int(as_int(ind, "tojson"))));
+    }
+    if (name == "length" || name == "count") return value::integer(int64_t(length(in)));
+    if (name == "trim") return value::str(strip(to_str(in), a.get(0, "chars"), true, true));
+    if (name == "upper" || name == "lower") return value::str(upper(to_str(in), name == "upper"));
+    if (name == "capitalize" || name == "title") {
+        call_args none;
+        return string_method(to_str(in), name, none);
+    }
+    if (name == "replace") {
+        value from = a.get(0, "old"), to = a.get(1, "new");
+        if (!from.is_string() || !to.is_string()) fail("jinja: replace: expected two strings");
+        return value::str(replace(to_str(in), from.s, to.s, as_int(a.get(2, "count", value::integer(-1)), "replace")));
+    }
+    if (name == "join") {
+        value sep = a.get(0, "d", value::str(""));
+        value attr = a.get(1, "attribute", value::none());
+        std::string out;
+        list_t xs = iterate(in);
+        for (size_t i = 0; i < xs.size(); i++) {
+            if (i) out += to_str(sep);
+            out += to_str(attr.is_string() ? attr_path(xs[i], attr.s) : xs[i]);
+        }
+        return value::str(out);
+    }
+    if (name == "first" || name == "last") {
+        list_t xs = iterate(in);
+        if (xs.empty()) return value::undef(name);
+        return name == "first" ? xs.front() : xs.back();
+    }
+    if (name == "list") return value::list(iterate(in));
+    if (name == "reverse") {
+        if (in.is_string()) return value::str(std::string(in.s.rbegin(), in.s.rend()));
+        list_t xs = iterate(in);
+        std::reverse(xs.begin(), xs.end());
+        return value::list(std::move(xs));
+    }
+    if (name == "items") {
+        if (in.is_undefined()) return value::list();
+        if (in.k != value::kind::dict) fail("jinja: items: expected a mapping, got {}", kind_name(in));
+        return items_of(in);
+    }
+    if (name == "int") {
+        if (in.k == value::kind::integer) return in;
+        if (in.k == value::kind::floating) return value::integer(int64_t(in.f));
+        if (in.k == value::kind::boolean) return value::integer(in.b);
+        if (in.is_string()) {
+            try {
+                size_t used = 0;
+                std::string t = strip(in.s, value::none(), true, true);
+                int64_t x = std::stoll(t, &used);
+                if (used == t.size()) return value::integer(x);
+            } catch (const std::exception&) {
+            }
+        }
+        return a.get(0, "default", value::integer(0));
+    }
+    if (name == "float") {
+        if (in.k == value::kind::floating) return in;
+        if (in.k == value::kind::integer) return value::floating(double(in.i));
+        if (in.is_string()) {
+            try {
+                return value::floating(std::stod(in.s));
+            } catch (const std::exception&) {
+            }
+        }
+        return a.get(0, "default", value::floating(0.0));
+    }
+    if (name == "abs") {
+        if (in.k == value::kind::floating) return value::floating(in.f < 0 ? -in.f : in.f);
+        return value::integer(std::abs(as_int(in, "abs")));
+    }
+    if (name == "selectattr" || name == "rejectattr") {
+        if (a.pos.empty()) fail("jinja: {}: expected an attribute name", name);
+        std::string attr = to_str(a.pos[0]);
+        call_args targs;
+        for (size_t i = 2; i < a.pos.size(); i++) targs.pos.push_back(a.pos[i]);
+        list_t out;
+        for (const auto& x : iterate(in)) {
+            value v = attr_path(x, attr);
+            bool ok = a.pos.size() > 1 ? apply_test(to_str(a.pos[1]), v, targs) : truthy(v);
+            if (ok == (name == "selectattr")) out.push_back(x);
+        }
+        return value::list(std::move(out));
+    }
+    if (name == "map") {
+        value attr = a.get(99, "attribute");
+        list_t out;
+        for (const auto& x : iterate(in)) {
+            if (attr.is_string()) {
+                value v = attr_path(x, attr.s);
+                if (v.is_undefined()) v = a.get(99, "default");
+                out.push_back(v);
+            } else {
+                if (a.pos.empty()) fail("jinja: map: expected a filter name or attribute=");
+                call_args rest;
+                for (size_t i = 1; i < a.pos.size(); i++) rest.pos.push_back(a.pos[i]);
+                out.push_back(apply_filter(to_str(a.pos[0]), x, rest));
+            }
+        }
+        return value::list(std::move(out));
+    }
+    fail("jinja: no filter named '{}'", name);
+}
+
+bool apply_test(const std::string& name, const value& in, call_args& a) {
+    using K = value::kind;
+    if (name == "defined") return !in.is_undefined();
+    if (name == "undefined") return in.is_undefined();
+    if (name == "none") return in.is_none();
+    if (name == "string") return in.is_string();
+    if (name == "mapping") return in.k == K::dict;
+    if (name == "sequence") return in.k == K::list || in.k == K::string || in.k == K::dict;
+    if (name == "iterable") return in.k == K::list || in.k == K::string || in.k == K::dict || in.is_undefined();
+    if (name == "true") return in.k == K::boolean && in.b;
+    if (name == "false") return in.k == K::boolean && !in.b;
+    if (name == "boolean") return in.k == K::boolean;
+    if (name == "number") return in.is_number();
+    if (name == "integer") return in.k == K::integer;
+    if (name == "float") return in.k == K::floating;
+    if (name == "callable") return in.k == K::func;
+    if (name == "even" || name == "odd") return (as_int(in, name.c_str()) % 2 == 0) == (name == "even");
+    if (name == "divisibleby") return as_int(in, "divisibleby") % as_int(a.get(0, "num"), "divisibleby") == 0;
+    if (name == "lower") return in.is_string() && upper(in.s, false) == in.s;
+    if (name == "upper") return in.is_string() && upper(in.s, true) == in.s;
+    value other = a.get(0, "other");
+    if (name == "sameas" || name == "eq" || name == "equalto") return equals(in, other);
+    if (name == "ne") return !equals(in, other);
+    if (name == "in") {
+        if (other.is_string()) return in.is_string() && other.s.find(in.s) != std::string::npos;
+        for (const auto& x : iterate(other))
+            if (equals(x, in)) return true;
+        return false;
+    }
+    fail("jinja: no test named '{}'", name);
+}
+
+value get_attr(const value& obj, const std::string& name) {
+    if (obj.is_string() && std::find(std::begin(k_str_methods), std::end(k_str_methods), name) != std::end(k_str_methods)) {
+        std::string s = obj.s;
+        return value::func([s, name](call_args& a) { return string_method(s, name, a); });
+    }
+    if (obj.k == value::kind::dict) {
+        if (!obj.is_namespace &&
+            std::find(std::begin(k_dict_methods), std::end(k_dict_methods), name) != std::end(k_dict_methods)) {
+            value d = obj;
+            return value::func([d, name](call_args& a) { return dict_method(d, name, a); });
+        }
+        if (const value* v = obj.find(name)) return *v;
+    }
+    return value::undef(name);
+}
+
+value get_item(const value& obj, const value& key) {
+    if (obj.k == value::kind::dict && key.is_string()) {
+        if (const value* v = obj.find(key.s)) return *v;
+        return get_attr(obj, key.s);
+    }
+    if ((obj.k == value::kind::list || obj.is_string()) && (key.k == value::kind::integer || key.k == value::kind::boolean)) {
+        int64_t n = int64_t(obj.k == value::kind::list ? obj.l->size() : obj.s.size());
+        int64_t i = key.k == value::kind::boolean ? key.b : key.i;
+        if (i < 0) i += n;
+        if (i < 0 || i >= n) return value::undef();
+        return obj.k == value::kind::list ? (*obj.l)[size_t(i)] : value::str(obj.s.substr(size_t(i), 1));
+    }
+    if (key.is_string()) return get_attr(obj, key.s);
+    return value::undef();
+}
+
+value slice(const value& obj, const value& start, const value& stop, const value& step) {
+    if (obj.k != value::kind::list && !obj.is_string()) fail("jinja: cannot slice a '{}'", kind_name(obj));
+    int64_t n = int64_t(obj.k == value::kind::list ? obj.l->size() : obj.s.size());
+    int64_t st = step.is_none() ? 1 : as_int(step, "slice step");
+    if (st == 0) fail("jinja: slice step cannot be zero");
+    // Python's slice.indices().
+    auto clamp = [&](const value& v, int64_t dflt) {
+        if (v.is_none()) return dflt;
+        int64_t i = as_int(v, "slice index");
+        if (i < 0) i += n;
+        if (st > 0) return std::clamp<int64_t>(i, 0, n);
+        return std::clamp<int64_t>(i, -1, n - 1);
+    };
+    int64_t b = clamp(start, st > 0 ? 0 : n - 1), e = clamp(stop, st > 0 ? n : -1);
+    list_t l;
+    std::string s;
+    for (int64_t i = b; st > 0 ? i < e : i > e; i += st) {
+        if (obj.k == value::kind::list) l.push_back((*obj.l)[size_t(i)]);
+        else s += obj.s[size_t(i)];
+    }
+    return obj.k == value::kind::list ? value::list(std::move(l)) : value::str(s);
+}
+
+list_t iterate(const value& v) {
+    switch (v.k) {
+        case value::kind::undefined: return {};
+        case value::kind::list: return *v.l;
+        case value::kind::dict: {
+            list_t l;
+            for (const auto& [k, x] : *v.d) l.push_back(value::str(k));
+            return l;
+        }
+        case value::kind::string: {
+            list_t l;
+            for (char c : v.s) l.push_back(value::str(std::string(1, c)));
+            return l;
+        }
+        default: fail("jinja: '{}' object is not iterable", kind_name(v));
+    }
+}
+
+value global(const std::string& name) {
+    if (name == "raise_exception")
+        return value::func([](call_args& a) -> value { fail("jinja: raise_exception: {}", to_str(a.get(0, "message"))); });
+    if (name == "namespace")
+        return value::func([](call_args& a) {
+            dict_t d;
+            for (const auto& [k, v] : a.kw) d.emplace_back(k, v);
+            value ns = value::dict(std::move(d));
+            ns.is_namespace = true;
+            return ns;
+        });
+    if (name == "range")
+        return value::func([](call_args& a) {
+            int64_t b = 0, e, st = 1;
+            if (a.pos.size() == 1) e = as_int(a.pos[0], "range");
+            else if (a.pos.size() >= 2) {
+                b = as_int(a.pos[0], "range");
+                e = as_int(a.pos[1], "range");
+                if (a.pos.size() > 2) st = as_int(a.pos[2], "range");
+            } else fail("jinja: range expected at least 1 argument");
+            if (st == 0) fail("jinja: range() arg 3 must not be zero");
+            list_t l;
+            for (int64_t i = b; st > 0 ? i < e : i > e; i += st) l.push_back(value::integer(i));
+            return value::list(std::move(l));
+        });
+    if (name == "strftime_now")
+        return value::func([](call_args& a) {
+            std::time_t t = std::time(nullptr);
+            std::tm tm{};
+            localtime_r(&t, &tm);
+            char buf[256];
+            size_t n = std::strftime(buf, sizeof buf, to_str(a.get(0, "format")).c_str(), &tm);
+            return value::str(std::string(buf, n));
+        });
+    return value::undef(name);
+}
+
+}  // namespace sluice::jinja

@@ -1,0 +1,84 @@
+// jinja: the values a template computes with, modelled on the Python objects jinja2 sees
+// (transformers passes json-decoded dicts/lists/str/int/float/bool/None). Printing, repr, tojson
+// and truthiness follow Python so that our output equals jinja2's byte for byte.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace sluice::jinja {
+
+struct value;
+using list_t = std::vector<value>;
+// Insertion-ordered, like a Python dict: tojson and items() must keep the caller's key order.
+using dict_t = std::vector<std::pair<std::string, value>>;
+struct call_args;
+using func_t = std::function<value(call_args&)>;
+
+struct value {
+    enum class kind { undefined, none, boolean, integer, floating, string, list, dict, func };
+    kind k = kind::undefined;
+    bool b = false;
+    int64_t i = 0;
+    double f = 0.0;
+    std::string s;  // string payload; for undefined, the name that was looked up (for errors)
+    std::shared_ptr<list_t> l;
+    std::shared_ptr<dict_t> d;
+    std::shared_ptr<func_t> fn;
+    bool is_namespace = false;  // namespace(): the one dict whose attributes `set` may assign
+
+    static value undef(std::string name = {}) { value v; v.s = std::move(name); return v; }
+    static value none() { value v; v.k = kind::none; return v; }
+    static value boolean(bool x) { value v; v.k = kind::boolean; v.b = x; return v; }
+    static value integer(int64_t x) { value v; v.k = kind::integer; v.i = x; return v; }
+    static value floating(double x) { value v; v.k = kind::floating; v.f = x; return v; }
+    static value str(std::string x) { value v; v.k = kind::string; v.s = std::move(x); return v; }
+    static value list(list_t x = {}) {
+        value v; v.k = kind::list; v.l = std::make_shared<list_t>(std::move(x)); return v;
+    }
+    static value dict(dict_t x = {}) {
+        value v; v.k = kind::dict; v.d = std::make_shared<dict_t>(std::move(x)); return v;
+    }
+    static value func(func_t x) {
+        value v; v.k = kind::func; v.fn = std::make_shared<func_t>(std::move(x)); return v;
+    }
+
+    bool is_undefined() const { return k == kind::undefined; }
+    bool is_none() const { return k == kind::none; }
+    bool is_string() const { return k == kind::string; }
+    bool is_number() const { return k == kind::integer || k == kind::floating || k == kind::boolean; }
+    // The dict entry for key, or nullptr.
+    const value* find(const std::string& key) const;
+};
+
+// Positional and keyword arguments of a call (filter, test, method, macro, global).
+struct call_args {
+    std::vector<value> pos;
+    std::vector<std::pair<std::string, value>> kw;
+    // Argument `idx` or keyword `name`, else `fallback`.
+    value get(size_t idx, const char* name, value fallback = value::undef()) const;
+};
+
+const char* kind_name(const value& v);
+bool truthy(const value& v);
+// str(v) as Python prints it ({{ v }}, |string, ~): None, True, 1.5, ['a', {'b': 1}].
+std::string to_str(const value& v);
+// repr(v): strings quoted the way Python chooses ('x', "it's").
+std::string to_repr(const value& v);
+// json.dumps(v, ensure_ascii=False, indent=indent) with Python's default separators; indent < 0
+// means none. Throws sluice::error on an Undefined or a function (Python raises TypeError).
+std::string to_json(const value& v, int indent = -1);
+std::string float_repr(double x);
+bool equals(const value& a, const value& b);
+// a < b for numbers and strings (and lists lexicographically); throws for other pairs.
+bool less(const value& a, const value& b);
+
+value from_json(const nlohmann::ordered_json& j);
+
+}  // namespace sluice::jinja
