@@ -30,7 +30,8 @@ int main(int argc, char** argv) {
     std::vector<std::string> only(argv + std::min(argc, 2), argv + argc);
     const dtype formats[] = {dtype::q8_0, dtype::q4_0, dtype::q4_1, dtype::q4_k, dtype::q6_k, dtype::q5_k,
                              dtype::q5_0, dtype::q5_1, dtype::iq4_xs, dtype::iq4_nl, dtype::mxfp4, dtype::q2_k,
-                             dtype::q3_k, dtype::f16, dtype::bf16, dtype::f32, dtype::iq3_s, dtype::iq2_xxs};
+                             dtype::q3_k, dtype::f16, dtype::bf16, dtype::f32, dtype::iq3_s, dtype::iq3_xxs,
+                             dtype::iq2_xxs, dtype::iq2_xs, dtype::iq2_s};
     const int64_t n = 4096;   // columns: a typical hidden size
     std::mt19937 rng(1);
     std::normal_distribution<float> dist(0.0f, 1.0f);

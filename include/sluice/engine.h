@@ -15,6 +15,18 @@ struct engine_options {
     std::filesystem::path model_path;  // GGUF file or Hugging Face directory; empty: the default model
     int n_ctx = 0;                     // 0: the model's training context, capped at 4096
     int n_threads = 0;                 // 0: every hardware thread
+    // A draft model for generate_params::drafter == draft_model: any supported model whose
+    // tokenizer matches the target's (checked at open; a mismatch is an error).
+    std::filesystem::path draft_model_path;
+};
+
+// Who proposes the drafts of a verify window. Drafting changes only speed: the tokens are the
+// ones serial decoding gives, bit for bit (the verifier keeps a draft only when it equals the
+// keyed pick of its row).
+enum class drafter_kind {
+    none,         // serial decoding: one row per step
+    ngram,        // prompt lookup over the whole context
+    draft_model,  // the engine's draft model (engine_options::draft_model_path)
 };
 
 struct generate_params {
@@ -23,7 +35,14 @@ struct generate_params {
     int32_t top_k = 40;         // <= 0: off
     float top_p = 0.95f;        // >= 1: off
     float min_p = 0.05f;        // <= 0: off
-    uint64_t seed = 0;
+    uint64_t seed = 0;          // sampled output is a function of (prompt, parameters, seed) alone (E4)
+    float repeat_penalty = 1.0f;      // 1: off (llama.cpp's formula)
+    float frequency_penalty = 0.0f;   // 0: off
+    float presence_penalty = 0.0f;    // 0: off
+    int32_t penalty_last_n = 64;      // history tokens the penalties see; -1: all
+    drafter_kind drafter = drafter_kind::none;
+    int max_window = 16;        // rows per verify window, 1..16
+    bool adaptive_depth = true; // let the measured cost and acceptance pick the draft depth
     bool chat = false;          // wrap the prompt in the model's ChatML template
     std::string system;         // chat only: a system message (none when empty)
 };
@@ -36,6 +55,15 @@ struct generate_stats {
     std::vector<int32_t> prompt_tokens;
     std::vector<int32_t> tokens; // generated ids
     std::string stop_reason;     // "eog", "n_predict" or "ctx"
+    std::string token_sha;       // SHA-256 of `tokens` as little-endian u32, hex
+    // Speculative telemetry (serial decoding: one row per verify, 1 token per step).
+    std::string drafter;         // "none", "ngram", "draft-model"
+    int64_t verify_steps = 0;
+    int rows_min = 0;
+    double rows_mean = 0.0;
+    double tokens_per_step = 0.0;
+    double acceptance = 0.0;     // drafts kept / drafts proposed
+    std::string spec_summary;    // one line with all of the above
     double prompt_tok_s() const { return prompt_seconds > 0 ? n_prompt / prompt_seconds : 0.0; }
     double decode_tok_s() const { return decode_seconds > 0 ? n_decoded / decode_seconds : 0.0; }
 };
@@ -48,7 +76,8 @@ public:
     ~engine();
 
     // Generates from `prompt`; on_text receives the text as it is made (whole UTF-8 code
-    // points). Each call starts a fresh context.
+    // points). Each call starts a fresh context. Serial and drafted decoding run the same loop
+    // (src/spec/verifier.h) with the keyed sampler (src/runtime/sampler.h).
     generate_stats generate(std::string_view prompt, const generate_params& p,
                             const std::function<void(std::string_view)>& on_text);
 

@@ -5,6 +5,7 @@
 #include "sluice/engine.h"
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <fmt/core.h>
 
 #include <cstdio>
@@ -29,9 +30,32 @@ struct run_args {
     float top_p = 0.95f;
     float min_p = 0.05f;
     uint64_t seed = 0;
+    float repeat_penalty = 1.0f;
+    float frequency_penalty = 0.0f;
+    float presence_penalty = 0.0f;
+    int repeat_last_n = 64;
+    bool spec = false;
+    std::string draft_model;
+    int draft_max = 15;
     bool chat = false;
     bool verbose = false;
+    std::string stats_json;
 };
+
+// The figures of one generation as a JSON object (benchmarks and tests read it).
+void write_stats_json(const std::string& path, const generate_stats& st) {
+    nlohmann::json j{{"n_prompt", st.n_prompt},           {"prompt_seconds", st.prompt_seconds},
+                     {"n_decoded", st.n_decoded},         {"decode_seconds", st.decode_seconds},
+                     {"prompt_tok_s", st.prompt_tok_s()}, {"decode_tok_s", st.decode_tok_s()},
+                     {"stop_reason", st.stop_reason},     {"token_sha", st.token_sha},
+                     {"tokens", st.tokens},               {"drafter", st.drafter},
+                     {"verify_steps", st.verify_steps},   {"rows_min", st.rows_min},
+                     {"rows_mean", st.rows_mean},         {"tokens_per_step", st.tokens_per_step},
+                     {"acceptance", st.acceptance}};
+    std::ofstream out(path);
+    if (!out) throw std::runtime_error(fmt::format("run: --stats-json {}: cannot write the file", path));
+    out << j.dump(1) << "\n";
+}
 
 void run(const run_args& a) {
     std::string prompt = a.prompt;
@@ -48,6 +72,7 @@ void run(const run_args& a) {
     eo.model_path = a.model;
     eo.n_ctx = a.ctx_size;
     eo.n_threads = a.threads;
+    eo.draft_model_path = a.draft_model;
     auto eng = engine::open(eo);
     if (a.verbose) fmt::print(stderr, "model: {}\n{}\n", eng->model_path().string(), eng->describe());
 
@@ -58,6 +83,14 @@ void run(const run_args& a) {
     gp.top_p = a.top_p;
     gp.min_p = a.min_p;
     gp.seed = a.seed;
+    gp.repeat_penalty = a.repeat_penalty;
+    gp.frequency_penalty = a.frequency_penalty;
+    gp.presence_penalty = a.presence_penalty;
+    gp.penalty_last_n = a.repeat_last_n;
+    gp.drafter = !a.draft_model.empty() ? drafter_kind::draft_model : a.spec ? drafter_kind::ngram : drafter_kind::none;
+    if (a.draft_max < 0 || a.draft_max > 15)
+        throw std::runtime_error(fmt::format("run: --draft-max {}: expected 0..15", a.draft_max));
+    gp.max_window = a.draft_max + 1;
     gp.chat = a.chat;
     gp.system = a.system;
     if (!a.chat) {
@@ -72,6 +105,9 @@ void run(const run_args& a) {
     std::fflush(stdout);
     fmt::print(stderr, "\nprompt: {} tokens, {:.1f} tok/s | decode: {} tokens, {:.1f} tok/s | stop: {}\n", st.n_prompt,
                st.prompt_tok_s(), st.n_decoded, st.decode_tok_s(), st.stop_reason);
+    fmt::print(stderr, "token_sha: {}\n", st.token_sha);
+    if (gp.drafter != drafter_kind::none) fmt::print(stderr, "{}\n", st.spec_summary);
+    if (!a.stats_json.empty()) write_stats_json(a.stats_json, st);
 }
 
 }  // namespace
@@ -91,9 +127,19 @@ void add_run_command(CLI::App& app) {
     cmd->add_option("--top-p", args->top_p, "Top-p (1: off)")->capture_default_str();
     cmd->add_option("--min-p", args->min_p, "Min-p (0: off)")->capture_default_str();
     cmd->add_option("--seed", args->seed, "Sampling seed")->capture_default_str();
+    cmd->add_option("--repeat-penalty", args->repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
+    cmd->add_option("--frequency-penalty", args->frequency_penalty, "Frequency penalty (0: off)")->capture_default_str();
+    cmd->add_option("--presence-penalty", args->presence_penalty, "Presence penalty (0: off)")->capture_default_str();
+    cmd->add_option("--repeat-last-n", args->repeat_last_n, "Tokens the penalties look back over (-1: all)")
+        ->capture_default_str();
+    cmd->add_flag("--spec", args->spec,
+                  "Speculative decoding with prompt lookup (or the --draft-model): same tokens as serial, faster");
+    cmd->add_option("--draft-model", args->draft_model, "Draft model with the target's tokenizer (implies --spec)");
+    cmd->add_option("--draft-max", args->draft_max, "Most drafts per verify window (0..15)")->capture_default_str();
     cmd->add_flag("--chat", args->chat, "Wrap the prompt in the model's ChatML template");
     cmd->add_option("--system", args->system, "With --chat: the system message");
     cmd->add_flag("-v,--verbose", args->verbose, "Print the model's shape");
+    cmd->add_option("--stats-json", args->stats_json, "Write the generation's figures (token_sha, tok/s, spec) as JSON");
     cmd->callback([args] { run(*args); });
 }
 

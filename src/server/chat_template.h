@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -45,5 +46,14 @@ private:
 
 // One-shot form of the above.
 std::string render_chat_template(std::string_view text, const chat_request& req);
+
+class metadata;
+// tokenizer.chat_template of a GGUF, or nullopt when the file has none.
+std::optional<std::string> chat_template_from_metadata(const metadata& md);
+// chat_template of a tokenizer_config.json: a string, or a list of {"name", "template"} from
+// which `name` is chosen (transformers' convention; "default" unless the request asks for
+// "tool_use" etc.). nullopt when absent; throws sluice::error on any other shape.
+std::optional<std::string> chat_template_from_tokenizer_config(const nlohmann::json& config,
+                                                               std::string_view name = "default");
 
 }  // namespace sluice

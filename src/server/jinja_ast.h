@@ -41,6 +41,7 @@ struct node {
     std::vector<std::unique_ptr<node>> kids;
     bool negate = false;             // `is not`
     size_t n_pos = 0;                // call/filter/test: kids after the callee that are positional
+    int height = 1;                  // expression tree height (bounded by the parser)
 };
 using node_ptr = std::unique_ptr<node>;
 

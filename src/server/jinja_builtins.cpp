@@ -1,6 +1,5 @@
-// jinja builtins (see jinja_builtins.h). Strings are UTF-8 bytes: length and slicing count
-// bytes, which equals Python's code-point count only for ASCII; the templates we serve apply
-// them to lists and to ASCII markers only.
+// jinja builtins (see jinja_builtins.h). Strings are held as UTF-8; length, indexing, slicing,
+// reversing and iteration count code points, as Python's str does.
 #include "server/jinja_builtins.h"
 
 #include "server/jinja_ast.h"
@@ -14,6 +13,27 @@ namespace sluice::jinja {
 namespace {
 
 const char* const k_ws = " \t\n\r\f\v";
+
+// The code points of a UTF-8 string, each as its bytes (a stray byte counts as one).
+std::vector<std::string> code_points(const std::string& s) {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < s.size();) {
+        unsigned char c = s[i];
+        size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+        if (i + n > s.size()) n = 1;
+        for (size_t k = 1; k < n; k++)
+            if ((s[i + k] & 0xC0) != 0x80) n = 1;
+        out.push_back(s.substr(i, n));
+        i += n;
+    }
+    return out;
+}
+
+size_t n_code_points(const std::string& s) {
+    size_t n = 0;
+    for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+    return n;
+}
 
 std::string strip(const std::string& s, const value& chars, bool left, bool right) {
     std::string set = chars.is_string() ? chars.s : k_ws;
@@ -143,7 +163,7 @@ const char* const k_dict_methods[] = {"items", "keys", "values", "get"};
 
 value items_of(const value& d) {
     list_t l;
-    for (const auto& [k, v] : *d.d) l.push_back(value::list({value::str(k), v}));
+    for (const auto& [k, v] : *d.d) l.push_back(value::tuple({value::str(k), v}));
     return value::list(std::move(l));
 }
 
@@ -162,7 +182,7 @@ value dict_method(const value& d, const std::string& name, call_args& a) {
 
 size_t length(const value& v) {
     switch (v.k) {
-        case value::kind::string: return v.s.size();
+        case value::kind::string: return n_code_points(v.s);
         case value::kind::list: return v.l->size();
         case value::kind::dict: return v.d->size();
         case value::kind::undefined: return 0;
@@ -209,8 +229,20 @@ value apply_filter(const std::string& name, const value& in, call_args& a) {
     }
     if (name == "safe" || name == "string") return name == "safe" ? in : value::str(to_str(in));
     if (name == "tojson") {
-        value ind = a.get(0, "indent", value::none());
-        return value::str(to_json(in, ind.is_none() ? -1 : int(as_int(ind, "tojson"))));
+        // transformers: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
+        json_options opt;
+        value ind = a.get(1, "indent", value::none());
+        if (!ind.is_none()) opt.indent = int(as_int(ind, "tojson"));
+        opt.ensure_ascii = truthy(a.get(0, "ensure_ascii", value::boolean(false)));
+        opt.sort_keys = truthy(a.get(3, "sort_keys", value::boolean(false)));
+        value seps = a.get(2, "separators", value::none());
+        if (!seps.is_none()) {
+            if (seps.k != value::kind::list || seps.l->size() != 2 || !(*seps.l)[0].is_string() || !(*seps.l)[1].is_string())
+                fail("jinja: tojson: separators: expected a pair of strings");
+            opt.item_sep = (*seps.l)[0].s;
+            opt.key_sep = (*seps.l)[1].s;
+        }
+        return value::str(to_json(in, opt));
     }
     if (name == "length" || name == "count") return value::integer(int64_t(length(in)));
     if (name == "trim") return value::str(strip(to_str(in), a.get(0, "chars"), true, true));
@@ -242,7 +274,12 @@ value apply_filter(const std::string& name, const value& in, call_args& a) {
     }
     if (name == "list") return value::list(iterate(in));
     if (name == "reverse") {
-        if (in.is_string()) return value::str(std::string(in.s.rbegin(), in.s.rend()));
+        if (in.is_string()) {
+            auto cps = code_points(in.s);
+            std::string r;
+            for (size_t i = cps.size(); i-- > 0;) r += cps[i];
+            return value::str(r);
+        }
         list_t xs = iterate(in);
         std::reverse(xs.begin(), xs.end());
         return value::list(std::move(xs));
@@ -322,7 +359,8 @@ bool apply_test(const std::string& name, const value& in, call_args& a) {
     if (name == "none") return in.is_none();
     if (name == "string") return in.is_string();
     if (name == "mapping") return in.k == K::dict;
-    if (name == "sequence") return in.k == K::list || in.k == K::string || in.k == K::dict;
+    // Undefined has __len__ and __getitem__, so jinja2 calls it a sequence (and iterable).
+    if (name == "sequence") return in.k == K::list || in.k == K::string || in.k == K::dict || in.is_undefined();
     if (name == "iterable") return in.k == K::list || in.k == K::string || in.k == K::dict || in.is_undefined();
     if (name == "true") return in.k == K::boolean && in.b;
     if (name == "false") return in.k == K::boolean && !in.b;
@@ -369,11 +407,13 @@ value get_item(const value& obj, const value& key) {
         return get_attr(obj, key.s);
     }
     if ((obj.k == value::kind::list || obj.is_string()) && (key.k == value::kind::integer || key.k == value::kind::boolean)) {
-        int64_t n = int64_t(obj.k == value::kind::list ? obj.l->size() : obj.s.size());
+        std::vector<std::string> cps;
+        if (obj.is_string()) cps = code_points(obj.s);
+        int64_t n = int64_t(obj.k == value::kind::list ? obj.l->size() : cps.size());
         int64_t i = key.k == value::kind::boolean ? key.b : key.i;
         if (i < 0) i += n;
         if (i < 0 || i >= n) return value::undef();
-        return obj.k == value::kind::list ? (*obj.l)[size_t(i)] : value::str(obj.s.substr(size_t(i), 1));
+        return obj.k == value::kind::list ? (*obj.l)[size_t(i)] : value::str(cps[size_t(i)]);
     }
     if (key.is_string()) return get_attr(obj, key.s);
     return value::undef();
@@ -381,7 +421,9 @@ value get_item(const value& obj, const value& key) {
 
 value slice(const value& obj, const value& start, const value& stop, const value& step) {
     if (obj.k != value::kind::list && !obj.is_string()) fail("jinja: cannot slice a '{}'", kind_name(obj));
-    int64_t n = int64_t(obj.k == value::kind::list ? obj.l->size() : obj.s.size());
+    std::vector<std::string> cps;
+    if (obj.is_string()) cps = code_points(obj.s);
+    int64_t n = int64_t(obj.k == value::kind::list ? obj.l->size() : cps.size());
     int64_t st = step.is_none() ? 1 : as_int(step, "slice step");
     if (st == 0) fail("jinja: slice step cannot be zero");
     // Python's slice.indices().
@@ -397,7 +439,7 @@ value slice(const value& obj, const value& start, const value& stop, const value
     std::string s;
     for (int64_t i = b; st > 0 ? i < e : i > e; i += st) {
         if (obj.k == value::kind::list) l.push_back((*obj.l)[size_t(i)]);
-        else s += obj.s[size_t(i)];
+        else s += cps[size_t(i)];
     }
     return obj.k == value::kind::list ? value::list(std::move(l)) : value::str(s);
 }
@@ -413,7 +455,7 @@ list_t iterate(const value& v) {
         }
         case value::kind::string: {
             list_t l;
-            for (char c : v.s) l.push_back(value::str(std::string(1, c)));
+            for (auto& c : code_points(v.s)) l.push_back(value::str(std::move(c)));
             return l;
         }
         default: fail("jinja: '{}' object is not iterable", kind_name(v));
@@ -441,6 +483,9 @@ value global(const std::string& name) {
                 if (a.pos.size() > 2) st = as_int(a.pos[2], "range");
             } else fail("jinja: range expected at least 1 argument");
             if (st == 0) fail("jinja: range() arg 3 must not be zero");
+            // jinja2's sandbox (MAX_RANGE) refuses ranges longer than 100,000 items.
+            int64_t n = st > 0 ? (e > b ? (e - b + st - 1) / st : 0) : (b > e ? (b - e - st - 1) / -st : 0);
+            if (n > 100000) fail("jinja: range too big: {} items, at most 100,000", n);
             list_t l;
             for (int64_t i = b; st > 0 ? i < e : i > e; i += st) l.push_back(value::integer(i));
             return value::list(std::move(l));

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 
+#include <climits>
 #include <cmath>
 #include <map>
 
@@ -15,6 +16,7 @@ namespace {
 struct renderer {
     std::vector<std::map<std::string, value>> frames;
     enum class ctl { none, brk, cont } flow = ctl::none;
+    int call_depth = 0;  // macro calls in progress: recursion is bounded, not a stack overflow
 
     [[noreturn]] void error(const node& n, const std::string& what) {
         fail("jinja: line {}: {}", n.line, what);
@@ -55,6 +57,8 @@ struct renderer {
         }
         if (op == "*") {
             if (a.is_string() && b.k == value::kind::integer) {
+                if (b.i > 0 && a.s.size() * uint64_t(b.i) > (64u << 20))
+                    error(n, fmt::format("string repetition of {} bytes x {} exceeds 64 MiB", a.s.size(), b.i));
                 std::string s;
                 for (int64_t i = 0; i < b.i; i++) s += a.s;
                 return value::str(s);
@@ -71,11 +75,19 @@ struct renderer {
             return value::floating(dv(a) / dv(b));
         }
         if (ints) {
-            int64_t x = iv(a), y = iv(b);
-            if (op == "+") return value::integer(x + y);
-            if (op == "-") return value::integer(x - y);
-            if (op == "*") return value::integer(x * y);
-            if (op == "**") return value::integer(int64_t(std::pow(double(x), double(y))));
+            int64_t x = iv(a), y = iv(b), res = 0;
+            // Python integers are unbounded; ours are 64-bit and refuse to wrap.
+            bool over = (op == "+" && __builtin_add_overflow(x, y, &res)) || (op == "-" && __builtin_sub_overflow(x, y, &res)) ||
+                        (op == "*" && __builtin_mul_overflow(x, y, &res));
+            if (over) error(n, fmt::format("integer overflow in {} {} {}", x, op, y));
+            if (op == "+" || op == "-" || op == "*") return value::integer(res);
+            if (op == "**") {
+                double pw = std::pow(double(x), double(y));
+                if (y < 0) return value::floating(pw);
+                if (!(std::fabs(pw) < 9.2e18)) error(n, fmt::format("integer overflow in {} ** {}", x, y));
+                return value::integer(int64_t(pw));
+            }
+            if (y == -1 && x == INT64_MIN) error(n, "integer overflow in division");
             if (y == 0) error(n, "integer division or modulo by zero");
             int64_t q = x / y, r = x % y;
             if (r != 0 && ((r < 0) != (y < 0))) { q--; r += y; }  // Python floors
@@ -176,7 +188,9 @@ struct renderer {
                 if (!v.is_number()) error(n, fmt::format("bad operand type for unary {}: '{}'", n.name, kind_name(v)));
                 if (n.name == "+") return v;
                 if (v.k == value::kind::floating) return value::floating(-v.f);
-                return value::integer(-(v.k == value::kind::boolean ? int64_t(v.b) : v.i));
+                int64_t x = v.k == value::kind::boolean ? int64_t(v.b) : v.i;
+                if (x == INT64_MIN) error(n, "integer overflow in unary -");
+                return value::integer(-x);
             }
             case node::kind::binary: {
                 const std::string& op = n.name;
@@ -212,7 +226,7 @@ struct renderer {
             case node::kind::tuple: {
                 list_t l;
                 for (const auto& k : n.kids) l.push_back(eval(*k));
-                return value::list(std::move(l));
+                return n.k == node::kind::tuple ? value::tuple(std::move(l)) : value::list(std::move(l));
             }
             case node::kind::dict: {
                 dict_t d;
@@ -358,18 +372,22 @@ struct renderer {
                 if (!known) fail("jinja: macro '{}' has no argument '{}'", m.name, k);
             }
             // A macro sees the render variables (frame 0) and its own arguments.
+            if (self->call_depth >= 64) fail("jinja: macro '{}': calls nested deeper than 64", m.name);
             std::vector<std::map<std::string, value>> saved;
             saved.swap(self->frames);
             self->frames.push_back(saved.front());
             self->frames.push_back(std::move(locals));
             std::string body;
+            self->call_depth++;
             try {
                 self->exec_block(*m.kids[0], body);
             } catch (...) {
                 self->frames.swap(saved);
+                self->call_depth--;
                 throw;
             }
             self->frames.swap(saved);
+            self->call_depth--;
             self->flow = ctl::none;
             return value::str(body);
         });

@@ -177,7 +177,16 @@ struct lexer {
                 case 'n': s += '\n'; break;
                 case 't': s += '\t'; break;
                 case 'r': s += '\r'; break;
-                case '0': s += '\0'; break;
+                case '0': case '1': case '2': case '3': case '4': case '5': case '6': case '7': {
+                    // Octal \ooo: up to three digits, the first already consumed.
+                    unsigned cp = unsigned(e - '0');
+                    for (int k = 0; k < 2 && pos < src.size() && src[pos] >= '0' && src[pos] <= '7'; k++) {
+                        cp = cp * 8 + unsigned(src[pos] - '0');
+                        advance(1);
+                    }
+                    append_utf8(s, cp);
+                    break;
+                }
                 case 'a': s += '\a'; break;
                 case 'b': s += '\b'; break;
                 case 'f': s += '\f'; break;
@@ -188,8 +197,11 @@ struct lexer {
                 case '\n': break;
                 case 'x': case 'u': case 'U': {
                     size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
-                    if (pos + n > src.size()) error(tl, tc, "truncated \\x/\\u escape in string literal");
+                    bool hex = pos + n <= src.size();
+                    for (size_t k = 0; hex && k < n; k++) hex = std::isxdigit((unsigned char)src[pos + k]);
+                    if (!hex) error(line, col, fmt::format("truncated \\{} escape in string literal", e));
                     unsigned long cp = std::stoul(src.substr(pos, n), nullptr, 16);
+                    if (cp > 0x10FFFF) error(line, col, "\\U escape beyond U+10FFFF in string literal");
                     advance(n);
                     append_utf8(s, cp);
                     break;

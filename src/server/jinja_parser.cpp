@@ -7,14 +7,28 @@
 
 #include "core/error.h"
 
+#include <algorithm>
 #include <initializer_list>
 
 namespace sluice::jinja {
 namespace {
 
+// Templates come from model files: bound the nesting so a hostile one cannot overflow the stack.
+constexpr int k_max_depth = 200;
+
 struct parser {
     const std::vector<token>& t;
     size_t p = 0;
+    int depth = 0;
+    int if_depth = 0;  // inside the body of an if: unknown filters/tests fail at render time
+    struct nest {
+        parser& ps;
+        explicit nest(parser& x) : ps(x) {
+            if (++ps.depth > k_max_depth)
+                ps.error(ps.cur(), fmt::format("nesting deeper than {} levels", k_max_depth));
+        }
+        ~nest() { ps.depth--; }
+    };
 
     const token& cur() const { return t[p]; }
     [[noreturn]] void error(const token& at, const std::string& what) {
@@ -69,7 +83,7 @@ struct parser {
             } else if (tk.k == token::kind::var_begin) {
                 p++;
                 auto n = make(node::kind::output, tk);
-                n->kids.push_back(parse_expr());
+                n->kids.push_back(parse_expr_or_tuple());  // {{ a, b }} prints a tuple
                 if (cur().k != token::kind::var_end) error(cur(), fmt::format("expected '}}}}', got {}", describe(cur())));
                 p++;
                 blk->kids.push_back(std::move(n));
@@ -96,16 +110,20 @@ struct parser {
     }
 
     node_ptr parse_statement(const token& kw) {
+        nest guard(*this);
         const std::string& w = kw.s;
         std::string ended;
         if (w == "if") {
             auto n = make(node::kind::if_, kw);
-            n->kids.push_back(parse_expr());
+            n->kids.push_back(parse_expr_or_tuple());
             end_tag();
+            // jinja2 >= 3.0 reports an unknown filter or test inside an if block only when it runs.
+            if_depth++;
+            struct leave { int& d; ~leave() { d--; } } left{if_depth};
             while (true) {
                 n->kids.push_back(parse_block({"elif", "else", "endif"}, &ended, kw));
                 if (ended == "elif") {
-                    n->kids.push_back(parse_expr());
+                    n->kids.push_back(parse_expr_or_tuple());
                     end_tag();
                     continue;
                 }
@@ -219,6 +237,7 @@ struct parser {
         tup->kids.push_back(std::move(first));
         while (is_op(",")) {
             p++;
+            if (is_op(")") || cur().k == token::kind::block_end || cur().k == token::kind::var_end) break;  // (1,)
             tup->kids.push_back(parse_expr());
         }
         return tup;
@@ -243,12 +262,21 @@ struct parser {
         }
         return e;
     }
+    // Left-deep chains (a+b+c..., a.b.c..., x|f|g...) are built in loops, not by recursion;
+    // their height is bounded here so that rendering (recursive) cannot overflow the stack.
+    node_ptr grown(node_ptr n) {
+        for (const auto& k : n->kids)
+            if (k) n->height = std::max(n->height, k->height + 1);
+        if (n->height > 4 * k_max_depth)
+            fail("jinja: line {}, column {}: expression nested deeper than {} levels", n->line, n->col, 4 * k_max_depth);
+        return n;
+    }
     node_ptr binary(const token& at, std::string op, node_ptr a, node_ptr b) {
         auto n = make(node::kind::binary, at);
         n->name = std::move(op);
         n->kids.push_back(std::move(a));
         n->kids.push_back(std::move(b));
-        return n;
+        return grown(std::move(n));
     }
     node_ptr parse_or() {
         auto a = parse_and();
@@ -267,6 +295,7 @@ struct parser {
         return a;
     }
     node_ptr parse_not() {
+        nest guard(*this);
         if (is_name("not")) {
             auto n = make(node::kind::unary, t[p++]);
             n->name = "not";
@@ -329,6 +358,7 @@ struct parser {
         return a;
     }
     node_ptr parse_unary(bool with_filter) {
+        nest guard(*this);
         node_ptr n;
         if (is_op("-") || is_op("+")) {
             n = make(node::kind::unary, cur());
@@ -375,7 +405,7 @@ struct parser {
             case token::kind::floating: {
                 p++;
                 auto n = make(node::kind::literal, tk);
-                n->lit = value::floating(std::stod(tk.s));
+                n->lit = value::floating(std::strtod(tk.s.c_str(), nullptr));  // overflow: inf, as Python
                 return n;
             }
             case token::kind::op:
@@ -445,7 +475,7 @@ struct parser {
                 if (cur().k == token::kind::integer) g->name = t[p++].s;
                 else g->name = expect_name();
                 g->kids.push_back(std::move(n));
-                n = std::move(g);
+                n = grown(std::move(g));
             } else if (is_op("[")) {
                 p++;
                 node_ptr parts[3];
@@ -462,12 +492,12 @@ struct parser {
                 g->kids.push_back(std::move(n));
                 if (!is_slice && !parts[0]) error(at, "expected a subscript");
                 for (int i = 0; i < (is_slice ? 3 : 1); i++) g->kids.push_back(std::move(parts[i]));
-                n = std::move(g);
+                n = grown(std::move(g));
             } else if (is_op("(")) {
                 auto c = make(node::kind::call, at);
                 c->kids.push_back(std::move(n));
                 parse_args(*c);
-                n = std::move(c);
+                n = grown(std::move(c));
             } else {
                 return n;
             }
@@ -480,10 +510,10 @@ struct parser {
                 const token& at = cur();
                 auto f = make(node::kind::filter, at);
                 f->name = expect_name();
-                if (!is_known_filter(f->name)) error(at, fmt::format("no filter named '{}'", f->name));
+                if (!is_known_filter(f->name) && if_depth == 0) error(at, fmt::format("no filter named '{}'", f->name));
                 f->kids.push_back(std::move(n));
                 if (is_op("(")) parse_args(*f);
-                n = std::move(f);
+                n = grown(std::move(f));
             } else if (is_name("is")) {
                 p++;
                 auto f = make(node::kind::test, cur());
@@ -494,7 +524,7 @@ struct parser {
                 const token& at = cur();
                 // `is none` / `is true` arrive as names; accept them as test names.
                 f->name = expect_name();
-                if (!is_known_test(f->name)) error(at, fmt::format("no test named '{}'", f->name));
+                if (!is_known_test(f->name) && if_depth == 0) error(at, fmt::format("no test named '{}'", f->name));
                 f->kids.push_back(std::move(n));
                 if (is_op("(")) parse_args(*f);
                 else if (cur().k == token::kind::string || cur().k == token::kind::integer ||
@@ -503,7 +533,7 @@ struct parser {
                     f->kids.push_back(parse_primary());  // `is sameas x`, `is divisibleby 3`
                     f->n_pos = 1;
                 }
-                n = std::move(f);
+                n = grown(std::move(f));
             } else {
                 return n;
             }

@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -117,8 +118,9 @@ std::string to_str(const value& v) {
         case value::kind::floating: return float_repr(v.f);
         case value::kind::string: return v.s;
         case value::kind::list: {
-            std::string out = "[";
+            std::string out = v.is_tuple ? "(" : "[";
             for (size_t i = 0; i < v.l->size(); i++) out += (i ? ", " : "") + to_repr((*v.l)[i]);
+            if (v.is_tuple) return out + (v.l->size() == 1 ? ",)" : ")");
             return out + "]";
         }
         case value::kind::dict: {
@@ -142,9 +144,26 @@ std::string to_repr(const value& v) {
     return to_str(v);
 }
 
-static std::string json_string(const std::string& s) {
+static std::string json_string(const std::string& s, bool ensure_ascii) {
     std::string out = "\"";
-    for (unsigned char c : s) {
+    for (size_t i = 0; i < s.size(); i++) {
+        unsigned char c = s[i];
+        if (ensure_ascii && c >= 0x80) {  // decode one UTF-8 sequence, emit \uXXXX
+            int n = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : 1;
+            uint32_t cp = c & (n == 3 ? 0x07 : n == 2 ? 0x0F : 0x1F);
+            for (int k = 0; k < n && i + 1 < s.size(); k++) cp = (cp << 6) | (s[++i] & 0x3F);
+            auto u = [&](uint32_t x) {
+                char b[16];
+                std::snprintf(b, sizeof b, "\\u%04x", unsigned(x));
+                out += b;
+            };
+            if (cp >= 0x10000) {
+                cp -= 0x10000;
+                u(0xD800 + (cp >> 10));
+                u(0xDC00 + (cp & 0x3FF));
+            } else u(cp);
+            continue;
+        }
         switch (c) {
             case '"': out += "\\\""; break;
             case '\\': out += "\\\\"; break;
@@ -164,11 +183,15 @@ static std::string json_string(const std::string& s) {
     return out + "\"";
 }
 
-static void json_rec(const value& v, int indent, int level, std::string& out) {
+static void json_rec(const value& v, const json_options& opt, int level, std::string& out) {
+    const int indent = opt.indent;
     auto newline = [&](int lvl) {
-        if (indent >= 0) out += "\n" + std::string(size_t(indent) * lvl, ' ');
+        if (indent < 0) return;
+        out += '\n';
+        out.append(size_t(indent) * size_t(lvl), ' ');
     };
-    const char* item_sep = indent >= 0 ? "," : ", ";
+    std::string item_sep = !opt.item_sep.empty() ? opt.item_sep : indent >= 0 ? "," : ", ";
+    std::string key_sep = !opt.key_sep.empty() ? opt.key_sep : ": ";
     switch (v.k) {
         case value::kind::none: out += "null"; return;
         case value::kind::boolean: out += v.b ? "true" : "false"; return;
@@ -178,14 +201,14 @@ static void json_rec(const value& v, int indent, int level, std::string& out) {
             else if (std::isinf(v.f)) out += v.f < 0 ? "-Infinity" : "Infinity";
             else out += float_repr(v.f);
             return;
-        case value::kind::string: out += json_string(v.s); return;
+        case value::kind::string: out += json_string(v.s, opt.ensure_ascii); return;
         case value::kind::list:
             if (v.l->empty()) { out += "[]"; return; }
             out += "[";
             for (size_t i = 0; i < v.l->size(); i++) {
                 if (i) out += item_sep;
                 newline(level + 1);
-                json_rec((*v.l)[i], indent, level + 1, out);
+                json_rec((*v.l)[i], opt, level + 1, out);
             }
             newline(level);
             out += "]";
@@ -194,12 +217,16 @@ static void json_rec(const value& v, int indent, int level, std::string& out) {
             if (v.d->empty()) { out += "{}"; return; }
             out += "{";
             bool first = true;
-            for (const auto& [k, x] : *v.d) {
+            std::vector<const std::pair<std::string, value>*> entries;
+            for (const auto& e : *v.d) entries.push_back(&e);
+            if (opt.sort_keys)
+                std::stable_sort(entries.begin(), entries.end(), [](auto* a, auto* b) { return a->first < b->first; });
+            for (const auto* e : entries) {
                 if (!first) out += item_sep;
                 first = false;
                 newline(level + 1);
-                out += json_string(k) + ": ";
-                json_rec(x, indent, level + 1, out);
+                out += json_string(e->first, opt.ensure_ascii) + key_sep;
+                json_rec(e->second, opt, level + 1, out);
             }
             newline(level);
             out += "}";
@@ -212,9 +239,9 @@ static void json_rec(const value& v, int indent, int level, std::string& out) {
     }
 }
 
-std::string to_json(const value& v, int indent) {
+std::string to_json(const value& v, const json_options& opt) {
     std::string out;
-    json_rec(v, indent, 0, out);
+    json_rec(v, opt, 0, out);
     return out;
 }
 

@@ -32,6 +32,7 @@ struct value {
     std::shared_ptr<dict_t> d;
     std::shared_ptr<func_t> fn;
     bool is_namespace = false;  // namespace(): the one dict whose attributes `set` may assign
+    bool is_tuple = false;      // a list that Python would hold as a tuple: repr (a, b), (a,)
 
     static value undef(std::string name = {}) { value v; v.s = std::move(name); return v; }
     static value none() { value v; v.k = kind::none; return v; }
@@ -42,6 +43,7 @@ struct value {
     static value list(list_t x = {}) {
         value v; v.k = kind::list; v.l = std::make_shared<list_t>(std::move(x)); return v;
     }
+    static value tuple(list_t x) { value v = list(std::move(x)); v.is_tuple = true; return v; }
     static value dict(dict_t x = {}) {
         value v; v.k = kind::dict; v.d = std::make_shared<dict_t>(std::move(x)); return v;
     }
@@ -71,9 +73,15 @@ bool truthy(const value& v);
 std::string to_str(const value& v);
 // repr(v): strings quoted the way Python chooses ('x', "it's").
 std::string to_repr(const value& v);
-// json.dumps(v, ensure_ascii=False, indent=indent) with Python's default separators; indent < 0
-// means none. Throws sluice::error on an Undefined or a function (Python raises TypeError).
-std::string to_json(const value& v, int indent = -1);
+// json.dumps as transformers' tojson filter calls it (ensure_ascii=False by default).
+struct json_options {
+    int indent = -1;                 // < 0: None (one line)
+    std::string item_sep, key_sep;   // empty: Python's defaults (", " or "," with indent; ": ")
+    bool sort_keys = false;
+    bool ensure_ascii = false;       // non-ASCII as \uXXXX (surrogate pairs above U+FFFF)
+};
+// Throws sluice::error on an Undefined or a function (Python raises TypeError).
+std::string to_json(const value& v, const json_options& opt = {});
 std::string float_repr(double x);
 bool equals(const value& a, const value& b);
 // a < b for numbers and strings (and lists lexicographically); throws for other pairs.

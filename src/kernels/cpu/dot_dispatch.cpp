@@ -56,11 +56,13 @@ void dot_rows(isa i, dtype wt, const std::byte* w_row, const std::byte* act_rows
     if (n_rows < 1 || n_rows > 16) fail("dot_rows: n_rows: expected 1..16, got {}", n_rows);
     if (!has_dot(wt)) fail("dot_rows: weight format {} has no dot product", name(wt));
     if (!cpu_supports(i)) fail("dot_rows: this CPU cannot run {} kernels", name(i));
-    if (const dot_rows_fn f = table_for(i, wt)) {
+    // The window kernels gather each row's dx with int32 offsets (r * act_stride, r < 16).
+    const bool stride_ok = act_stride < (size_t{1} << 27);
+    if (const dot_rows_fn f = stride_ok ? table_for(i, wt) : nullptr) {
         f(w_row, act_rows, act_stride, n_rows, n, out);
         return;
     }
-    // No SIMD version (has_simd says so): the canonical definition, row by row.
+    // No SIMD version (has_simd says so; or rows 128 MiB apart): the definition, row by row.
     for (int r = 0; r < n_rows; ++r) out[r] = dot_ref(wt, w_row, act_rows + r * act_stride, n);
 }
 

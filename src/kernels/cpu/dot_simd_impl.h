@@ -99,6 +99,11 @@ constexpr size_t block_bytes() {
     case dtype::q5_k: return sizeof(block_q5_k);
     case dtype::q6_k: return sizeof(block_q6_k);
     case dtype::iq4_xs: return sizeof(block_iq4_xs);
+    case dtype::iq2_xxs: return sizeof(block_iq2_xxs);
+    case dtype::iq2_xs: return sizeof(block_iq2_xs);
+    case dtype::iq2_s: return sizeof(block_iq2_s);
+    case dtype::iq3_xxs: return sizeof(block_iq3_xxs);
+    case dtype::iq3_s: return sizeof(block_iq3_s);
     default: return 0;
     }
 }
@@ -170,6 +175,70 @@ void set_scale(kblock& k, int j, int sub_w, int sc) {
     else _mm_store_si128(reinterpret_cast<__m128i*>(k.scp + 8 * j), _mm_set1_epi16(static_cast<int16_t>(sc)));
 }
 void store_q(kblock& k, int chunk, __m256i v) { _mm256_store_si256(reinterpret_cast<__m256i*>(k.q + 32 * chunk), v); }
+
+// Applies sign byte sg (bit e set: element e negative) to 8 grid magnitudes g into q.
+void signed8(int8_t* q, const uint8_t* g, unsigned sg) {
+    for (int e = 0; e < 8; ++e) q[e] = static_cast<int8_t>((sg >> e) & 1 ? -g[e] : g[e]);
+}
+
+// I-quant grid formats (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S): table lookups in scalar code,
+// the layouts and constant factors of dot_ref.cpp. Decoding stays scalar (the grids are tables);
+// the integer sums and the window of rows get the SIMD path.
+template <dtype wt>
+void decode_grid(const std::byte* b, kblock& k) {
+    if constexpr (wt == dtype::iq2_xxs) {
+        block_iq2_xxs x;
+        std::memcpy(&x, b, sizeof x);
+        k.d = fp16_to_fp32(x.d) * 0.125f;
+        for (int j = 0; j < 8; ++j) {
+            uint32_t aux[2];
+            std::memcpy(aux, x.qs + 4 * j, 8);
+            set_scale(k, j, 32, 2 * static_cast<int>(aux[1] >> 28) + 1);
+            for (int g = 0; g < 4; ++g)
+                signed8(k.q + 32 * j + 8 * g, k_iq2xxs_grid[(aux[0] >> (8 * g)) & 0xFF], k_ksigns_iq2xs[(aux[1] >> (7 * g)) & 0x7F]);
+        }
+    } else if constexpr (wt == dtype::iq2_xs) {
+        block_iq2_xs x;
+        std::memcpy(&x, b, sizeof x);
+        k.d = fp16_to_fp32(x.d) * 0.125f;
+        for (int j = 0; j < 16; ++j) set_scale(k, j, 16, 2 * ((x.scales[j / 2] >> (4 * (j % 2))) & 0x0F) + 1);
+        for (int g = 0; g < 32; ++g) signed8(k.q + 8 * g, k_iq2xs_grid[x.qs[g] & 511], k_ksigns_iq2xs[x.qs[g] >> 9]);
+    } else if constexpr (wt == dtype::iq2_s) {
+        block_iq2_s x;
+        std::memcpy(&x, b, sizeof x);
+        k.d = fp16_to_fp32(x.d) * 0.125f;
+        for (int j = 0; j < 16; ++j) set_scale(k, j, 16, 2 * ((x.scales[j / 2] >> (4 * (j % 2))) & 0x0F) + 1);
+        for (int g = 0; g < 32; ++g)
+            signed8(k.q + 8 * g, k_iq2s_grid[x.qs[g] | (((x.qh[g / 4] >> (2 * (g % 4))) & 3) << 8)], x.signs[g]);
+    } else if constexpr (wt == dtype::iq3_xxs) {
+        block_iq3_xxs x;
+        std::memcpy(&x, b, sizeof x);
+        k.d = fp16_to_fp32(x.d) * 0.25f;
+        for (int j = 0; j < 8; ++j) {
+            uint32_t aux;
+            std::memcpy(&aux, x.sas + 4 * j, 4);
+            set_scale(k, j, 32, 2 * static_cast<int>(aux >> 28) + 1);
+            for (int g = 0; g < 4; ++g) {
+                uint8_t mag[8];
+                std::memcpy(mag, k_iq3xxs_grid[x.qs[8 * j + 2 * g]], 4);
+                std::memcpy(mag + 4, k_iq3xxs_grid[x.qs[8 * j + 2 * g + 1]], 4);
+                signed8(k.q + 32 * j + 8 * g, mag, k_ksigns_iq2xs[(aux >> (7 * g)) & 0x7F]);
+            }
+        }
+    } else {
+        static_assert(wt == dtype::iq3_s);
+        block_iq3_s x;
+        std::memcpy(&x, b, sizeof x);
+        k.d = fp16_to_fp32(x.d);
+        for (int j = 0; j < 8; ++j) set_scale(k, j, 32, 1 + 2 * ((x.scales[j / 2] >> (4 * (j % 2))) & 0x0F));
+        for (int g = 0; g < 32; ++g) {   // 8 elements: two grid entries of 4, one sign byte
+            uint8_t mag[8];
+            std::memcpy(mag, k_iq3s_grid[x.qs[2 * g] | (((x.qh[g / 4] >> (2 * g % 8)) & 1) << 8)], 4);
+            std::memcpy(mag + 4, k_iq3s_grid[x.qs[2 * g + 1] | (((x.qh[g / 4] >> (2 * g % 8 + 1)) & 1) << 8)], 4);
+            signed8(k.q + 8 * g, mag, x.signs[g]);
+        }
+    }
+}
 
 template <dtype wt>
 [[gnu::always_inline]] inline void decode256(const std::byte* b, kblock& k) {
@@ -252,6 +321,9 @@ template <dtype wt>
                 store_q(k, 4 * h + s, q);
             }
         }
+    } else if constexpr (wt == dtype::iq2_xxs || wt == dtype::iq2_xs || wt == dtype::iq2_s ||
+                         wt == dtype::iq3_xxs || wt == dtype::iq3_s) {
+        decode_grid<wt>(b, k);
     } else {
         static_assert(wt == dtype::iq4_xs);
         // d, scales_h (u16), scales_l[4], qs[128]; sub-block j: qs[16j..16j+16) nibbles.
@@ -346,21 +418,71 @@ float term1(float d, float m, float dx, int32_t sumi, int32_t summ) {
     else return a - (m * dx) * static_cast<float>(summ);
 }
 template <dtype wt>
-__m256 term8(float d, float m, __m256 dx, __m256i sumi, __m256i summ) {
-    const __m256 a = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), dx), _mm256_cvtepi32_ps(sumi));
+__m256 term8(__m256 d, __m256 m, __m256 dx, __m256i sumi, __m256i summ) {
+    const __m256 a = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(sumi));
     if constexpr (!has_min(wt)) return a;
-    const __m256 b = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(m), dx), _mm256_cvtepi32_ps(summ));
+    const __m256 b = _mm256_mul_ps(_mm256_mul_ps(m, dx), _mm256_cvtepi32_ps(summ));
     if constexpr (is_legacy(wt)) return _mm256_add_ps(a, b);
     else return _mm256_sub_ps(a, b);
 }
 
-// For each block in order: decode once, then every row's exact integer sums and dot_ref's
-// term. One row: the term in scalar code. Two or more: one fp32 lane per row (groups of 8), the
-// same expression lane by lane, so each row still folds its own terms in block order.
+// A window of 2..16 rows: lane r of y[g] is row 8g + r (NG groups of 8, kept in registers).
+// act_stride < 2^27 (dot_dispatch.cpp checks) so the rows' dx can be gathered with int32 offsets.
+template <dtype wt, class ops, int NG>
+void rows_window(ops& o, const std::byte* w, const std::byte* a, size_t stride, int nr, int64_t nb, float* out) {
+    constexpr int64_t ab_bytes = static_cast<int64_t>(ops::act_bytes);
+    __m256 y[NG];
+    __m256i idx[NG];
+    __m256 mask[NG];
+    for (int g = 0; g < NG; ++g) {
+        y[g] = _mm256_setzero_ps();
+        const int rows = nr - 8 * g < 8 ? nr - 8 * g : 8;
+        alignas(32) int32_t ix[8], mk[8];
+        for (int r = 0; r < 8; ++r) {
+            ix[r] = r < rows ? static_cast<int32_t>(r * stride) : 0;
+            mk[r] = r < rows ? -1 : 0;
+        }
+        idx[g] = _mm256_load_si256(reinterpret_cast<const __m256i*>(ix));
+        mask[g] = _mm256_castsi256_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(mk)));
+    }
+    for (int64_t ib = 0; ib < nb; ++ib) {
+        o.decode(w, ib);
+        const __m256 d = _mm256_set1_ps(o.d), m = _mm256_set1_ps(o.m);
+#pragma GCC unroll 2
+        for (int g = 0; g < NG; ++g) {
+            const int rows = nr - 8 * g < 8 ? nr - 8 * g : 8;   // lanes past it stay 0, unused
+            const std::byte* base = a + 8 * g * static_cast<int64_t>(stride) + ib * ab_bytes;
+            __m256i vi[8], vm[8];
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; ++r) {
+                vi[r] = vm[r] = _mm256_setzero_si256();
+                if (r >= rows) continue;
+                const std::byte* ab = base + r * static_cast<int64_t>(stride);
+                vi[r] = o.sumi(ab);
+                if constexpr (has_min(wt)) vm[r] = o.summ(ab);
+            }
+            const __m256 dx = _mm256_mask_i32gather_ps(_mm256_setzero_ps(), reinterpret_cast<const float*>(base), idx[g], mask[g], 1);
+            const __m256i summ = has_min(wt) ? reduce8(vm) : _mm256_setzero_si256();
+            const __m256 t = term8<wt>(d, m, dx, reduce8(vi), summ);
+            y[g] = ib == 0 ? t : _mm256_add_ps(y[g], t);
+        }
+    }
+    for (int g = 0; g < NG; ++g) {
+        alignas(32) float l[8];
+        _mm256_store_ps(l, y[g]);
+        for (int r = 0; r < 8 && 8 * g + r < nr; ++r) out[8 * g + r] = l[r];
+    }
+}
+
+// For each block in order: decode once, then every row's exact integer sums and dot_ref's term.
+// The terms are computed 8 at a time, one fp32 lane each, with dot_ref's expression lane by
+// lane: one row takes 8 consecutive blocks per vector, then folds the 8 terms in order in
+// scalar code; a window of rows takes one lane per row (groups of 8), so each lane folds its
+// own row's terms in block order. Eight integer partial vectors reduce in one reduce8 either way.
 template <dtype wt, class ops>
 void quant_rows_with(const std::byte* w, const std::byte* a, size_t stride, int nr, int64_t n, float* out) {
     constexpr int64_t qk = is_legacy(wt) ? 32 : 256;
-    constexpr size_t ab_bytes = ops::act_bytes;
+    constexpr int64_t ab_bytes = static_cast<int64_t>(ops::act_bytes);
     const int64_t nb = n / qk;
     if (nb == 0) {
         for (int r = 0; r < nr; ++r) out[r] = 0.0f;   // dot_ref's empty row
@@ -369,48 +491,39 @@ void quant_rows_with(const std::byte* w, const std::byte* a, size_t stride, int 
     ops o;
     if (nr == 1) {
         float y = 0.0f;
-        for (int64_t ib = 0; ib < nb; ++ib) {
+        int64_t ib = 0;
+        for (; ib + 8 <= nb; ib += 8) {
+            __m256i vi[8], vm[8];
+            alignas(32) float ds[8], ms[8], dxs[8], ts[8];
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; ++k) {
+                o.decode(w, ib + k);
+                const std::byte* ab = a + (ib + k) * ab_bytes;
+                std::memcpy(&dxs[k], ab, 4);
+                ds[k] = o.d;
+                ms[k] = o.m;
+                vi[k] = o.sumi(ab);
+                vm[k] = has_min(wt) ? o.summ(ab) : _mm256_setzero_si256();
+            }
+            const __m256i summ = has_min(wt) ? reduce8(vm) : _mm256_setzero_si256();
+            _mm256_store_ps(ts, term8<wt>(_mm256_load_ps(ds), _mm256_load_ps(ms), _mm256_load_ps(dxs), reduce8(vi), summ));
+            for (int k = 0; k < 8; ++k) y = ib + k == 0 ? ts[k] : y + ts[k];   // y = t0, then y + t in block order
+        }
+        for (; ib < nb; ++ib) {
             o.decode(w, ib);
-            const std::byte* ab = a + ib * static_cast<int64_t>(ab_bytes);
+            const std::byte* ab = a + ib * ab_bytes;
             float dx;
             std::memcpy(&dx, ab, 4);
             const int32_t sumi = hsum8(o.sumi(ab));
             const int32_t summ = has_min(wt) ? hsum8(o.summ(ab)) : 0;
             const float t = term1<wt>(o.d, o.m, dx, sumi, summ);
-            y = ib == 0 ? t : y + t;   // y = t0, then y + t in block order
+            y = ib == 0 ? t : y + t;
         }
         out[0] = y;
         return;
     }
-    const int ng = (nr + 7) / 8;
-    __m256 y[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};   // lane r of y[g]: row 8g + r
-    for (int64_t ib = 0; ib < nb; ++ib) {
-        o.decode(w, ib);
-        for (int g = 0; g < ng; ++g) {
-            const int gsz = nr - 8 * g < 8 ? nr - 8 * g : 8;
-            const std::byte* base = a + 8 * g * stride + ib * static_cast<int64_t>(ab_bytes);
-            __m256i vi[8], vm[8];
-            alignas(32) float dxs[8] = {};
-            for (int r = 0; r < 8; ++r) {
-                if (r < gsz) {
-                    const std::byte* ab = base + r * stride;
-                    std::memcpy(&dxs[r], ab, 4);
-                    vi[r] = o.sumi(ab);
-                    if constexpr (has_min(wt)) vm[r] = o.summ(ab);
-                } else {
-                    vi[r] = vm[r] = _mm256_setzero_si256();
-                }
-            }
-            const __m256i summ = has_min(wt) ? reduce8(vm) : _mm256_setzero_si256();
-            const __m256 t = term8<wt>(o.d, o.m, _mm256_load_ps(dxs), reduce8(vi), summ);
-            y[g] = ib == 0 ? t : _mm256_add_ps(y[g], t);
-        }
-    }
-    for (int g = 0; g < ng; ++g) {
-        alignas(32) float l[8];
-        _mm256_store_ps(l, y[g]);
-        for (int r = 0; r < 8 && 8 * g + r < nr; ++r) out[8 * g + r] = l[r];
-    }
+    if (nr <= 8) rows_window<wt, ops, 1>(o, w, a, stride, nr, nb, out);
+    else rows_window<wt, ops, 2>(o, w, a, stride, nr, nb, out);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -539,7 +652,12 @@ dot_rows_fn kernel_for(dtype wt) {
     case dtype::q5_k: return quant_rows<dtype::q5_k>;
     case dtype::q6_k: return quant_rows<dtype::q6_k>;
     case dtype::iq4_xs: return quant_rows<dtype::iq4_xs>;
-    default: return nullptr;   // IQ2_*, IQ3_*: dot_ref row by row (dot.h: has_simd is false)
+    case dtype::iq2_xxs: return quant_rows<dtype::iq2_xxs>;
+    case dtype::iq2_xs: return quant_rows<dtype::iq2_xs>;
+    case dtype::iq2_s: return quant_rows<dtype::iq2_s>;
+    case dtype::iq3_xxs: return quant_rows<dtype::iq3_xxs>;
+    case dtype::iq3_s: return quant_rows<dtype::iq3_s>;
+    default: return nullptr;   // dot_ref row by row (dot.h: has_simd is false)
     }
 }
 

