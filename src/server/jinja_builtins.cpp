@@ -209,7 +209,7 @@ bool is_known_filter(const std::string& n) {
     static const char* const names[] = {"tojson", "trim", "length", "count", "upper", "lower", "default", "d",
                                         "join", "first", "last", "replace", "string", "int", "float", "list",
                                         "items", "selectattr", "rejectattr", "map", "safe", "abs", "capitalize",
-                                        "title", "reverse"};
+                                        "title", "reverse", "select", "reject", "dictsort"};
     return std::find(std::begin(names), std::end(names), n) != std::end(names);
 }
 
@@ -331,6 +331,32 @@ value apply_filter(const std::string& name, const value& in, call_args& a) {
             if (ok == (name == "selectattr")) out.push_back(x);
         }
         return value::list(std::move(out));
+    }
+    if (name == "select" || name == "reject") {
+        call_args targs;
+        for (size_t i = 1; i < a.pos.size(); i++) targs.pos.push_back(a.pos[i]);
+        list_t out;
+        for (const auto& x : iterate(in)) {
+            bool ok = a.pos.empty() ? truthy(x) : apply_test(to_str(a.pos[0]), x, targs);
+            if (ok == (name == "select")) out.push_back(x);
+        }
+        return value::list(std::move(out));
+    }
+    if (name == "dictsort") {  // dictsort(case_sensitive=False, by='key', reverse=False)
+        if (in.k != value::kind::dict) fail("jinja: dictsort: expected a mapping, got {}", kind_name(in));
+        bool cs = truthy(a.get(0, "case_sensitive", value::boolean(false)));
+        bool by_value = to_str(a.get(1, "by", value::str("key"))) == "value";
+        bool rev = truthy(a.get(2, "reverse", value::boolean(false)));
+        list_t items = *items_of(in).l;
+        auto key = [&](const value& t) {
+            value k = (*t.l)[by_value ? 1 : 0];
+            if (!cs && k.is_string()) k.s = upper(k.s, false);
+            return k;
+        };
+        std::stable_sort(items.begin(), items.end(), [&](const value& x, const value& y) {
+            return rev ? less(key(y), key(x)) : less(key(x), key(y));
+        });
+        return value::list(std::move(items));
     }
     if (name == "map") {
         value attr = a.get(99, "attribute");

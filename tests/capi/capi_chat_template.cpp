@@ -2,6 +2,7 @@
 // Every function catches every exception: 0 ok, -1 error (message copied into err), -2 output
 // buffer too small (*n_out says how many bytes are needed).
 #include "core/error.h"
+#include "io/model_file.h"
 #include "server/chat_template.h"
 
 #include <nlohmann/json.hpp>
@@ -37,6 +38,26 @@ extern "C" int sluice_chat_template_render(const char* template_text, const char
         *n_out = s.size();
         if (s.size() > cap) return -2;
         std::memcpy(out, s.data(), s.size());
+        return 0;
+    } catch (const std::exception& e) {
+        copy_message(e.what(), err, err_len);
+    } catch (...) {
+        copy_message("unknown exception", err, err_len);
+    }
+    return -1;
+}
+
+// The chat template stored in a model file (GGUF: tokenizer.chat_template), read by our own GGUF
+// reader. Returns 1 (and *n_out = 0) when the file has none.
+extern "C" int sluice_chat_template_from_model(const char* path, char* out, size_t* n_out, char* err, size_t err_len) {
+    try {
+        auto file = sluice::model_file::open(path);
+        auto t = sluice::chat_template_from_metadata(file->meta());
+        size_t cap = *n_out;
+        *n_out = t ? t->size() : 0;
+        if (!t) return 1;
+        if (t->size() > cap) return -2;
+        std::memcpy(out, t->data(), t->size());
         return 0;
     } catch (const std::exception& e) {
         copy_message(e.what(), err, err_len);

@@ -217,6 +217,20 @@ def test_smollm2_template_is_the_one_in_the_gguf(smollm2_gguf):
     assert bytes(f.parts[f.data[0]]).decode() == (TEMPLATES / "SmolLM2-135M-Instruct.jinja").read_text()
 
 
+def test_gguf_template_read_by_sluice_renders_like_jinja2(capi, smollm2_gguf):
+    fn = capi.sluice_chat_template_from_model
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t), ctypes.c_char_p, ctypes.c_size_t]
+    out = ctypes.create_string_buffer(1 << 16)
+    n = ctypes.c_size_t(1 << 16)
+    err = ctypes.create_string_buffer(1024)
+    assert fn(str(smollm2_gguf).encode(), out, ctypes.byref(n), err, 1024) == 0, err.value
+    template = out.raw[: n.value].decode()
+    assert template == (TEMPLATES / "SmolLM2-135M-Instruct.jinja").read_text()
+    messages = CONVERSATIONS["multi_turn"]
+    assert ours(capi, template, messages, None, True, {}) == oracle(template, messages, None, True, {})
+
+
 def test_oracle_equals_transformers():
     # Our oracle is configured like transformers; check it against transformers itself.
     cut = pytest.importorskip("transformers.utils.chat_template_utils")
@@ -281,6 +295,9 @@ SNIPPETS = [
     "{{ 'héllo🦙'[::-1] }}|{{ 'héllo🦙' | length }}|{{ 'héllo🦙'[1] }}{{ 'héllo🦙'[-1] }}|{{ 'añb' | list }}|{{ 'é🦙' | reverse }}",
     "{{ 'oct\\101\\60' }}|{{ 1, 'a' }}|{% if 1, %}t{% endif %}|{% if false %}{{ x | nosuchfilter }}{% endif %}",
     "{{ documents is none }}{{ documents is defined }}{{ tools is none }}{{ add_generation_prompt }}",
+    "{{ [1, 2, 3, 0] | select('odd') | list }}{{ [1, 0, 2] | reject | list }}{{ {'b': 1, 'A': 2, 'c': 0} | dictsort }}"
+    "{{ {'b': 1, 'A': 2} | dictsort(true) }}{{ {'b': 1, 'a': 2} | dictsort(by='value', reverse=true) }}",
+    "{{ [1,2,3] | select('odd') | list if false else 'x' }}{{ messages | selectattr('content') | list | length }}",
     "{{ 2 ** 10 }} {{ 7.5 // 2 }} {{ -3 % 5 }} {{ 1 - 2.5 }} {{ 10 / 4 }} {{ true + 1 }}",
 ]
 
@@ -289,3 +306,66 @@ SNIPPETS = [
 def test_snippet_equals_jinja2(capi, template):
     messages = [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi there"}]
     assert ours(capi, template, messages, None, False, {}) == oracle(template, messages, None, False, {})
+
+
+# ---- seeded random conversations: odd content (think tags, quotes, unicode, None, missing
+# keys), nested tool arguments of every JSON type, dict or string arguments, random tools ----
+_WORDS = ["hi", " ", "\n", "<think>", "</think>", "<tool_response>", "</tool_response>", "é", "🦙", '"', "'",
+          "{{x}}", "\\", "\t", "abc", "  ", "0.5"]
+
+
+def _random_conversation(rng):
+    def text():
+        return "".join(rng.choice(_WORDS) for _ in range(rng.randint(0, 6)))
+
+    def val(d=0):
+        r = rng.random()
+        if d > 2 or r < 0.3:
+            return rng.choice([text(), 1, -2, 0.5, 1e-7, 3.0, True, False, None, 12345678901])
+        if r < 0.6:
+            return [val(d + 1) for _ in range(rng.randint(0, 3))]
+        return {text() or "k": val(d + 1) for _ in range(rng.randint(0, 3))}
+
+    def msg():
+        role = rng.choice(["user", "assistant", "system", "tool", "user", "assistant"])
+        m = {"role": role}
+        if rng.random() < 0.9:
+            m["content"] = text() if rng.random() < 0.9 else None
+        if role == "assistant":
+            if rng.random() < 0.3:
+                m["reasoning_content"] = text() if rng.random() < 0.8 else None
+            if rng.random() < 0.4:
+                calls = []
+                for _ in range(rng.randint(1, 3)):
+                    args = {text() or "a": val() for _ in range(rng.randint(0, 3))}
+                    if rng.random() < 0.3:
+                        args = json.dumps(args)
+                    f = {"name": rng.choice(["f", "get_weather", "x-y"]), "arguments": args}
+                    calls.append({"type": "function", "function": f} if rng.random() < 0.8 else f)
+                m["tool_calls"] = calls
+        return m
+
+    msgs = [msg() for _ in range(rng.randint(1, 6))]
+    tools = rng.choice([None, TOOLS, FLAT_TOOL, []])
+    extra = rng.choice([{}, {"enable_thinking": False}, {"enable_thinking": True}])
+    return msgs, tools, rng.random() < 0.5, extra
+
+
+@pytest.mark.parametrize("template_name", TEMPLATE_FILES)
+def test_random_conversations_equal_jinja2(capi, template_name):
+    import random
+
+    rng = random.Random(20261129)
+    template = (TEMPLATES / template_name).read_text()
+    rendered = 0
+    for _ in range(150):
+        args = _random_conversation(rng)
+        try:
+            want = oracle(template, *args)
+        except Exception:
+            with pytest.raises(RuntimeError):
+                ours(capi, template, *args)
+            continue
+        assert ours(capi, template, *args) == want, json.dumps(args)
+        rendered += 1
+    assert rendered >= 30  # most cases render; the rest must be refused by both

@@ -160,7 +160,8 @@ struct legacy_ops {
 };
 
 // ---------------------------------------------------------------------------------------------
-// 256-wide formats (Q2_K..Q6_K, IQ4_XS): decoded into a kblock, then one integer pass per row.
+// 256-wide formats (Q2_K..Q6_K, IQ4_XS, and the IQ2/IQ3 grid formats): decoded into a kblock,
+// then one integer pass per row.
 
 struct kblock {
     alignas(64) int8_t q[256];     // integer weights, element order
