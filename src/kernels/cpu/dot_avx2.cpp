@@ -16,10 +16,17 @@
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 #define SLUICE_DOT_WIDE 0
+// clang ignores GCC's target pragma: give every function in the kernels the target attribute.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#endif
 #include "kernels/cpu/dot_simd_impl.h"
 #undef SLUICE_DOT_WIDE
 
 namespace sluice::kernels::detail {
 dot_rows_fn avx2_kernel(dtype wt) { return kernel_for(wt); }
 }  // namespace sluice::kernels::detail
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
 #pragma GCC pop_options

@@ -21,6 +21,10 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
 #define SLUICE_DOT_WIDE 1
+// clang ignores GCC's target pragma: give every function in the kernels the target attribute.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"))), apply_to = function)
+#endif
 #include "kernels/cpu/dot_simd_impl.h"
 #undef SLUICE_DOT_WIDE
 
@@ -28,4 +32,7 @@ namespace sluice::kernels::detail {
 dot_rows_fn avx512_kernel(dtype wt) { return kernel_for(wt); }
 }  // namespace sluice::kernels::detail
 #pragma GCC diagnostic pop
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
 #pragma GCC pop_options
