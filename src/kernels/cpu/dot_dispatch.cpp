@@ -2,6 +2,8 @@
 // explicit scalar fallback (dot_ref row by row) for isa::scalar and formats without SIMD code.
 #include "kernels/cpu/dot.h"
 
+#include <cpuid.h>
+
 #include "core/error.h"
 #include "kernels/cpu/dot_ref.h"
 
@@ -18,8 +20,12 @@ std::string_view name(isa i) {
 
 bool cpu_supports(isa i) {
     // Computed once: __builtin_cpu_supports reads cpuid data that cannot change.
-    static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                             __builtin_cpu_supports("f16c");
+    // F16C from cpuid leaf 1 (ecx bit 29): clang 14's __builtin_cpu_supports has no "f16c".
+    static const bool f16c = [] {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+    }();
+    static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
     static const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
     switch (i) {
