@@ -1,5 +1,6 @@
 // src/kernels/cpu/dot.h: every SIMD kernel returns dot_ref's bits (memcmp of the floats) for
 // 1..16 rows, realistic and extreme inputs, unaligned pointers; dispatch picks the best ISA.
+#include <cpuid.h>
 #include "kernels/cpu/dot.h"
 #include "kernels/cpu/dot_ref.h"
 #include "quant/act.h"
@@ -217,7 +218,9 @@ INSTANTIATE_TEST_SUITE_P(isas, dot_simd, ::testing::Values(isa::scalar, isa::avx
                          [](const auto& info) { return std::string(name(info.param)); });
 
 TEST(dot_dispatch, best_isa_is_the_widest_the_cpu_reports) {
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;  // cpuid leaf 1, ecx bit 29
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
     const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
     const isa expected = avx512 ? isa::avx512 : avx2 ? isa::avx2 : isa::scalar;
