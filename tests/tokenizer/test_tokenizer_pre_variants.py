@@ -29,7 +29,11 @@ def vocab():
 @pytest.fixture(scope="module", params=sorted(VARIANTS))
 def variant(request, vocab, capi, tmp_path_factory):
     from tokenizers import Tokenizer
-    import llama_cpp
+
+    try:  # llama.cpp (the llama-cpp-python package) is a second oracle where it is installed
+        import llama_cpp
+    except ImportError:
+        llama_cpp = None
 
     pre, hf_pre, ignore_merges = VARIANTS[request.param]
     d = tmp_path_factory.mktemp(f"pre_{request.param}")
@@ -41,7 +45,7 @@ def variant(request, vocab, capi, tmp_path_factory):
     yield {
         "name": request.param, "sluice": ours, "sluice_hf": ours_hf,
         "hf": Tokenizer.from_file(str(hf_dir / "tokenizer.json")),
-        "llama": llama_cpp.Llama(str(gguf_path), vocab_only=True, verbose=False),
+        "llama": llama_cpp.Llama(str(gguf_path), vocab_only=True, verbose=False) if llama_cpp else None,
     }
     ours.close()
     ours_hf.close()
@@ -60,6 +64,8 @@ def test_pre_variant_ids_equal_hf_tokenizers(variant, strings):
 
 def test_pre_variant_ids_equal_llama_cpp(variant, strings):
     t, llama = variant["sluice"], variant["llama"]
+    if llama is None:
+        pytest.skip("llama_cpp is not installed (pip install llama-cpp-python builds llama.cpp from source)")
     bad = [s for s in strings if t.encode(s) != llama.tokenize(s.encode(), add_bos=False, special=True)]
     assert not bad, f"{variant['name']}: {len(bad)} of {len(strings)} differ, first: {bad[:3]!r}"
 
