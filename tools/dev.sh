@@ -11,7 +11,7 @@ jobs=$(nproc)
 
 apt_packages=(build-essential cmake pkg-config git python3 python3-pip
   libfmt-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libgtest-dev libgmock-dev
-  clang libclang-rt-14-dev)
+  libcpp-httplib-dev libnuma-dev clang libclang-rt-14-dev)
 
 install_debian() {
   local missing=()

@@ -12,6 +12,8 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     sluice::cli::add_run_command(app);
     sluice::cli::add_inspect_command(app);
+    sluice::cli::add_serve_command(app);
+    sluice::cli::add_bench_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
