@@ -1,0 +1,98 @@
+// The serving API the HTTP server (src/server) uses: requests submitted from any thread, decoded
+// together by one scheduler thread (continuous batching: the rows of every active request go
+// through one forward), with a prefix cache of KV checkpoints. Because every kernel is row-exact
+// (E1) a request's tokens are the ones its solo run gives; a request resumed from the prefix
+// cache gives what the same prompt served fresh gives (E5).
+#pragma once
+
+#include "sluice/engine.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sluice {
+
+struct token_logprob {
+    int32_t id = 0;
+    std::string text;       // the token's bytes (may be part of a UTF-8 code point)
+    float logprob = 0.0f;   // log softmax of the model's logits at this position (after logit_bias)
+};
+
+// One generated token, delivered in order.
+struct token_event {
+    int32_t id = 0;
+    std::string text;                 // newly completed text (whole UTF-8 code points; may be empty)
+    float logprob = 0.0f;             // of `id`, when the request asked for logprobs
+    std::vector<token_logprob> top;   // the top_logprobs best ids, when asked (best first, ties by id)
+};
+
+struct completion_request {
+    std::vector<int32_t> prompt;      // token ids (the server renders the chat template and tokenises)
+    generate_params params;           // n_predict, sampling, penalties, drafter, seed
+    std::vector<std::pair<int32_t, float>> logit_bias;  // (id, bias), ids validated by the server
+    int top_logprobs = -1;            // -1: no logprobs; 0..20: the chosen token's and this many best
+    bool use_prefix_cache = true;
+};
+
+struct completion_result {
+    generate_stats stats;             // tokens, token_sha, spec telemetry, timings
+    std::string finish_reason;        // "stop" (EOG or cancelled by a stop string), "length", "cancelled", "error"
+    int cached_tokens = 0;            // prompt tokens restored from the prefix cache
+    std::string error;                // set when finish_reason == "error"
+};
+
+// Called on the scheduler thread for each token; return false to end the request within this
+// step (a stop string was found, the client went away). Must not block.
+using token_callback = std::function<bool(const token_event&)>;
+using done_callback = std::function<void(const completion_result&)>;
+
+struct serving_options {
+    engine_options engine;
+    int max_batch = 8;                 // requests decoding together
+    int max_queue = 64;                // waiting requests; submit() refuses beyond it
+    size_t prefix_cache_bytes = size_t(1) << 30;  // KV checkpoints kept (LRU)
+};
+
+struct serving_metrics {
+    int64_t queue_depth = 0, active = 0;
+    int64_t prompt_tokens = 0, cached_prompt_tokens = 0, generated_tokens = 0;
+    int64_t drafted = 0, accepted = 0;
+    double decode_seconds = 0.0;       // summed over steps
+    bool ready = false;                // the model is loaded and the scheduler is running
+    std::string phase;                 // "loading", "ready", "stopping"
+};
+
+class serving_engine {
+public:
+    static std::unique_ptr<serving_engine> open(const serving_options& o);
+    ~serving_engine();
+
+    // Thread-safe. Returns 0 when the request was queued, else the number of requests queued
+    // (the queue is full: the server answers 429). on_done is called exactly once, last.
+    int64_t submit(completion_request r, token_callback on_token, done_callback on_done);
+
+    // Tokeniser access for the server (thread-safe, read-only).
+    std::vector<int32_t> tokenize(std::string_view text, bool parse_special) const;
+    std::string token_text(int32_t id) const;
+    int32_t n_vocab() const;
+    int32_t n_ctx() const;
+    bool is_eog(int32_t id) const;
+    std::string chat_template() const;   // the model's tokenizer.chat_template ("" if none)
+    std::string bos_text() const, eos_text() const;
+    std::string model_name() const;
+
+    serving_metrics metrics() const;
+    // Stops taking requests; cancel_in_flight ends active ones with "cancelled", else they finish.
+    void shutdown(bool cancel_in_flight);
+
+private:
+    struct impl;
+    explicit serving_engine(std::unique_ptr<impl> p);
+    std::unique_ptr<impl> p_;
+};
+
+}  // namespace sluice
