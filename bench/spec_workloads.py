@@ -4,8 +4,15 @@ the same run, same binary, same model; checks that the token_sha is identical an
 speedup, tokens per verify step and acceptance.
 
     python3 bench/spec_workloads.py [--model PATH] [--sluice build/release/sluice] [-n 200]
-        [--threads N] [--record]   # --record appends to bench/RESULTS.md and bench/results.jsonl
+        [--threads N] [--reps R] [--only NAME,...] [--record]
+        # --record appends to bench/RESULTS.md and bench/results.jsonl
+
+With --reps R each workload runs serial, drafted, serial, drafted, ... R times each, and the
+figures are the medians (speedup: the median of the R paired ratios, each drafted run over the
+serial run just before it), so a burst of load from another process on a shared machine moves
+one pair rather than the result; the spread (min..max of the paired ratios) is printed too.
 """
+import statistics
 import argparse
 import datetime
 import json
@@ -56,6 +63,8 @@ def main():
     ap.add_argument("--sluice", default=str(ROOT / "build" / "release" / "sluice"))
     ap.add_argument("-n", type=int, default=200)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--only", default="", help="comma-separated workload names")
     ap.add_argument("--record", action="store_true")
     args = ap.parse_args()
 
@@ -63,19 +72,29 @@ def main():
                             text=True).stdout.strip()
     date = datetime.date.today().isoformat()
     rows = []
+    only = set(filter(None, args.only.split(",")))
     for name, fname, chat in WORKLOADS:
+        if only and name not in only:
+            continue
         pf = HERE / "workloads" / fname
-        serial, _ = run_once(args, pf, chat, [])
-        drafted, cmd = run_once(args, pf, chat, ["--spec"])
-        if serial["token_sha"] != drafted["token_sha"]:
-            print(f"{name}: drafted output differs from serial: {serial['token_sha']} != {drafted['token_sha']}")
-            sys.exit(1)
-        speedup = drafted["decode_tok_s"] / serial["decode_tok_s"]
+        pairs = []
+        for _ in range(max(1, args.reps)):
+            serial, _ = run_once(args, pf, chat, [])
+            drafted, cmd = run_once(args, pf, chat, ["--spec"])
+            if serial["token_sha"] != drafted["token_sha"]:
+                print(f"{name}: drafted output differs from serial: {serial['token_sha']} != {drafted['token_sha']}")
+                sys.exit(1)
+            pairs.append((serial, drafted, drafted["decode_tok_s"] / serial["decode_tok_s"]))
+        ratios = sorted(p[2] for p in pairs)
+        speedup = statistics.median(ratios)
+        # The figures of the pair whose ratio is the median (the upper one for an even count).
+        serial, drafted, _ = sorted(pairs, key=lambda p: p[2])[len(pairs) // 2]
         rows.append(dict(name=name, serial=serial, drafted=drafted, speedup=speedup,
                          command=" ".join(pathlib.Path(c).name if i == 0 else c for i, c in enumerate(cmd))))
+        spread = f"  spread {ratios[0]:.2f}..{ratios[-1]:.2f}x over {len(ratios)}" if len(ratios) > 1 else ""
         print(f"{name:18s} serial {serial['decode_tok_s']:7.1f} tok/s  drafted {drafted['decode_tok_s']:7.1f} tok/s  "
               f"speedup {speedup:5.2f}x  tokens/step {drafted['tokens_per_step']:5.2f}  "
-              f"acceptance {drafted['acceptance']:.3f}  tokens {serial['n_decoded']}  sha equal", flush=True)
+              f"acceptance {drafted['acceptance']:.3f}  tokens {serial['n_decoded']}  sha equal{spread}", flush=True)
 
     if args.record:
         model = args.model or "SmolLM2-135M-Instruct Q4_1 (default)"
@@ -89,7 +108,8 @@ def main():
         with open(HERE / "RESULTS.md", "a") as f:
             f.write(f"\n## Speculative decoding workloads (prompt lookup), {date}, commit {commit}\n\n")
             f.write(f"Machine: {mach}. Model: {model}. Greedy, {args.n} tokens at most, {args.threads} threads. "
-                    f"Command: `python3 bench/spec_workloads.py -n {args.n} --threads {args.threads} --record`. "
+                    f"Command: `python3 bench/spec_workloads.py -n {args.n} --threads {args.threads} --reps {args.reps} --record`"
+                    f"{' (median of ' + str(args.reps) + ' serial/drafted pairs)' if args.reps > 1 else ''}. "
                     "Drafted and serial gave the same token_sha on every workload.\n\n")
             f.write("| workload | serial tok/s | drafted tok/s | speedup | tokens/step | acceptance | tokens |\n")
             f.write("|---|---|---|---|---|---|---|\n")

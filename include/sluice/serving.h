@@ -7,6 +7,7 @@
 
 #include "sluice/engine.h"
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -36,6 +37,9 @@ struct completion_request {
     std::vector<std::pair<int32_t, float>> logit_bias;  // (id, bias), ids validated by the server
     int top_logprobs = -1;            // -1: no logprobs; 0..20: the chosen token's and this many best
     bool use_prefix_cache = true;
+    // Optional: set it to true from any thread to end the request within one step, prefill
+    // included, with finish_reason "cancelled" (a client that went away while nothing streams).
+    std::shared_ptr<std::atomic<bool>> cancel;
 };
 
 struct completion_result {
@@ -43,6 +47,9 @@ struct completion_result {
     std::string finish_reason;        // "stop" (EOG or cancelled by a stop string), "length", "cancelled", "error"
     int cached_tokens = 0;            // prompt tokens restored from the prefix cache
     std::string error;                // set when finish_reason == "error"
+    // Text the stream decoder still held at the end (an incomplete UTF-8 sequence, or bytes
+    // after the last whole code point): append it after the last token_event's text.
+    std::string text_tail;
 };
 
 // Called on the scheduler thread for each token; return false to end the request within this
@@ -55,6 +62,8 @@ struct serving_options {
     int max_batch = 8;                 // requests decoding together
     int max_queue = 64;                // waiting requests; submit() refuses beyond it
     size_t prefix_cache_bytes = size_t(1) << 30;  // KV checkpoints kept (LRU)
+    int prefill_rows_per_step = 64;    // prompt rows one step carries, over all new requests, so
+                                       // that decoding requests keep getting a token every step
 };
 
 struct serving_metrics {
@@ -62,6 +71,11 @@ struct serving_metrics {
     int64_t prompt_tokens = 0, cached_prompt_tokens = 0, generated_tokens = 0;
     int64_t drafted = 0, accepted = 0;
     double decode_seconds = 0.0;       // summed over steps
+    int64_t steps = 0;                 // batched forwards run
+    int64_t rows = 0;                  // rows over all steps (prefill and decode)
+    int64_t max_segments = 0;          // the most requests one step has carried
+    int64_t requests_done = 0;         // on_done calls so far
+    int64_t prefix_cache_entries = 0, prefix_cache_bytes = 0;
     bool ready = false;                // the model is loaded and the scheduler is running
     std::string phase;                 // "loading", "ready", "stopping"
 };
@@ -72,7 +86,10 @@ public:
     ~serving_engine();
 
     // Thread-safe. Returns 0 when the request was queued, else the number of requests queued
-    // (the queue is full: the server answers 429). on_done is called exactly once, last.
+    // (the queue is full: the server answers 429). on_done is called exactly once, last (on the
+    // scheduler thread; on the caller's thread, at once, with "error" after shutdown()). A bad
+    // request (empty or too long prompt, ids out of range, bad sampling values) ends with
+    // finish_reason "error" and the reason in `error`; on_token returning false ends it with "stop".
     int64_t submit(completion_request r, token_callback on_token, done_callback on_done);
 
     // Tokeniser access for the server (thread-safe, read-only).

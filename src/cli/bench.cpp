@@ -1,14 +1,93 @@
-// `sluice bench`: being built (issue work in progress); registered so the CLI links.
+// `sluice bench [MODEL]`: prefill and decode speed, the verify-window cost curve and oracle-tape
+// speculative decoding, each against its roofline ceiling (include/sluice/bench.h). Flags follow
+// llama-bench's where they exist (-t, -p, -n, -r); lists are comma-separated.
 #include "cli/commands.h"
-#include "core/error.h"
+
+#include "sluice/bench.h"
+#include "sluice/engine.h"
 
 #include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
 
 namespace sluice::cli {
+namespace {
+
+struct bench_args {
+    std::string model;
+    bench_options o;
+    bool json = false;
+    bool no_probe = false;
+    bool quiet = false;
+    uint64_t probe_mb = 0;
+};
+
+// "0" alone means an empty list (llama-bench's -p 0: no prefill test).
+std::vector<int> zero_is_none(std::vector<int> v) {
+    v.erase(std::remove(v.begin(), v.end(), 0), v.end());
+    return v;
+}
+
+void run(bench_args a) {
+    a.o.model_path = a.model.empty() ? engine::default_model_path() : std::filesystem::path(a.model);
+    a.o.n_prompt = zero_is_none(a.o.n_prompt);
+    a.o.windows = zero_is_none(a.o.windows);
+    a.o.spec_windows = zero_is_none(a.o.spec_windows);
+    a.o.probe_bandwidth = !a.no_probe;
+    a.o.probe_bytes = a.probe_mb << 20;
+    const bench_report r = run_bench(a.o, [&](std::string_view line) {
+        if (!a.quiet) fmt::print(stderr, "bench: {}\n", line);
+    });
+    fmt::print("{}", a.json ? format_bench_json(r) : format_bench_text(r));
+    std::fflush(stdout);
+}
+
+}  // namespace
 
 void add_bench_command(CLI::App& app) {
-    auto* cmd = app.add_subcommand("bench", "not built yet");
-    cmd->callback([] { sluice::fail("sluice bench: not built yet"); });
+    auto a = std::make_shared<bench_args>();
+    auto* cmd = app.add_subcommand(
+        "bench", "Measure prefill and decode speed, the verify-window cost curve and oracle-tape speculative "
+                 "decoding, each against the memory-bandwidth ceiling");
+    cmd->add_option("MODEL", a->model, "GGUF file or Hugging Face directory (default: the default model)");
+    cmd->add_option("-t,--threads", a->o.n_threads, "CPU threads (default: every hardware thread)");
+    cmd->add_option("-p,--n-prompt", a->o.n_prompt, "Prefill tests: prompt lengths (comma-separated; 0: none)")
+        ->delimiter(',')
+        ->default_str("512");
+    cmd->add_option("-n,--n-gen", a->o.n_gen, "Tokens per decode test (0: none)")->default_str("64");
+    cmd->add_option("--ctx,-d,--n-depth", a->o.depths,
+                    "Decode after prompts of these lengths (comma-separated; 32768 is allowed, but its prefill is "
+                    "slow on a CPU)")
+        ->delimiter(',')
+        ->default_str("512,4096");
+    cmd->add_option("-r,--repetitions", a->o.repetitions, "Repetitions of each test")->default_str("3");
+    cmd->add_option("--chunk,--ubatch-size", a->o.chunk, "Rows per prefill forward")->default_str("32");
+    cmd->add_option("--windows", a->o.windows, "Cost curve: window sizes 1..16 (comma-separated; 0: none)")
+        ->delimiter(',')
+        ->default_str("1..16");
+    cmd->add_option("--window-depth", a->o.window_depth,
+                    "Cached positions before the cost curve and the oracle runs (default: the first --ctx depth)");
+    cmd->add_option("--accept", a->o.accept, "Oracle tape: probability that a draft is the model's own token")
+        ->default_str("0.7");
+    cmd->add_option("--spec-windows", a->o.spec_windows, "Oracle runs: window sizes (comma-separated; 0: none)")
+        ->delimiter(',')
+        ->default_str("1,2,4,8,16");
+    cmd->add_option("--spec-n", a->o.spec_n, "Tokens per oracle run (default: -n)");
+    cmd->add_option("--spec-reps", a->o.spec_reps, "Repetitions of each oracle run")->default_str("1");
+    cmd->add_option("--seed", a->o.seed, "Seed of the prompt tokens and the oracle's coin")->default_str("1");
+    cmd->add_option("--bandwidth", a->o.bandwidth_gb_s, "Ceilings from this GB/s instead of the measured RAM read");
+    cmd->add_option("--probe-mb", a->probe_mb, "RAM probe buffer in MiB (default: 4x the last-level cache, >= 512)");
+    cmd->add_flag("--no-probe", a->no_probe, "Measure no bandwidth (no ceilings unless --bandwidth)");
+    if (bench_gpu_built())
+        cmd->add_option("--gpu", a->o.gpu, "Run the whole model on this CUDA device (ceilings from its HBM bandwidth)");
+    cmd->add_flag("--json", a->json, "Print the report as JSON (progress still goes to stderr)");
+    cmd->add_flag("-q,--quiet", a->quiet, "No progress lines on stderr");
+    cmd->callback([a] { run(*a); });
 }
 
 }  // namespace sluice::cli

@@ -1,14 +1,159 @@
-// `sluice serve`: being built (issue work in progress); registered so the CLI links.
+// `sluice serve [MODEL]`: the OpenAI-compatible server (src/server/http_server.h) over the
+// continuous-batching engine (include/sluice/serving.h). It listens first, loads the model
+// (/ready answers 503 "loading" meanwhile), then serves until SIGTERM or SIGINT: it stops taking
+// requests (503), lets the ones in flight finish for a grace period, cancels the rest, and exits 0.
 #include "cli/commands.h"
+
 #include "core/error.h"
+#include "server/backend.h"
+#include "server/http_server.h"
+#include "sluice/serving.h"
 
 #include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <memory>
+#include <pthread.h>
+#include <thread>
 
 namespace sluice::cli {
+namespace {
+
+struct serve_args {
+    std::string model;
+    std::string host = "127.0.0.1";
+    int port = 8080;
+    std::string api_key;
+    int ctx_size = 0;
+    int threads = 0;
+    int parallel = 8;
+    int queue = 64;
+    bool spec = false;
+    std::string draft_model;
+    int draft_max = 15;
+    int prefix_cache_mb = 1024;
+    std::string web_root;
+    int max_body_mb = 4;
+    int grace_s = 20;
+};
+
+// Waits until `done` or the deadline; true when `done` held.
+template <class F>
+bool wait_until(F done, std::chrono::milliseconds limit) {
+    const auto end = std::chrono::steady_clock::now() + limit;
+    while (!done()) {
+        if (std::chrono::steady_clock::now() >= end) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+}
+
+void serve(const serve_args& a) {
+    if (a.port < 0 || a.port > 65535) fail("serve: --port {}: expected 0..65535", a.port);
+    if (a.parallel < 1 || a.parallel > 256) fail("serve: --parallel {}: expected 1..256", a.parallel);
+    if (a.queue < 0 || a.queue > 100000) fail("serve: --queue {}: expected 0..100000", a.queue);
+    if (a.draft_max < 0 || a.draft_max > 15) fail("serve: --draft-max {}: expected 0..15", a.draft_max);
+    if (a.prefix_cache_mb < 0) fail("serve: --prefix-cache-mb {}: expected >= 0", a.prefix_cache_mb);
+    if (a.max_body_mb < 1 || a.max_body_mb > 1024) fail("serve: --max-body-mb {}: expected 1..1024", a.max_body_mb);
+
+    // SIGTERM and SIGINT are taken by sigwait below, never by a handler: blocked here, before any
+    // thread starts, so every thread inherits the mask. A vanished client must not kill the
+    // process through SIGPIPE either (its write fails instead, which cancels its request).
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);
+
+    server_options so;
+    so.host = a.host;
+    so.port = a.port;
+    so.api_key = a.api_key;
+    so.web_root = a.web_root.empty() ? find_web_root() : std::filesystem::path(a.web_root);
+    if (!a.web_root.empty() && !std::filesystem::is_directory(so.web_root))
+        fail("serve: --web-root {}: not a directory", a.web_root);
+    so.max_body_bytes = static_cast<size_t>(a.max_body_mb) << 20;
+    so.drafter = !a.draft_model.empty() ? drafter_kind::draft_model : a.spec ? drafter_kind::ngram : drafter_kind::none;
+    so.max_window = a.draft_max + 1;
+    so.http_threads = std::max(64, 2 * (a.parallel + a.queue) + 8);
+
+    http_server server(so);
+    const int port = server.bind();
+    fmt::print(stderr, "sluice serve: listening on http://{}:{}/ (loading the model)\n", a.host, port);
+    std::thread http([&server] { server.run(); });
+
+    serving_options opt;
+    opt.engine.model_path = a.model;
+    opt.engine.n_ctx = a.ctx_size;
+    opt.engine.n_threads = a.threads;
+    opt.engine.draft_model_path = a.draft_model;
+    opt.max_batch = a.parallel;
+    opt.max_queue = a.queue;
+    opt.prefix_cache_bytes = static_cast<size_t>(a.prefix_cache_mb) << 20;
+    std::shared_ptr<serving_backend> backend;
+    try {
+        backend = std::make_shared<engine_backend>(serving_engine::open(opt));
+        server.set_backend(backend);
+    } catch (...) {
+        server.stop();
+        http.join();
+        throw;
+    }
+    fmt::print(stderr, "sluice serve: ready: {} (context {}, batch {}, queue {}){}{}\n", backend->model_name(),
+               backend->n_ctx(), a.parallel, a.queue, so.web_root.empty() ? "" : ", page from ",
+               so.web_root.string());
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fmt::print(stderr, "sluice serve: {}: finishing {} request(s) in flight, taking no new ones\n",
+               sig == SIGTERM ? "SIGTERM" : "SIGINT", server.in_flight());
+    server.begin_drain();
+    // An engine that cannot stop (a step that never returns) must not keep the process alive
+    // forever: past the grace period and the cancellation, exit with an error.
+    std::thread([grace = a.grace_s] {
+        std::this_thread::sleep_for(std::chrono::seconds(grace + 15));
+        fmt::print(stderr, "sluice serve: the engine did not stop within {} s of the signal; exiting\n", grace + 15);
+        std::_Exit(1);
+    }).detach();
+    if (!wait_until([&] { return server.in_flight() == 0; }, std::chrono::seconds(a.grace_s))) {
+        fmt::print(stderr, "sluice serve: cancelling {} request(s) after {} s\n", server.in_flight(), a.grace_s);
+        backend->shutdown(/*cancel_in_flight=*/true);
+        wait_until([&] { return server.in_flight() == 0; }, std::chrono::seconds(5));
+    }
+    server.stop();
+    http.join();
+    backend->shutdown(/*cancel_in_flight=*/true);
+    fmt::print(stderr, "sluice serve: stopped\n");
+}
+
+}  // namespace
 
 void add_serve_command(CLI::App& app) {
-    auto* cmd = app.add_subcommand("serve", "not built yet");
-    cmd->callback([] { sluice::fail("sluice serve: not built yet"); });
+    auto a = std::make_shared<serve_args>();
+    auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (no MODEL: the default small model)");
+    cmd->add_option("model", a->model, "GGUF file or Hugging Face directory");
+    cmd->add_option("--host", a->host, "Address to listen on")->capture_default_str();
+    cmd->add_option("--port", a->port, "Port (0: any free one)")->capture_default_str();
+    cmd->add_option("--api-key", a->api_key, "Require 'Authorization: Bearer KEY' on /v1/*");
+    cmd->add_option("-c,--ctx-size", a->ctx_size, "Context size per request (0: the model's, at most 4096)")
+        ->capture_default_str();
+    cmd->add_option("-t,--threads", a->threads, "Threads (0: all)")->capture_default_str();
+    cmd->add_option("--parallel", a->parallel, "Requests decoding together (max batch)")->capture_default_str();
+    cmd->add_option("--queue", a->queue, "Requests waiting beyond the batch; more get 429")->capture_default_str();
+    cmd->add_flag("--spec", a->spec, "Speculative decoding with prompt lookup: same tokens, faster");
+    cmd->add_option("--draft-model", a->draft_model, "Draft model with the target's tokenizer (implies --spec)");
+    cmd->add_option("--draft-max", a->draft_max, "Most drafts per verify window (0..15)")->capture_default_str();
+    cmd->add_option("--prefix-cache-mb", a->prefix_cache_mb, "Memory for KV checkpoints of past prompts (MiB)")
+        ->capture_default_str();
+    cmd->add_option("--web-root", a->web_root, "Folder of the chat page (default: web/ next to the binary)");
+    cmd->add_option("--max-body-mb", a->max_body_mb, "Largest request body (MiB); larger get 413")->capture_default_str();
+    cmd->add_option("--shutdown-grace", a->grace_s, "Seconds in-flight requests get to finish after SIGTERM")
+        ->capture_default_str();
+    cmd->callback([a] { serve(*a); });
 }
 
 }  // namespace sluice::cli

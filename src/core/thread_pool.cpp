@@ -2,72 +2,134 @@
 
 #include "core/error.h"
 
+#include <chrono>
+#include <pthread.h>
+#include <sched.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 namespace sluice {
 
-thread_pool::thread_pool(int n_threads) : n_threads_(n_threads) {
+namespace {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#endif
+}
+
+constexpr uint64_t job_word(uint32_t gen, uint32_t chunk) { return (static_cast<uint64_t>(gen) << 32) | chunk; }
+constexpr uint32_t gen_of(uint64_t w) { return static_cast<uint32_t>(w >> 32); }
+constexpr uint32_t chunk_of(uint64_t w) { return static_cast<uint32_t>(w); }
+
+}  // namespace
+
+thread_pool::thread_pool(int n_threads, thread_pool_options o) : n_threads_(n_threads), spin_us_(o.spin_us) {
     if (n_threads < 1 || n_threads > 1024) fail("thread_pool: n_threads: expected 1..1024, got {}", n_threads);
+    if (o.spin_us < 0) fail("thread_pool: spin_us: expected >= 0, got {}", o.spin_us);
+    // CPUs this process may run on, in order: worker i goes to the i-th (the caller keeps its own).
+    std::vector<int> cpus;
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (o.pin && sched_getaffinity(0, sizeof allowed, &allowed) == 0)
+        for (int c = 0; c < CPU_SETSIZE; ++c)
+            if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+    const bool pin = o.pin && static_cast<int>(cpus.size()) >= n_threads && n_threads > 1;
     workers_.reserve(static_cast<size_t>(n_threads - 1));
-    for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker(i); });
+    for (int i = 1; i < n_threads; ++i) {
+        workers_.emplace_back([this, i] { worker(i); });
+        if (pin) {
+            cpu_set_t one;
+            CPU_ZERO(&one);
+            CPU_SET(cpus[static_cast<size_t>(i)], &one);
+            // Best effort: a refused affinity (a container's cgroup) leaves the thread unpinned.
+            pinned_ = pthread_setaffinity_np(workers_.back().native_handle(), sizeof one, &one) == 0 || pinned_;
+        }
+    }
 }
 
 thread_pool::~thread_pool() {
-    {
-        std::lock_guard<std::mutex> lock(mu_);
-        stop_ = true;
-    }
-    start_cv_.notify_all();
+    stop_.store(true);
+    job_.fetch_add(job_word(1, 0));   // a new generation with no chunks: spinners see it
+    wake_.fetch_add(1);
+    wake_.notify_all();
     for (auto& t : workers_) t.join();
 }
 
-// Thread `index` gets the index-th of n_threads near-equal contiguous slices.
-void thread_pool::slice(int index, int64_t& b, int64_t& e) const {
-    const int64_t per = n_ / n_threads_, extra = n_ % n_threads_;
-    b = index * per + (index < extra ? index : extra);
-    e = b + per + (index < extra ? 1 : 0);
+int64_t thread_pool::work(uint32_t gen, int tid) {
+    int64_t ran = 0;
+    uint64_t w = job_.load(std::memory_order_acquire);
+    for (;;) {
+        if (gen_of(w) != gen) break;
+        const uint32_t c = chunk_of(w);
+        if (c >= n_chunks_.load(std::memory_order_relaxed)) break;
+        if (!job_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+        // Chunk c of generation gen is ours: the job fields are that generation's until it is done.
+        const int64_t b = static_cast<int64_t>(c) * grain_;
+        const int64_t e = b + grain_ < n_ ? b + grain_ : n_;
+        fn_(ctx_, tid, b, e);
+        ++ran;
+        w = job_.load(std::memory_order_acquire);
+    }
+    return ran;
 }
 
-void thread_pool::run(int64_t n, trampoline t, void* ctx) {
+void thread_pool::run(int64_t n, int64_t grain, trampoline t, void* ctx) {
     if (n <= 0) return;
-    if (n_threads_ == 1 || n == 1) {
-        t(ctx, 0, n);
+    if (grain <= 0) grain = (n + 8 * n_threads_ - 1) / (8 * n_threads_);
+    if (grain < 1) grain = 1;
+    // The job word counts chunks in 32 bits.
+    if ((n + grain - 1) / grain > int64_t{0xFFFFFFF0}) grain = (n + 0xFFFFFFEF) / 0xFFFFFFF0;
+    const int64_t n_chunks = (n + grain - 1) / grain;
+    if (n_threads_ == 1 || n_chunks == 1) {
+        for (int64_t b = 0; b < n; b += grain) t(ctx, 0, b, b + grain < n ? b + grain : n);
         return;
     }
-    {
-        std::lock_guard<std::mutex> lock(mu_);
-        fn_ = t;
-        ctx_ = ctx;
-        n_ = n;
-        pending_ = n_threads_ - 1;
-        ++generation_;
+    fn_ = t;
+    ctx_ = ctx;
+    n_ = n;
+    grain_ = grain;
+    n_chunks_.store(static_cast<uint32_t>(n_chunks), std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
+    const uint32_t gen = gen_of(job_.load(std::memory_order_relaxed)) + 1;
+    job_.store(job_word(gen, 0));   // seq_cst: publishes the fields above; ordered before sleepers_
+    wake_.fetch_add(1);
+    if (sleepers_.load() > 0) wake_.notify_all();
+    const int64_t mine = work(gen, 0);
+    if (done_.fetch_add(mine, std::memory_order_acq_rel) + mine == n_chunks) return;
+    // The rest is held by workers that are running it: spin (it is short), yielding now and then
+    // so that a worker preempted on a busy machine gets its CPU back.
+    for (unsigned i = 1; done_.load(std::memory_order_acquire) != n_chunks; ++i) {
+        cpu_relax();
+        if (i % 4096 == 0) sched_yield();
     }
-    start_cv_.notify_all();
-    int64_t b, e;
-    slice(0, b, e);
-    if (b < e) t(ctx, b, e);
-    std::unique_lock<std::mutex> lock(mu_);
-    done_cv_.wait(lock, [this] { return pending_ == 0; });
 }
 
 void thread_pool::worker(int index) {
-    uint64_t seen = 0;
+    uint32_t seen = 0;
     for (;;) {
-        trampoline t;
-        void* ctx;
-        {
-            std::unique_lock<std::mutex> lock(mu_);
-            start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-            if (stop_) return;
-            seen = generation_;
-            t = fn_;
-            ctx = ctx_;
+        uint64_t w = job_.load(std::memory_order_acquire);
+        if (gen_of(w) == seen) {
+            // Spin for spin_us_, checking the clock every 64 pauses, then sleep.
+            const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
+            for (unsigned i = 1; gen_of(w = job_.load(std::memory_order_acquire)) == seen; ++i) {
+                cpu_relax();
+                if (i % 64 == 0 && std::chrono::steady_clock::now() >= until) break;
+            }
+            if (gen_of(w) == seen) {
+                // Lost-wake-up free: the caller stores job_, then bumps wake_, then reads sleepers_;
+                // we read wake_, raise sleepers_, then re-read job_ (all seq_cst).
+                const uint32_t s = wake_.load();
+                sleepers_.fetch_add(1);
+                if (gen_of(job_.load()) == seen) wake_.wait(s);
+                sleepers_.fetch_sub(1);
+                continue;
+            }
         }
-        int64_t b, e;
-        slice(index, b, e);
-        if (b < e) t(ctx, b, e);
-        {
-            std::lock_guard<std::mutex> lock(mu_);
-            if (--pending_ == 0) done_cv_.notify_one();
-        }
+        if (stop_.load()) return;
+        seen = gen_of(w);
+        if (const int64_t ran = work(seen, index); ran > 0) done_.fetch_add(ran, std::memory_order_acq_rel);
     }
 }
 

@@ -191,61 +191,90 @@ output_weights bind_output(const weight_binder& b, const model_hparams& hp) {
     return w;
 }
 
-void check_window(const model_hparams& hp, std::span<const token_id> tokens, int32_t pos0,
-                  const kv_cache& kv, const forward_scratch& s) {
-    const int64_t n = static_cast<int64_t>(tokens.size());
-    if (n < 1 || n > s.max_rows) fail("forward: window of {} rows: expected 1..{}", n, s.max_rows);
-    if (pos0 < 0 || pos0 > kv.n_pos()) fail("forward: pos0 {}: expected 0..{} (the cache's length)", pos0, kv.n_pos());
-    if (pos0 + n > kv.shape().n_ctx) fail("forward: positions {}..{} do not fit the context ({})", pos0, pos0 + n - 1, kv.shape().n_ctx);
-    if (kv.shape().n_layer != hp.n_layer || kv.shape().n_kv_head != hp.n_kv_head || kv.shape().head_dim != hp.head_dim)
-        fail("forward: the KV cache's shape does not match the model");
-    for (token_id t : tokens)
-        if (t < 0 || t >= hp.n_vocab) fail("forward: token id {}: expected 0..{}", t, hp.n_vocab - 1);
+int64_t check_batch(const model_hparams& hp, std::span<const batch_segment> batch, const forward_scratch& s) {
+    if (batch.empty()) fail("forward: a batch of no segments");
     if (!s.pool) fail("forward: scratch has no thread pool");
+    int64_t n = 0;
+    for (size_t i = 0; i < batch.size(); ++i) {
+        const batch_segment& g = batch[i];
+        const int64_t rows = static_cast<int64_t>(g.tokens.size());
+        if (!g.kv) fail("forward: segment {}: no KV cache", i);
+        const kv_cache& kv = *g.kv;
+        if (rows < 1) fail("forward: segment {}: expected at least one row, got none", i);
+        if (g.n_logits < 0 || g.n_logits > rows) fail("forward: segment {}: n_logits {}: expected 0..{}", i, g.n_logits, rows);
+        if (g.pos0 < 0 || g.pos0 > kv.n_pos()) fail("forward: segment {}: pos0 {}: expected 0..{} (the cache's length)", i, g.pos0, kv.n_pos());
+        if (g.pos0 + rows > kv.shape().n_ctx)
+            fail("forward: segment {}: positions {}..{} do not fit the context ({})", i, g.pos0, g.pos0 + rows - 1, kv.shape().n_ctx);
+        if (kv.shape().n_layer != hp.n_layer || kv.shape().n_kv_head != hp.n_kv_head || kv.shape().head_dim != hp.head_dim)
+            fail("forward: segment {}: the KV cache's shape does not match the model", i);
+        for (size_t j = 0; j < i; ++j)
+            if (batch[j].kv == g.kv) fail("forward: segments {} and {} share one KV cache", j, i);
+        for (token_id t : g.tokens)
+            if (t < 0 || t >= hp.n_vocab) fail("forward: segment {}: token id {}: expected 0..{}", i, t, hp.n_vocab - 1);
+        n += rows;
+    }
+    if (n > s.max_rows) fail("forward: batch of {} rows: expected 1..{}", n, s.max_rows);
+    return n;
 }
 
-void embed_tokens(const output_weights& w, const model_hparams& hp, std::span<const token_id> tokens,
-                  forward_scratch& s) {
-    for (size_t r = 0; r < tokens.size(); ++r) kernels::get_row(*w.tok_embd, tokens[r], s.x.data() + r * hp.n_embd);
+void embed_batch(const output_weights& w, const model_hparams& hp, std::span<const batch_segment> batch,
+                 forward_scratch& s) {
+    int64_t r = 0;
+    for (const batch_segment& g : batch)
+        for (token_id t : g.tokens) kernels::get_row(*w.tok_embd, t, s.x.data() + (r++) * hp.n_embd);
 }
 
-void attention_block(const attn_weights& w, const model_hparams& hp, int il, int32_t pos0, int64_t n,
-                     kv_cache& kv, forward_scratch& s) {
+void attention_block(const attn_weights& w, const model_hparams& hp, int il, std::span<const batch_segment> batch,
+                     int64_t n, forward_scratch& s) {
     thread_pool& pool = *s.pool;
     const int64_t E = hp.n_embd, hd = hp.head_dim;
     const int64_t nq = hp.n_head * hd, nkv = hp.n_kv_head * hd;
+    // Row-wise part: every row of every segment at once.
     for (int64_t r = 0; r < n; ++r) kernels::rmsnorm(s.x.data() + r * E, w.norm.data(), s.xn.data() + r * E, E, hp.rms_eps);
     kernels::matmul(pool, *w.wq, s.xn.data(), n, s.q.data(), s.act.data());
     kernels::matmul(pool, *w.wk, s.xn.data(), n, s.k.data(), s.act.data());
     kernels::matmul(pool, *w.wv, s.xn.data(), n, s.v.data(), s.act.data());
-    for (int64_t r = 0; r < n; ++r) {
-        float* q = s.q.data() + r * nq;
-        float* k = s.k.data() + r * nkv;
-        float* v = s.v.data() + r * nkv;
-        if (!w.bq.empty()) {
-            kernels::add(q, w.bq.data(), nq);
-            kernels::add(k, w.bk.data(), nkv);
-            kernels::add(v, w.bv.data(), nkv);
-        }
-        if (!w.q_norm.empty()) {
-            for (int h = 0; h < hp.n_head; ++h) kernels::rmsnorm(q + h * hd, w.q_norm.data(), q + h * hd, hd, hp.rms_eps);
-            for (int h = 0; h < hp.n_kv_head; ++h) kernels::rmsnorm(k + h * hd, w.k_norm.data(), k + h * hd, hd, hp.rms_eps);
-        }
-        kernels::rope_table(hp.rope, pos0 + static_cast<int32_t>(r), s.rope_cs.data());
-        kernels::rope_apply(hp.rope, s.rope_cs.data(), q, hp.n_head, static_cast<int>(hd));
-        kernels::rope_apply(hp.rope, s.rope_cs.data(), k, hp.n_kv_head, static_cast<int>(hd));
-        float* kc = kv.k(il) + (pos0 + r) * nkv;
-        float* vc = kv.v(il) + (pos0 + r) * nkv;
-        for (int64_t i = 0; i < nkv; ++i) kc[i] = k[i], vc[i] = v[i];
-    }
     kernels::attention_params ap;
     ap.n_head = hp.n_head;
     ap.n_kv_head = hp.n_kv_head;
     ap.head_dim = hp.head_dim;
     ap.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hp.head_dim)));
-    kernels::attention(pool, ap, s.q.data(), kv.k(il), kv.v(il), pos0, n, s.attn.data());
+    // Per segment: biases, q/k norms and RoPE at the row's own position, the K/V writes into
+    // the segment's cache, then attention over that cache only.
+    int64_t row0 = 0;
+    for (const batch_segment& g : batch) {
+        const int64_t rows = static_cast<int64_t>(g.tokens.size());
+        kv_cache& kv = *g.kv;
+        for (int64_t i = 0; i < rows; ++i) {
+            const int64_t r = row0 + i;
+            float* q = s.q.data() + r * nq;
+            float* k = s.k.data() + r * nkv;
+            float* v = s.v.data() + r * nkv;
+            if (!w.bq.empty()) {
+                kernels::add(q, w.bq.data(), nq);
+                kernels::add(k, w.bk.data(), nkv);
+                kernels::add(v, w.bv.data(), nkv);
+            }
+            if (!w.q_norm.empty()) {
+                for (int h = 0; h < hp.n_head; ++h) kernels::rmsnorm(q + h * hd, w.q_norm.data(), q + h * hd, hd, hp.rms_eps);
+                for (int h = 0; h < hp.n_kv_head; ++h) kernels::rmsnorm(k + h * hd, w.k_norm.data(), k + h * hd, hd, hp.rms_eps);
+            }
+            kernels::rope_table(hp.rope, g.pos0 + static_cast<int32_t>(i), s.rope_cs.data());
+            kernels::rope_apply(hp.rope, s.rope_cs.data(), q, hp.n_head, static_cast<int>(hd));
+            kernels::rope_apply(hp.rope, s.rope_cs.data(), k, hp.n_kv_head, static_cast<int>(hd));
+            float* kc = kv.k(il) + (g.pos0 + i) * nkv;
+            float* vc = kv.v(il) + (g.pos0 + i) * nkv;
+            for (int64_t j = 0; j < nkv; ++j) kc[j] = k[j], vc[j] = v[j];
+        }
+        kernels::attention(pool, ap, s.q.data() + row0 * nq, kv.k(il), kv.v(il), g.pos0, rows, s.attn.data() + row0 * nq);
+        row0 += rows;
+    }
     kernels::matmul(pool, *w.wo, s.attn.data(), n, s.out.data(), s.act.data());
     kernels::add(s.x.data(), s.out.data(), n * E);
+}
+
+void commit_batch(std::span<const batch_segment> batch) {
+    for (const batch_segment& g : batch) g.kv->set_n_pos(g.pos0 + static_cast<int32_t>(g.tokens.size()));
 }
 
 void ffn_rows(const ffn_weights& w, int64_t n_ff, int64_t n_embd, int64_t n, forward_scratch& s, float* out) {
@@ -264,12 +293,19 @@ void dense_ffn_block(const std::vector<float>& norm, const ffn_weights& w, const
     kernels::add(s.x.data(), s.out.data(), n * E);
 }
 
-void output_block(const output_weights& w, const model_hparams& hp, int64_t n, forward_scratch& s,
-                  float* logits) {
+void output_block(const output_weights& w, const model_hparams& hp, std::span<const batch_segment> batch,
+                  forward_scratch& s, float* logits) {
     const int64_t E = hp.n_embd;
-    const int64_t first = s.last_row_logits_only ? n - 1 : 0;
-    for (int64_t r = first; r < n; ++r) kernels::rmsnorm(s.x.data() + r * E, w.norm.data(), s.xn.data() + r * E, E, hp.rms_eps);
-    kernels::matmul(*s.pool, *w.output, s.xn.data() + first * E, n - first, logits, s.act.data());
+    // Gather the rows that want logits into xn, packed (rmsnorm is row-wise: the same bits
+    // wherever the row lands), then one LM-head matmul over them.
+    int64_t row0 = 0, m = 0;
+    for (const batch_segment& g : batch) {
+        const int64_t rows = static_cast<int64_t>(g.tokens.size());
+        for (int64_t r = rows - g.n_logits; r < rows; ++r, ++m)
+            kernels::rmsnorm(s.x.data() + (row0 + r) * E, w.norm.data(), s.xn.data() + m * E, E, hp.rms_eps);
+        row0 += rows;
+    }
+    if (m > 0) kernels::matmul(*s.pool, *w.output, s.xn.data(), m, logits, s.act.data());
 }
 
 }  // namespace sluice

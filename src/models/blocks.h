@@ -78,16 +78,18 @@ struct output_weights {
 };
 output_weights bind_output(const weight_binder& b, const model_hparams& hp);
 
-// Checks the window against the cache and the scratch; throws on a bad request (before any
-// work, so the hot loop below never throws).
-void check_window(const model_hparams& hp, std::span<const token_id> tokens, int32_t pos0,
-                  const kv_cache& kv, const forward_scratch& s);
-// s.x[r] = token_embd row tokens[r].
-void embed_tokens(const output_weights& w, const model_hparams& hp, std::span<const token_id> tokens,
-                  forward_scratch& s);
-// s.x += attention(rmsnorm(s.x)) for n rows at positions pos0.., writing K/V of layer il.
-void attention_block(const attn_weights& w, const model_hparams& hp, int il, int32_t pos0, int64_t n,
-                     kv_cache& kv, forward_scratch& s);
+// Checks the batch against its caches and the scratch; throws on a bad request (before any
+// work, so the hot loop below never throws). Returns the total number of rows.
+int64_t check_batch(const model_hparams& hp, std::span<const batch_segment> batch, const forward_scratch& s);
+// s.x[r] = token_embd row of the r-th row of the batch (segments stacked in order).
+void embed_batch(const output_weights& w, const model_hparams& hp, std::span<const batch_segment> batch,
+                 forward_scratch& s);
+// s.x += attention(rmsnorm(s.x)) for the n stacked rows of the batch: q/k/v for every row at
+// once, then per segment the K/V writes of layer il into its cache and the causal attention.
+void attention_block(const attn_weights& w, const model_hparams& hp, int il, std::span<const batch_segment> batch,
+                     int64_t n, forward_scratch& s);
+// After the last layer: every segment's cache now holds pos0 + rows positions.
+void commit_batch(std::span<const batch_segment> batch);
 // s.out = swiglu FFN of s.xn (n rows).
 void ffn_rows(const ffn_weights& w, int64_t n_ff, int64_t n_embd, int64_t n, forward_scratch& s, float* out);
 // s.x += dense FFN(rmsnorm(s.x)).
@@ -96,8 +98,8 @@ void dense_ffn_block(const std::vector<float>& norm, const ffn_weights& w, const
 // s.x += MoE FFN(rmsnorm(s.x)) (+ the gated shared expert when bound).
 void moe_ffn_block(const std::vector<float>& norm, const moe_weights& w, const model_hparams& hp,
                    int64_t n, forward_scratch& s);
-// logits = output(rmsnorm(s.x)) for every row, or the last only (see forward_scratch).
-void output_block(const output_weights& w, const model_hparams& hp, int64_t n, forward_scratch& s,
-                  float* logits);
+// logits = output(rmsnorm(s.x)) for the last n_logits rows of each segment, packed.
+void output_block(const output_weights& w, const model_hparams& hp, std::span<const batch_segment> batch,
+                  forward_scratch& s, float* logits);
 
 }  // namespace sluice

@@ -16,6 +16,16 @@ std::unique_ptr<model> make_qwen2moe(const model_file& f, const load_options& o)
 
 model::~model() = default;
 
+void model::forward(std::span<const token_id> tokens, int32_t pos0, kv_cache& kv, forward_scratch& scratch,
+                    float* logits) {
+    batch_segment seg;
+    seg.tokens = tokens;
+    seg.pos0 = pos0;
+    seg.kv = &kv;
+    seg.n_logits = scratch.last_row_logits_only ? 1 : static_cast<int32_t>(tokens.size());
+    forward_batch(std::span<const batch_segment>(&seg, 1), scratch, logits);
+}
+
 std::unique_ptr<model> load_model(const model_file& f, const load_options& o) {
     const std::string arch = f.architecture();
     if (arch == "llama") return make_llama(f, o);
@@ -55,6 +65,8 @@ forward_scratch model::make_scratch(int max_rows, thread_pool& pool) const {
     s.rope_cs.resize(static_cast<size_t>(hp.rope.n_rot));
     // f32 activations (a copy) are the largest form of an activation row: 4 bytes a value.
     s.act.resize(R * 4 * std::max({E, nq, ff}));
+    if (hp.n_expert > 0)
+        s.experts = moe::make_expert_scratch(max_rows, hp.n_expert_used, hp.n_expert, hp.n_embd, hp.n_ff_exp);
     return s;
 }
 

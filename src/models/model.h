@@ -7,6 +7,7 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu/ops.h"
 #include "kv/kv_cache.h"
+#include "moe/expert_pool.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -68,6 +69,15 @@ struct forward_scratch {
     std::vector<float> shexp_gate;     // [max_rows] shared-expert gate logits
     std::vector<float> rope_cs;        // [n_rot] one position's cos/sin table
     std::vector<std::byte> act;        // activation rows for matmul: max_rows * 4 * max(n_in) bytes
+    moe::expert_scratch experts;       // the CPU expert pool's buffers (MoE models; empty otherwise)
+};
+
+// One sequence's rows in a batched forward: tokens[i] at position pos0 + i of its own cache.
+struct batch_segment {
+    std::span<const token_id> tokens;  // 1.. rows
+    int32_t pos0 = 0;                  // <= kv->n_pos(); rows past pos0 are rolled back
+    kv_cache* kv = nullptr;            // this sequence's cache; no two segments share one
+    int32_t n_logits = 0;              // logits wanted for the last n_logits rows (0..rows)
 };
 
 class model {
@@ -75,14 +85,22 @@ public:
     virtual ~model();
     virtual const model_hparams& hparams() const = 0;
 
-    // Runs tokens[i] at positions pos0 + i (a window of 1..max_rows rows: a prefill chunk or a
-    // verify window) through the model, writing their K/V into `kv` at those positions and
-    // setting kv.n_pos() to pos0 + n; requires pos0 <= kv.n_pos() (rows past pos0 are rolled
-    // back). Writes logits [n_rows, n_vocab] row-major (or the last row only, see
-    // forward_scratch). Row results are independent of the window size (E1) and of the thread
-    // count (E2).
-    virtual void forward(std::span<const token_id> tokens, int32_t pos0, kv_cache& kv,
-                         forward_scratch& scratch, float* logits) = 0;
+    // The rows of several sequences in one forward (continuous batching). Every op but
+    // attention is row-wise, so the segments' rows are stacked [sum rows, n_embd] and only the
+    // K/V writes and the attention run per segment, each against its own cache. Sets each
+    // segment's kv->n_pos() to pos0 + rows. Writes logits [sum n_logits, n_vocab] row-major,
+    // segment after segment. A row's bits depend on its token, position and cache only: never
+    // on the other rows, the other segments, the batch size (E1) or the thread count (E2).
+    // Throws (before any work) on a bad batch: the rows exceed scratch.max_rows, a pos0 past its
+    // cache, positions past the context, a shared cache, an id outside the vocabulary.
+    virtual void forward_batch(std::span<const batch_segment> batch, forward_scratch& scratch,
+                               float* logits) = 0;
+
+    // One sequence: tokens[i] at positions pos0 + i (a window of 1..max_rows rows: a prefill
+    // chunk or a verify window), a one-segment batch. Writes logits [n_rows, n_vocab] (or the
+    // last row only, see forward_scratch).
+    void forward(std::span<const token_id> tokens, int32_t pos0, kv_cache& kv, forward_scratch& scratch,
+                 float* logits);
 
     forward_scratch make_scratch(int max_rows, thread_pool& pool) const;
     kv_shape kv_shape_for(int n_ctx) const;

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "kernels/math.h"
+#include "moe/expert_pool.h"
 
 namespace sluice {
 
@@ -23,7 +24,7 @@ moe_weights bind_moe(const weight_binder& b, const model_hparams& hp, int il, bo
 void moe_ffn_block(const std::vector<float>& norm, const moe_weights& w, const model_hparams& hp,
                    int64_t n, forward_scratch& s) {
     thread_pool& pool = *s.pool;
-    const int64_t E = hp.n_embd, F = hp.n_ff_exp, K = hp.n_expert_used;
+    const int64_t E = hp.n_embd, K = hp.n_expert_used;
     for (int64_t r = 0; r < n; ++r) kernels::rmsnorm(s.x.data() + r * E, norm.data(), s.xn.data() + r * E, E, hp.rms_eps);
 
     // Router: logits [n, n_expert] -> top-k ids and weights per row.
@@ -35,22 +36,12 @@ void moe_ffn_block(const std::vector<float>& norm, const moe_weights& w, const m
     for (int64_t r = 0; r < n; ++r)
         kernels::route_topk(rp, s.router.data() + r * hp.n_expert, s.expert_ids.data() + r * K, s.expert_w.data() + r * K);
 
-    // Experts, one row at a time (a row's result is computed exactly as in a one-row window),
-    // summed in rank order: out = w_0 * y_0 + w_1 * y_1 + ...
-    for (int64_t r = 0; r < n; ++r) {
-        const float* xr = s.xn.data() + r * E;
-        float* out = s.out.data() + r * E;
-        for (int64_t i = 0; i < E; ++i) out[i] = 0.0f;
-        for (int64_t k = 0; k < K; ++k) {
-            const int64_t e = s.expert_ids[static_cast<size_t>(r * K + k)];
-            const float we = s.expert_w[static_cast<size_t>(r * K + k)];
-            kernels::matmul(pool, kernels::expert_slice(*w.gate_exps, e), xr, 1, s.gate.data(), s.act.data());
-            kernels::matmul(pool, kernels::expert_slice(*w.up_exps, e), xr, 1, s.up.data(), s.act.data());
-            kernels::swiglu(s.gate.data(), s.up.data(), s.gate.data(), F);
-            kernels::matmul(pool, kernels::expert_slice(*w.down_exps, e), s.gate.data(), 1, s.expert.data(), s.act.data());
-            for (int64_t i = 0; i < E; ++i) out[i] = out[i] + we * s.expert[static_cast<size_t>(i)];
-        }
-    }
+    // Routed experts on the CPU expert pool: the window's ids deduplicated (each expert's weights
+    // read once for all rows routed to it), gate/up then down as flat batches of chunks, each
+    // row combined in rank order, out = w_0 * y_0 + w_1 * y_1 + ...: the bits of the one-row
+    // computation for every row (moe/expert_pool.h).
+    const moe::expert_bank bank{w.gate_exps, w.up_exps, w.down_exps};
+    moe::run_experts(pool, bank, s.xn.data(), s.expert_ids.data(), s.expert_w.data(), n, s.experts, s.out.data());
 
     if (w.shexp_gate) {
         // Shared expert: every row, scaled by sigmoid(gate . x), added after the routed sum.

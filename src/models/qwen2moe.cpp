@@ -42,19 +42,18 @@ public:
 
     const model_hparams& hparams() const override { return hp_; }
 
-    // Forward: embed, then per layer x += attn(norm(x)); x += moe(norm(x)); then the LM head.
-    void forward(std::span<const token_id> tokens, int32_t pos0, kv_cache& kv, forward_scratch& s,
-                 float* logits) override {
-        check_window(hp_, tokens, pos0, kv, s);
-        const int64_t n = static_cast<int64_t>(tokens.size());
-        embed_tokens(out_, hp_, tokens, s);
+    // Forward: embed, then per layer x += attn(norm(x)); x += moe(norm(x)); then the LM head,
+    // for the stacked rows of every segment (see model::forward_batch).
+    void forward_batch(std::span<const batch_segment> batch, forward_scratch& s, float* logits) override {
+        const int64_t n = check_batch(hp_, batch, s);
+        embed_batch(out_, hp_, batch, s);
         for (int il = 0; il < hp_.n_layer; ++il) {
             const qwen2moe_layer& l = layers_[static_cast<size_t>(il)];
-            attention_block(l.attn, hp_, il, pos0, n, kv, s);
+            attention_block(l.attn, hp_, il, batch, n, s);
             moe_ffn_block(l.ffn_norm, l.moe, hp_, n, s);
         }
-        kv.set_n_pos(pos0 + static_cast<int32_t>(n));
-        output_block(out_, hp_, n, s, logits);
+        commit_batch(batch);
+        output_block(out_, hp_, batch, s, logits);
     }
 
 private:

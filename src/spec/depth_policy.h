@@ -1,11 +1,22 @@
 // depth_policy: how many drafts to put in the next verify window.
 //
-// A window of r rows costs c(r) (measured: calibrate() at start, then a running average of
-// every real window). With per-draft acceptance a (each draft kept with probability a given
-// the ones before were), k drafts yield E(k) = 1 + a + ... + a^k = (1 - a^(k+1)) / (1 - a)
-// tokens. The policy picks the k in [0, max_rows - 1] that maximises E(k) / (c(k + 1) + k * d),
-// d being the drafter's cost per draft token. When k = 0 wins, drafting is off for the request;
-// every probe_every windows it tries probe_depth drafts so a changed acceptance is noticed.
+// A window of r rows costs c(r). The curve is measured at start (calibrate(): several
+// interleaved rounds over the window sizes, the median of each, made non-decreasing in r, so
+// one disturbed timing on a busy machine moves nothing) and then follows the real windows: a
+// load factor common to every size, plus a slow correction of the size itself, each sample
+// clipped to a factor of 2 (a window that was descheduled says little about the next).
+//
+// Two ways to choose:
+// - choose_for(keep): the drafter gave, for each draft of its proposal, the probability that it
+//   is kept given the drafts before it were (prompt lookup knows: a long match is a copy, a
+//   one-token match a guess). k drafts yield E(k) = 1 + p0 + p0 p1 + ... tokens; the policy
+//   keeps the k that maximises E(k) / (c(k + 1) + k * d), d the drafter's cost per draft. Every
+//   window decides afresh, so drafting stops at once when nothing matches and resumes at the
+//   first match that pays.
+// - choose(): for drafters without such an estimate (a draft model), one running acceptance a
+//   (each draft kept with probability a given the ones before were): E(k) = (1 - a^(k+1)) /
+//   (1 - a). When k = 0 wins, drafting is off for the request; every probe_every windows it
+//   tries probe_depth drafts so a changed acceptance is noticed.
 // Which depth it picks changes only speed: drafted output equals serial output at any depth.
 #pragma once
 
@@ -22,7 +33,8 @@ struct depth_policy_params {
     double prior_acceptance = 0.6;    // the acceptance assumed before any verdict
     double prior_weight = 2.0;        // how many pseudo-trials the prior counts for
     double decay = 0.95;              // per verdict: older verdicts fade, the estimate follows the text
-    double cost_ema = 0.2;            // weight of a new window-cost sample in the running average
+    double cost_ema = 0.2;            // weight of a real window's timing in the load factor (log scale)
+    double shape_ema = 0.05;          // and in the cost of its own window size
     int32_t probe_every = 32;         // while off, windows between probes
     int32_t probe_depth = 2;          // drafts in a probe window
 };
@@ -31,33 +43,43 @@ class depth_policy {
 public:
     explicit depth_policy(depth_policy_params p = {});
 
-    // Times windows of 1..max_rows rows on the target (reps each, the fastest kept: the others
-    // saw interference). The rows are never committed, so the target's state is unchanged.
+    // Times windows of 1..8, 10, 12, 14 and 16 rows (those up to max_rows; the others are
+    // interpolated) on the target, `rounds` interleaved rounds, keeping the median of each size.
+    // The rows are never committed, so the target's state is unchanged.
     // logits: [max_rows, n_vocab] scratch; token: any valid id to fill the windows with.
-    void calibrate(verify_target& target, std::span<float> logits, int32_t token, int32_t reps = 3);
+    void calibrate(verify_target& target, std::span<float> logits, int32_t token, int32_t rounds = 5);
     bool calibrated() const { return calibrated_; }
 
     void set_cost(int32_t rows, double seconds);     // overrides (tests, or a stored calibration)
-    void record_cost(int32_t rows, double seconds);  // a real window's time: running average
+    void record_cost(int32_t rows, double seconds);  // a real window's time: load factor and size
     void set_draft_cost(double seconds_per_draft) { draft_cost_ = seconds_per_draft; }
     // The verifier's verdict on a window: the first `accepted` of `proposed` drafts were kept.
     void record_acceptance(int32_t accepted, int32_t proposed);
 
     // Drafts for the next window, 0..max_rows-1 (0: this window runs without drafting).
     int32_t choose();
+    // Of a proposal whose draft i is kept with probability keep[i] (given drafts 0..i-1 were),
+    // how many drafts to put in the window: 0..min(keep.size(), max_rows - 1).
+    int32_t choose_for(std::span<const double> keep);
     // Start of a request: acceptance back to the prior and drafting on; costs are kept.
     void reset_request();
 
     double acceptance() const;
-    double cost(int32_t rows) const;  // measured, or interpolated from the nearest measured sizes
+    // Seconds: the measured shape (made non-decreasing in rows; sizes not measured interpolated
+    // from the nearest measured ones, flat beyond them) times the load factor.
+    double cost(int32_t rows) const;
     double expected_tokens(int32_t drafts) const;
     double tokens_per_second(int32_t drafts) const;
     int32_t best_depth() const;       // argmax of tokens_per_second, smallest on ties
     bool drafting_off() const { return off_; }
 
 private:
+    void smooth();                    // shape_ -> smooth_
+
     depth_policy_params p_;
-    std::array<double, 17> cost_{};   // [rows] seconds, 0 = not measured
+    std::array<double, 17> shape_{};  // [rows] seconds at load factor 1, 0 = not measured
+    std::array<double, 17> smooth_{}; // [rows] shape_ made non-decreasing and filled in, 0 = nothing measured
+    double scale_ = 1.0;              // load factor: real windows' time over the measured shape
     double draft_cost_ = 0.0;
     double successes_ = 0.0, trials_ = 0.0;
     bool calibrated_ = false;

@@ -32,6 +32,19 @@ public:
         stats_.accepted += accepted;
     }
 
+    // The drafter's estimate, for each draft of its last proposal, that the verifier keeps it
+    // given that the drafts before it were kept: out[i] for i < out.size() <= what propose()
+    // returned. Returns false when it has none; the depth policy then falls back on its own
+    // running acceptance and the decoder asks for the policy's depth up front.
+    virtual bool confidence(std::span<double> out) const {
+        (void)out;
+        return false;
+    }
+    // True when a proposal longer than what is used costs next to nothing (prompt lookup): the
+    // decoder then asks for the longest proposal and lets the depth policy cut it, draft by
+    // draft, with confidence(). False for drafters that pay per draft (a draft model).
+    virtual bool cheap_proposals() const { return false; }
+
     const drafter_stats& stats() const { return stats_; }
     void reset_stats() { stats_ = {}; }
 

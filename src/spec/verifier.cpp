@@ -17,6 +17,19 @@ const char* stop_reason_name(stop_reason r) {
     return "?";
 }
 
+namespace {
+
+// A proposal is a guess, but the target must only ever see valid ids: the length of its prefix
+// that is at most `limit` long and holds ids inside the vocabulary.
+int32_t valid_prefix(int32_t n, std::span<const int32_t> drafts, int32_t n_vocab, int32_t limit) {
+    n = std::clamp(n, 0, limit);
+    for (int32_t i = 0; i < n; ++i)
+        if (drafts[size_t(i)] < 0 || drafts[size_t(i)] >= n_vocab) return i;
+    return n;
+}
+
+}  // namespace
+
 speculative_decoder::speculative_decoder(verify_target& target, keyed_sampler& sampler, drafter* drafter,
                                          depth_policy* policy)
     : target_(target), sampler_(sampler), drafter_(drafter), policy_(policy) {
@@ -51,6 +64,7 @@ decode_result speculative_decoder::generate(std::span<const int32_t> prompt, con
     std::vector<float> logits(buf_rows * size_t(nv));   // [rows, n_vocab]
     std::vector<int32_t> window(size_t(opt.max_window));  // [T] pending token + drafts
     std::vector<int32_t> drafts(16);                      // [<= 15] the drafter's proposal
+    std::vector<double> confidence(16);                   // [<= 15] its chance of being kept, per draft
 
     // Prefill: every prompt token but the last, which is the first window's pending row.
     for (size_t next = size_t(np0); next + 1 < prompt.size();) {
@@ -75,24 +89,26 @@ decode_result speculative_decoder::generate(std::span<const int32_t> prompt, con
     bool done = opt.max_tokens == 0;
     res.reason = stop_reason::max_tokens;
     while (!done) {
-        // How many drafts this window may carry: the policy's depth, the window size, and never
-        // more than the tokens still wanted (a window emits at most drafts + 1 tokens).
-        int32_t depth = drafter_ ? opt.max_window - 1 : 0;
-        if (policy_ && depth > 0) {
-            depth = std::min(depth, policy_->choose());
-            if (depth == 0) ++res.stats.steps_drafting_off;
-        }
-        depth = std::min(depth, opt.max_tokens - generated - 1);
+        // How many drafts this window may carry: never more than the window allows, nor than the
+        // tokens still wanted (a window emits at most drafts + 1 tokens), nor than the policy's
+        // choice.
+        const int32_t cap = drafter_ ? std::min(opt.max_window - 1, opt.max_tokens - generated - 1) : 0;
         int32_t n_d = 0;
-        if (depth > 0) {
-            n_d = std::min(depth, drafter_->propose(context, depth, drafts));
-            // A proposal is a guess, but the target must only ever see valid ids: cut it at the
-            // first one outside the vocabulary.
-            for (int32_t i = 0; i < n_d; ++i)
-                if (drafts[size_t(i)] < 0 || drafts[size_t(i)] >= nv) {
-                    n_d = i;
-                    break;
-                }
+        if (cap > 0 && policy_ && drafter_->cheap_proposals()) {
+            // The longest proposal, cut by the policy draft by draft from the drafter's confidence.
+            n_d = valid_prefix(drafter_->propose(context, cap, drafts), drafts, nv, cap);
+            if (n_d > 0) {
+                std::span<double> keep(confidence.data(), size_t(n_d));
+                n_d = drafter_->confidence(keep) ? policy_->choose_for(keep) : std::min(n_d, policy_->choose());
+                if (n_d == 0) ++res.stats.steps_drafting_off;
+            }
+        } else if (cap > 0) {
+            int32_t depth = cap;
+            if (policy_) {
+                depth = std::min(depth, policy_->choose());
+                if (depth == 0) ++res.stats.steps_drafting_off;
+            }
+            if (depth > 0) n_d = valid_prefix(drafter_->propose(context, depth, drafts), drafts, nv, depth);
         }
         const int32_t rows = n_d + 1;
         window[0] = context.back();

@@ -1,11 +1,14 @@
 // The drafters and the depth policy on their own: prompt lookup proposes the continuation of
-// the longest, most recent match from an incremental index and adapts its length; the draft
-// model's tokenizer check names the mismatch; the depth policy maximises expected tokens per
-// second.
+// the longest, most recent match from an incremental index, with a confidence per draft learned
+// per match length; the draft model's tokenizer check names the mismatch; the depth policy
+// maximises expected tokens per second on a cost curve that noise does not bend.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cmath>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -25,10 +28,16 @@ std::vector<int32_t> propose(ngram_drafter& d, const std::vector<int32_t>& ctx, 
     return out;
 }
 
+// Matching on its own: no proposal is cut for lack of confidence.
+ngram_drafter_params uncut(int32_t max_ngram = 4) {
+    return ngram_drafter_params{.min_ngram = 1, .max_ngram = max_ngram, .max_draft = 16, .min_chain_probability = 0.0};
+}
+
 TEST(ngram_drafter, proposes_the_continuation_of_the_longest_match) {
-    ngram_drafter d(ngram_drafter_params{.min_ngram = 1, .max_ngram = 4, .max_draft = 16, .initial_draft = 16});
-    // "1 2 3 4" occurred at the start, followed by "9 8 1 2 3 4".
-    EXPECT_EQ(propose(d, {1, 2, 3, 4, 9, 8, 7, 1, 2, 3, 4}), (std::vector<int32_t>{9, 8, 7, 1, 2, 3, 4}));
+    ngram_drafter d(uncut());
+    // "1 2 3 4" occurred at the start, followed by "9 8 7 1 2 3 4".
+    EXPECT_EQ(propose(d, {1, 2, 3, 4, 9, 8, 7, 1, 2, 3, 4}, 7), (std::vector<int32_t>{9, 8, 7, 1, 2, 3, 4}));
+    EXPECT_EQ(d.last_match_length(), 4);
     d.reset();
     // "2 3" is more recent (followed by 6) but "1 2 3" is longer (followed by 5): longer wins.
     EXPECT_EQ(propose(d, {1, 2, 3, 5, 0, 2, 3, 6, 0, 1, 2, 3}, 1), (std::vector<int32_t>{5}));
@@ -39,48 +48,90 @@ TEST(ngram_drafter, proposes_the_continuation_of_the_longest_match) {
     // Nothing to match.
     EXPECT_TRUE(propose(d, {1, 2, 3, 4, 5}).empty());
     EXPECT_EQ(d.stats().empty, 1);
+    EXPECT_EQ(d.last_match_length(), 0);
+}
+
+TEST(ngram_drafter, longest_backward_match_beats_a_more_recent_shorter_one) {
+    // Chains keyed on 2-grams: "1 2" last occurred after "5 9" (match "9 1 2", 3 tokens, then
+    // 60) and before that after "7 8 9" (match "7 8 9 1 2", 5 tokens, then 50). The context ends
+    // with "7 8 9 1 2": the older, longer match is the text being copied.
+    ngram_drafter d(uncut(2));
+    EXPECT_EQ(propose(d, {7, 8, 9, 1, 2, 50, 5, 9, 1, 2, 60, 3, 7, 8, 9, 1, 2}, 1), (std::vector<int32_t>{50}));
+    EXPECT_EQ(d.last_match_length(), 5);
+}
+
+TEST(ngram_drafter, continuation_repeats_past_the_end_of_the_context) {
+    // "4 5 6 4 5 6 4 5": the match of "4 5" three tokens back continues "6 4 5", and past the
+    // context's end the copy goes on from the drafts themselves: a repeating text keeps repeating.
+    ngram_drafter d(uncut());
+    EXPECT_EQ(propose(d, {1, 4, 5, 6, 4, 5, 6, 4, 5}, 8), (std::vector<int32_t>{6, 4, 5, 6, 4, 5, 6, 4}));
 }
 
 TEST(ngram_drafter, incremental_index_equals_a_rebuilt_one) {
     std::mt19937 rng(3);
     std::vector<int32_t> ctx;
-    ngram_drafter grown(ngram_drafter_params{.initial_draft = 16});
+    ngram_drafter grown(uncut());
     for (int step = 0; step < 400; ++step) {
         // A small alphabet so matches of every length happen.
         int32_t add = 1 + int32_t(rng() % 3);
         for (int32_t i = 0; i < add; ++i) ctx.push_back(int32_t(rng() % 6));
-        ngram_drafter fresh(ngram_drafter_params{.initial_draft = 16});
+        ngram_drafter fresh(uncut());
         ASSERT_EQ(propose(grown, ctx), propose(fresh, ctx)) << "after " << ctx.size() << " tokens";
+        EXPECT_EQ(grown.last_match_length(), fresh.last_match_length());
         EXPECT_EQ(grown.indexed(), int64_t(ctx.size()) - 1);
     }
 }
 
-TEST(ngram_drafter, limit_shrinks_after_rejection_and_grows_after_full_acceptance) {
-    ngram_drafter d(ngram_drafter_params{.max_draft = 12, .initial_draft = 8});
-    EXPECT_EQ(d.current_limit(), 8);
-    d.observe(2, 8);
-    EXPECT_EQ(d.current_limit(), 3);
-    d.observe(0, 3);
-    EXPECT_EQ(d.current_limit(), 1);
-    d.observe(1, 1);
-    EXPECT_EQ(d.current_limit(), 2);
-    d.observe(2, 2);
-    d.observe(4, 4);
-    d.observe(8, 8);
-    EXPECT_EQ(d.current_limit(), 12);
-    EXPECT_EQ(d.stats().proposed, 26);
-    EXPECT_EQ(d.stats().accepted, 17);
-    // The limit caps proposals.
-    std::vector<int32_t> ctx;
-    for (int i = 0; i < 40; ++i) ctx.push_back(i % 5);
-    d.observe(0, 5);
-    EXPECT_EQ(propose(d, ctx).size(), 1u);
+TEST(ngram_drafter, confidence_grows_with_the_match_and_follows_the_verdicts) {
+    ngram_drafter d;
+    // Before any verdict: the prior, rising with the match length (a long match is a copy).
+    for (int32_t l = 1; l < ngram_drafter::k_buckets - 1; ++l) EXPECT_LE(d.acceptance(l), d.acceptance(l + 1)) << l;
+    EXPECT_LT(d.acceptance(1), 0.5);
+    EXPECT_GT(d.acceptance(16), 0.9);
+    EXPECT_EQ(d.acceptance(40), d.acceptance(16));
+
+    // confidence(): draft i of a proposal matched over L tokens sits L + i tokens into the match.
+    std::vector<int32_t> ctx = {1, 2, 3, 4, 9, 8, 7, 1, 2, 3, 4};
+    auto p = propose(d, ctx, 6);
+    ASSERT_FALSE(p.empty());
+    std::vector<double> keep(p.size());
+    ASSERT_TRUE(d.confidence(keep));
+    for (size_t i = 0; i < keep.size(); ++i) EXPECT_DOUBLE_EQ(keep[i], d.acceptance(4 + int32_t(i)));
+    std::vector<double> too_many(p.size() + 1);
+    EXPECT_FALSE(d.confidence(too_many));
+
+    // A proposal stops where keeping all of it becomes unlikely: a one-token match is a guess.
+    d.reset();
+    auto guess = propose(d, {5, 6, 7, 8, 9, 10, 11, 12, 13, 5}, 15);
+    EXPECT_EQ(d.last_match_length(), 1);
+    EXPECT_GE(guess.size(), 1u);
+    EXPECT_LT(guess.size(), 8u);
+
+    // Rejections at a match length lower its estimate; kept drafts raise theirs.
+    double before1 = d.acceptance(1), before2 = d.acceptance(2);
+    d.observe(0, int32_t(guess.size()));  // the first draft (match length 1) was wrong
+    EXPECT_LT(d.acceptance(1), before1);
+    EXPECT_EQ(d.acceptance(2), before2);   // the drafts after the rejection were never judged
+    d.reset();
+    d.reset_stats();
+    propose(d, ctx, 6);
+    double before5 = d.acceptance(5), before4 = d.acceptance(4);
+    d.observe(2, 6);  // drafts at lengths 4 and 5 kept, the one at 6 rejected
+    EXPECT_GT(d.acceptance(4), before4);
+    EXPECT_GT(d.acceptance(5), before5);
+    EXPECT_EQ(d.stats().proposed, 6);
+    EXPECT_EQ(d.stats().accepted, 2);
+    // A new request starts from the prior again.
+    d.reset();
+    EXPECT_EQ(d.acceptance(4), before4);
 }
 
 TEST(ngram_drafter, bad_parameters_are_rejected) {
     EXPECT_THROW(ngram_drafter(ngram_drafter_params{.min_ngram = 0}), error);
     EXPECT_THROW(ngram_drafter(ngram_drafter_params{.min_ngram = 3, .max_ngram = 2}), error);
     EXPECT_THROW(ngram_drafter(ngram_drafter_params{.max_ngram = 9}), error);
+    EXPECT_THROW(ngram_drafter(ngram_drafter_params{.max_candidates = 0}), error);
+    EXPECT_THROW(ngram_drafter(ngram_drafter_params{.min_chain_probability = 1.0}), error);
 }
 
 TEST(draft_model, mismatched_tokenizer_is_rejected_with_the_token) {
@@ -197,6 +248,114 @@ TEST(depth_policy, drafting_turns_off_while_it_does_not_pay_and_probes) {
     for (int i = 0; i < 50; ++i) p.record_acceptance(4, 4);
     EXPECT_GT(p.choose(), 0);
     EXPECT_FALSE(p.drafting_off());
+}
+
+TEST(depth_policy, a_proposal_is_cut_where_another_row_stops_paying) {
+    depth_policy p;
+    // A row costs half a one-row window more.
+    for (int32_t r = 1; r <= 16; ++r) p.set_cost(r, 1.0 + 0.5 * (r - 1));
+    auto brute = [&](const std::vector<double>& keep) {
+        int32_t want = 0;
+        double best = 1.0 / p.cost(1), e = 1.0, all = 1.0;
+        for (size_t k = 1; k <= keep.size(); ++k) {
+            all *= keep[k - 1];
+            e += all;
+            if (e / p.cost(int32_t(k) + 1) > best * (1.0 + 1e-9)) {
+                best = e / p.cost(int32_t(k) + 1);
+                want = int32_t(k);
+            }
+        }
+        return want;
+    };
+    // A copy in progress: deep.
+    std::vector<double> copy(15, 0.98);
+    EXPECT_EQ(p.choose_for(copy), brute(copy));
+    EXPECT_GE(p.choose_for(copy), 6);
+    EXPECT_FALSE(p.drafting_off());
+    // A one-token guess does not pay for its row: this window runs without drafts.
+    std::vector<double> guess = {0.25, 0.45, 0.6};
+    EXPECT_EQ(p.choose_for(guess), 0);
+    EXPECT_TRUE(p.drafting_off());
+    // A draft that would pay only a little on the estimates (3% here) is not worth the risk of
+    // a wider window that loses.
+    std::vector<double> slim = {0.55};
+    EXPECT_EQ(p.choose_for(slim), 0);
+    // Confidence that falls along the proposal: cut where it falls.
+    std::vector<double> fading = {0.97, 0.97, 0.97, 0.9, 0.3, 0.2, 0.2, 0.2};
+    EXPECT_EQ(p.choose_for(fading), brute(fading));
+    EXPECT_EQ(p.choose_for(fading), 4);
+    // Free rows: every draft that might be kept goes in.
+    for (int32_t r = 1; r <= 16; ++r) p.set_cost(r, 1.0);
+    EXPECT_EQ(p.choose_for(fading), 8);
+    // Never more than the window holds.
+    depth_policy small(depth_policy_params{.max_rows = 4});
+    EXPECT_EQ(small.choose_for(copy), 3);
+}
+
+TEST(depth_policy, noisy_timings_never_make_a_deeper_window_look_cheaper) {
+    depth_policy p;
+    // Measured: 3 rows slower than 4 and 5 (one disturbed sample).
+    p.set_cost(1, 1.0);
+    p.set_cost(2, 1.2);
+    p.set_cost(3, 2.0);
+    p.set_cost(4, 1.4);
+    p.set_cost(5, 1.8);
+    for (int32_t r = 2; r <= 16; ++r) EXPECT_GE(p.cost(r), p.cost(r - 1)) << r;
+    // The violators are pooled (their mean), the rest kept.
+    EXPECT_DOUBLE_EQ(p.cost(2), 1.2);
+    EXPECT_DOUBLE_EQ(p.cost(3), 1.7);
+    EXPECT_DOUBLE_EQ(p.cost(4), 1.7);
+    EXPECT_DOUBLE_EQ(p.cost(5), 1.8);
+}
+
+TEST(depth_policy, real_windows_move_costs_by_bounded_steps_and_together) {
+    depth_policy p;
+    for (int32_t r = 1; r <= 16; ++r) p.set_cost(r, 1.0 + 0.25 * (r - 1));
+    // One window that lost its core for a while (100x) moves the estimate by a bounded step.
+    p.record_cost(1, 100.0);
+    EXPECT_LT(p.cost(1), 1.0 * std::pow(2.0, 0.2 + 0.05) + 1e-9);
+    EXPECT_GT(p.cost(1), 1.0);
+    // A machine that became twice as slow: one-row windows alone bring every size along (the
+    // load factor is shared), so deeper windows do not look cheap by comparison.
+    for (int i = 0; i < 60; ++i) p.record_cost(1, 2.0);
+    EXPECT_NEAR(p.cost(1), 2.0, 0.05);
+    EXPECT_GT(p.cost(8), 1.5 * (1.0 + 0.25 * 7));
+    // Glitches are ignored.
+    double c = p.cost(3);
+    p.record_cost(3, 0.0);
+    p.record_cost(3, -1.0);
+    p.record_cost(0, 1.0);
+    p.record_cost(17, 1.0);
+    EXPECT_EQ(p.cost(3), c);
+}
+
+// Sleeps a time that grows with the rows; one call is disturbed by a long stall.
+class sleepy_target final : public verify_target {
+public:
+    int32_t n_vocab() const override { return 4; }
+    int32_t n_past() const override { return 0; }
+    void forward(std::span<const int32_t> tokens, float* logits) override {
+        std::fill(logits, logits + tokens.size() * 4, 0.0f);
+        auto ms = std::chrono::microseconds(2000 + 1000 * int64_t(tokens.size() - 1));
+        if (tokens.size() == 5 && ++calls5_ == 2) ms += std::chrono::milliseconds(200);
+        std::this_thread::sleep_for(ms);
+    }
+    void commit(int32_t) override {}
+
+private:
+    int calls5_ = 0;
+};
+
+TEST(depth_policy, calibration_drops_a_disturbed_sample) {
+    sleepy_target t;
+    depth_policy p;
+    std::vector<float> logits(16 * 4);
+    p.calibrate(t, logits, 1);
+    for (int32_t r = 2; r <= 16; ++r) EXPECT_GE(p.cost(r), p.cost(r - 1)) << r;
+    // True costs 2 ms + 1 ms per extra row: 6 ms at 5 rows, 17 ms at 16. The 200 ms stall of
+    // one 5-row sample is not in the estimate.
+    EXPECT_LT(p.cost(5), 0.8 * p.cost(16));
+    EXPECT_GT(p.cost(16), 2.0 * p.cost(1));
 }
 
 TEST(depth_policy, calibration_leaves_the_target_state_unchanged) {

@@ -45,10 +45,16 @@ bool has_simd(isa i, dtype wt);
 void dot_rows(isa i, dtype wt, const std::byte* w_row, const std::byte* act_rows, size_t act_stride,
               int n_rows, int64_t n, float* out);
 
-// The per-ISA kernel tables (dot_avx2.cpp, dot_avx512.cpp): nullptr for formats without a SIMD
-// version. Arguments as dot_rows, already validated.
+// The SIMD kernel dot_rows(i, wt, ...) would run, resolved once, for loops that make many calls
+// with one (ISA, format) (matmul, the expert pool): no per-call checks or dispatch. nullptr when
+// dot_rows would run dot_ref (isa::scalar, no SIMD version, or an ISA this CPU cannot run). The
+// caller guarantees what dot_rows checks: n_rows in [1, 16] and act_stride < 2^27 bytes.
 using dot_rows_fn = void (*)(const std::byte* w_row, const std::byte* act_rows, size_t act_stride,
                              int n_rows, int64_t n, float* out);
+dot_rows_fn resolve_dot_rows(isa i, dtype wt);
+
+// The per-ISA kernel tables (dot_avx2.cpp, dot_avx512.cpp): nullptr for formats without a SIMD
+// version. Arguments as dot_rows, already validated.
 namespace detail {
 dot_rows_fn avx2_kernel(dtype wt);
 dot_rows_fn avx512_kernel(dtype wt);

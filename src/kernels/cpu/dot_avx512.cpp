@@ -1,6 +1,6 @@
-// AVX-512 (F, BW, VL, VNNI) kernels of dot.h: dot_simd_impl.h with 512-bit integer loops for
-// 256-wide blocks (vpmaddubsw + vpdpwssd), vpdpbusd for 32-wide blocks and one zmm of 16 fp32
-// lanes for float rows. Called only when the CPU reports all four extensions (dot_dispatch.cpp).
+// AVX-512 (F, BW, VL, VNNI) kernels of dot.h: dot_simd_impl.h with VNNI on 256-bit vectors for
+// 256-wide blocks (vpmaddubsw + vpdpwssd; see kblock_sumi for why not 512-bit), vpdpbusd for
+// 32-wide blocks and one zmm of 16 fp32 lanes for float rows. Called only when the CPU reports all four extensions (dot_dispatch.cpp).
 #include "kernels/cpu/dot.h"
 
 #include "quant/act.h"

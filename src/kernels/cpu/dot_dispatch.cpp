@@ -57,6 +57,8 @@ dot_rows_fn table_for(isa i, dtype wt) {
 
 bool has_simd(isa i, dtype wt) { return table_for(i, wt) != nullptr; }
 
+dot_rows_fn resolve_dot_rows(isa i, dtype wt) { return cpu_supports(i) ? table_for(i, wt) : nullptr; }
+
 void dot_rows(isa i, dtype wt, const std::byte* w_row, const std::byte* act_rows, size_t act_stride,
               int n_rows, int64_t n, float* out) {
     if (n_rows < 1 || n_rows > 16) fail("dot_rows: n_rows: expected 1..16, got {}", n_rows);

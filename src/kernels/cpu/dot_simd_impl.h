@@ -1,7 +1,7 @@
 // The SIMD dot-product kernels of dot.h, written once and compiled twice: dot_avx2.cpp includes
 // this file under `#pragma GCC target("avx2,fma,f16c")` and dot_avx512.cpp under the AVX-512
-// target with SLUICE_DOT_WIDE=1 (512-bit integer loops for 256-wide blocks, VNNI for 32-wide
-// ones, one zmm for float rows). Everything here has internal linkage, so the two copies never
+// target with SLUICE_DOT_WIDE=1 (VNNI: vpdpwssd for 256-wide blocks, vpdpbusd for 32-wide
+// ones; one zmm for float rows). Everything here has internal linkage, so the two copies never
 // meet at link time and no baseline caller can pick up a wide instruction.
 //
 // Included only by those two files, after <immintrin.h>, <cmath>, <cstring>, quant/blocks.h,
@@ -78,6 +78,8 @@ constexpr bool is_legacy(dtype t) {
 constexpr bool unsigned_weights(dtype t) {
     return t == dtype::q4_1 || t == dtype::q5_1 || t == dtype::q4_k || t == dtype::q5_k || t == dtype::q2_k;
 }
+// Formats whose kblock holds unsigned weights: the unsigned ones, and Q6_K stored biased by 32.
+constexpr bool decoded_unsigned(dtype t) { return unsigned_weights(t) || t == dtype::q6_k; }
 // Formats whose term has a min: Q4_1/Q5_1 add (m * dx) * summ, K-quants subtract (dmin * dx) * summ.
 constexpr bool has_min(dtype t) {
     return t == dtype::q4_1 || t == dtype::q5_1 || t == dtype::q4_k || t == dtype::q5_k || t == dtype::q2_k;
@@ -167,7 +169,7 @@ struct kblock {
     alignas(64) int8_t q[256];     // integer weights, element order
     alignas(64) uint8_t aw[256];   // |q| (signed formats only)
     alignas(64) int16_t scp[128];  // scale of the sub-block holding element pair p (2p, 2p+1)
-    alignas(32) int16_t mn[16];    // min of each 16-element group (formats with a min)
+    alignas(32) int16_t mn[16];    // min of each 16-element group (formats with a min; Q6_K: its scales)
     float d = 0.0f, dmin = 0.0f;
 };
 
@@ -272,9 +274,14 @@ template <dtype wt>
         }
     } else if constexpr (wt == dtype::q6_k) {
         // ql[128], qh[64], scales[16] (int8), d. Element 128h + 32c: ql nibble, qh 2 bits, - 32.
+        // Stored biased: q + 32 in [0, 63] (unsigned, no sign transfer); k_ops::sumi subtracts
+        // 32 * sum_j sc_j * bsum_j, so the block's integer sum is unchanged (exact).
         k.d = f16_at(b + 208);
         const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
-        for (int j = 0; j < 16; ++j) set_scale(k, j, 16, scales[j]);
+        for (int j = 0; j < 16; ++j) {
+            set_scale(k, j, 16, scales[j]);
+            k.mn[j] = scales[j];
+        }
         for (int h = 0; h < 2; ++h) {
             const __m256i qh = loadu256(b + 128 + 32 * h);
             const __m256i ql0 = loadu256(b + 64 * h), ql1 = loadu256(b + 64 * h + 32);
@@ -285,8 +292,7 @@ template <dtype wt>
                                    _mm256_and_si256(_mm256_srli_epi16(qh, 4), m2),
                                    _mm256_and_si256(_mm256_srli_epi16(qh, 6), m2)};
             for (int c = 0; c < 4; ++c)
-                store_q(k, 4 * h + c, _mm256_sub_epi8(_mm256_or_si256(l[c], _mm256_slli_epi16(hh[c], 4)),
-                                                      _mm256_set1_epi8(32)));
+                store_q(k, 4 * h + c, _mm256_or_si256(l[c], _mm256_slli_epi16(hh[c], 4)));
         }
     } else if constexpr (wt == dtype::q2_k || wt == dtype::q3_k) {
         // Q2_K: scales[16], qs[64], d, dmin. Q3_K: hmask[32], qs[64], scales[12], d.
@@ -339,7 +345,7 @@ template <dtype wt>
         const __m256i tab = table16(k_kvalues_iq4nl);
         for (int j = 0; j < 8; ++j) store_q(k, j, _mm256_shuffle_epi8(tab, nibbles32(b + 8 + 16 * j)));
     }
-    if constexpr (!unsigned_weights(wt)) {
+    if constexpr (!decoded_unsigned(wt)) {
         for (int c = 0; c < 8; ++c) {
             const __m256i q = _mm256_load_si256(reinterpret_cast<const __m256i*>(k.q + 32 * c));
             _mm256_store_si256(reinterpret_cast<__m256i*>(k.aw + 32 * c), _mm256_sign_epi8(q, q));
@@ -348,26 +354,13 @@ template <dtype wt>
 }
 
 // sumi partials of one row (8 int32 lanes that add up to sum_j sc_j * dot(q_j, x_j)).
+// 256-bit loads even with AVX-512: the kblock was just written 32 bytes at a time, and a 64-byte
+// load of two 32-byte stores cannot be forwarded from the store buffer (it waits for them to
+// reach L1). Measured on this Xeon (bench_dot, one thread): Q4_K one row at a time went from
+// 4.0 GB/s with 512-bit loads to 5-7.6 GB/s with these; 4 and 16 rows did not get slower.
+// AVX-512 VNNI adds the scaled pairs with vpdpwssd; AVX2 with vpmaddwd + vpaddd.
 template <bool uns>
 [[gnu::always_inline]] inline __m256i kblock_sumi(const kblock& k, const int8_t* x) {
-#if SLUICE_DOT_WIDE
-    __m512i acc = _mm512_setzero_si512();
-    const __m512i zero = _mm512_setzero_si512();
-    for (int c = 0; c < 4; ++c) {
-        const __m512i xv = _mm512_loadu_si512(x + 64 * c);
-        const __m512i qv = _mm512_load_si512(k.q + 64 * c);
-        __m512i p;
-        if constexpr (uns) {
-            p = _mm512_maddubs_epi16(qv, xv);
-        } else {
-            // x negated where q < 0 (x is in [-127, 127], so negation is exact).
-            const __m512i sx = _mm512_mask_sub_epi8(xv, _mm512_movepi8_mask(qv), zero, xv);
-            p = _mm512_maddubs_epi16(_mm512_load_si512(k.aw + 64 * c), sx);
-        }
-        acc = _mm512_dpwssd_epi32(acc, p, _mm512_load_si512(k.scp + 32 * c));
-    }
-    return _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
-#else
     __m256i acc = _mm256_setzero_si256();
     for (int c = 0; c < 8; ++c) {
         const __m256i xv = loadu256(x + 32 * c);
@@ -375,10 +368,14 @@ template <bool uns>
         const __m256i p = uns ? _mm256_maddubs_epi16(qv, xv)
                               : _mm256_maddubs_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(k.aw + 32 * c)),
                                                      _mm256_sign_epi8(xv, qv));
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_load_si256(reinterpret_cast<const __m256i*>(k.scp + 16 * c))));
+        const __m256i sc = _mm256_load_si256(reinterpret_cast<const __m256i*>(k.scp + 16 * c));
+#if SLUICE_DOT_WIDE
+        acc = _mm256_dpwssd_epi32(acc, p, sc);
+#else
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, sc));
+#endif
     }
     return acc;
-#endif
 }
 
 template <dtype wt>
@@ -393,7 +390,12 @@ struct k_ops {
         m = k.dmin;
     }
     [[gnu::always_inline]] __m256i sumi(const std::byte* ab) const {
-        return kblock_sumi<unsigned_weights(wt)>(k, reinterpret_cast<const int8_t*>(ab + 4));
+        const __m256i v = kblock_sumi<decoded_unsigned(wt)>(k, reinterpret_cast<const int8_t*>(ab + 4));
+        if constexpr (wt != dtype::q6_k) return v;
+        // Q6_K's bias: sum_j sc_j * dot(q_j + 32, x_j) - 32 * sum_j sc_j * bsum_j (|.| < 2^25).
+        const __m256i bs = loadu256(ab + offsetof(act_block256, bsums));
+        const __m256i sb = _mm256_madd_epi16(bs, _mm256_load_si256(reinterpret_cast<const __m256i*>(k.mn)));
+        return _mm256_sub_epi32(v, _mm256_slli_epi32(sb, 5));
     }
     // summ partials: sum over 16-groups of min * bsum (K-quant mins are per 32: stored twice).
     [[gnu::always_inline]] __m256i summ(const std::byte* ab) const {

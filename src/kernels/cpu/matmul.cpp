@@ -25,14 +25,17 @@ void matmul_prepared(thread_pool& pool, const tensor_view& w, const std::byte* a
     const size_t row_bytes = quant::act_row_bytes(quant::act_format_for(w.type), n_in);
     // dot_rows returns dot_ref's bits for up to 16 rows per weight row, decoding each weight
     // block once (SIMD where this CPU and format have a kernel, dot_ref otherwise).
+    // The kernel is resolved once per call, not per row (the per-row checks cost ~3% of decode).
     static const isa best = best_isa();
+    const dot_rows_fn simd = row_bytes < (size_t{1} << 27) ? resolve_dot_rows(best, w.type) : nullptr;
     pool.parallel_for(n_out, [&](int64_t b, int64_t e) {
         float tmp[16];
         for (int64_t j = b; j < e; ++j) {
             const std::byte* wr = w.row(j);
             for (int64_t r0 = 0; r0 < n_rows; r0 += 16) {
                 const int nr = static_cast<int>(n_rows - r0 < 16 ? n_rows - r0 : 16);
-                dot_rows(best, w.type, wr, act + r0 * row_bytes, row_bytes, nr, n_in, tmp);
+                if (simd) simd(wr, act + r0 * row_bytes, row_bytes, nr, n_in, tmp);
+                else dot_rows(best, w.type, wr, act + r0 * row_bytes, row_bytes, nr, n_in, tmp);
                 for (int r = 0; r < nr; ++r) y[(r0 + r) * n_out + j] = tmp[r];
             }
         }

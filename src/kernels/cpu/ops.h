@@ -78,8 +78,12 @@ struct attention_params {
 //   q:   [n_rows, n_head, head_dim]
 //   k,v: [n_ctx, n_kv_head, head_dim], positions 0..pos0+n_rows-1 filled
 //   out: [n_rows, n_head, head_dim]
+// attention() runs SIMD code (AVX2+FMA where the CPU has it, head_dim % 16 == 0) that gives
+// attention_ref's bits; attention_ref is the scalar definition, kept for the parity tests.
 void attention(thread_pool& pool, const attention_params& p, const float* q, const float* k,
                const float* v, int32_t pos0, int64_t n_rows, float* out);
+void attention_ref(thread_pool& pool, const attention_params& p, const float* q, const float* k,
+                   const float* v, int32_t pos0, int64_t n_rows, float* out);
 
 // ---- matmul.cpp ----------------------------------------------------------------------------
 // y[r, j] = dot(w row j, x row r). w: GGML matrix ne = {n_in, n_out} (a 2-D tensor or one

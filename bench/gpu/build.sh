@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# bench/gpu/build.sh BUILD_DIR: builds the GPU parity tests (tests/gpu/*.cu) and the decode
+# benchmark (bench/gpu/*.cu) with nvcc and g++ alone, no CMake and no Debian packages: fmt
+# header-only and nlohmann from the folder bench/run_gpu.sh --prepare makes (.peers/gpu-bench). For the lent GPU machine,
+# whose image has CUDA but none of the project's dependencies. Objects build in parallel.
+#   CUDA_ARCH=90 (default) picks the target; JOBS defaults to the core count.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:-build/gpu-direct}
+arch=${CUDA_ARCH:-90}
+jobs=${JOBS:-$(nproc)}
+nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+cudainc=$(dirname "$(dirname "$nvcc")")/include
+deps=.peers/gpu-bench/include                 # bench/run_gpu.sh --prepare makes it
+[ -d "$deps" ] || deps=.gpudeps/include
+mkdir -p "$out/obj"
+# E3: no contraction on either compiler.
+cxxflags="-std=c++20 -O2 -ffp-contract=off -DFMT_HEADER_ONLY -DSLUICE_HAVE_CUDA=1 -Isrc -Iinclude -I$deps -I$cudainc"
+nvflags="-std=c++17 -O2 --fmad=false -arch=sm_$arch -Xcompiler -ffp-contract=off -DFMT_HEADER_ONLY -Isrc -Iinclude -I$deps"
+srcs=$(ls src/core/*.cpp src/io/*.cpp src/quant/*.cpp src/kernels/cpu/*.cpp src/models/*.cpp src/moe/*.cpp src/kv/*.cpp 2>/dev/null)
+cus=$(ls src/kernels/cuda/*.cu)
+# INCREMENTAL=1 skips objects newer than their source (local iteration; headers not tracked).
+stale() { [ "${INCREMENTAL:-0}" != 1 ] || [ ! -e "$2" ] || [ "$1" -nt "$2" ]; }
+{
+  for f in $srcs; do o=$out/obj/$(echo "$f" | tr / _).o; stale "$f" "$o" && echo "g++ $cxxflags -c $f -o $o"; done
+  for f in $cus; do o=$out/obj/$(echo "$f" | tr / _).o; stale "$f" "$o" && echo "$nvcc $nvflags -c $f -o $o"; done
+  true
+} | xargs -r -P "$jobs" -I{} sh -c '{}'
+objs=$(ls "$out"/obj/*.o | tr '\n' ' ')
+# Each test and benchmark: compiled, then linked with every object (the linker keeps what it needs).
+# C++20 here: model_parity and decode_bench include models/model.h (std::span); CMake builds
+# CUDA as C++17, where model_parity compiles to a skip.
+nvflags=${nvflags/-std=c++17/-std=c++20}
+{
+  for f in tests/gpu/*.cu; do
+    n=$(basename "$f" .cu)
+    echo "$nvcc $nvflags $f $objs -o $out/$n -lpthread"
+  done
+  for f in bench/gpu/*.cu; do
+    n=$(basename "$f" .cu)
+    echo "$nvcc $nvflags $f $objs -o $out/$n -lpthread"
+  done
+} | xargs -r -P "$jobs" -I{} sh -c '{}'
+ls -la "$out" | grep -v obj

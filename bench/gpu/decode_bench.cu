@@ -1,0 +1,122 @@
+// decode_bench MODEL [N_PROMPT] [N_GEN]: the whole model on the GPU through load_model_cuda:
+// load time, prefill tok/s (the prompt as one window), decode tok/s (batch 1, greedy, no
+// drafting) with the decode step as a CUDA graph and without, whether both decodes gave the
+// same tokens, and the time of a verify window of 8 rows. Prints one line per figure and a
+// JSON line at the end (for bench/RESULTS.md).
+#include "models/cuda_model.h"
+
+#include "core/thread_pool.h"
+#include "io/model_file.h"
+#include "kv/kv_cache.h"
+#include "models/model.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <vector>
+
+using namespace sluice;
+
+namespace {
+
+double now_s() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int argmax(const float* x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; ++i)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 2) {
+        std::fprintf(stderr, "usage: decode_bench MODEL [N_PROMPT] [N_GEN]\n");
+        return 2;
+    }
+    const int n_prompt = argc > 2 ? std::atoi(argv[2]) : 128;
+    const int n_gen = argc > 3 ? std::atoi(argv[3]) : 64;
+    try {
+        if (!cuda_available()) {
+            std::printf("SKIP: no CUDA device\n");
+            return 77;
+        }
+        double t0 = now_s();
+        auto mf = model_file::open(argv[1]);
+        load_options o;
+        o.n_ctx = n_prompt + n_gen + 64;
+        auto m = load_model_cuda(*mf, o, 0);
+        const double t_load = now_s() - t0;
+        const model_hparams& hp = m->hparams();
+        std::printf("model: %s, %d layers, n_embd %d, experts %d (top %d), vocab %d; loaded in %.2f s\n", hp.arch.c_str(),
+                    hp.n_layer, hp.n_embd, hp.n_expert, hp.n_expert_used, hp.n_vocab, t_load);
+        thread_pool pool(1);
+        forward_scratch s = m->make_scratch(n_prompt > 16 ? n_prompt : 16, pool);
+        s.last_row_logits_only = true;
+        std::vector<float> logits(static_cast<size_t>(hp.n_vocab) * 16);
+        std::vector<token_id> prompt(static_cast<size_t>(n_prompt));
+        for (int i = 0; i < n_prompt; ++i) prompt[static_cast<size_t>(i)] = (i * 7919 + 13) % hp.n_vocab;
+
+        // Warm-up (allocations, first launches) on its own cache.
+        {
+            kv_cache kw(m->kv_shape_for(o.n_ctx));
+            m->forward(prompt, 0, kw, s, logits.data());
+        }
+        kv_cache kv(m->kv_shape_for(o.n_ctx));
+        t0 = now_s();
+        m->forward(prompt, 0, kv, s, logits.data());
+        const double t_prefill = now_s() - t0;
+        const token_id first = argmax(logits.data(), hp.n_vocab);
+        // Decode with and without graphs from the same prefilled cache (rolled back to the
+        // prompt): the tokens must agree; the times differ by the launch overhead.
+        double t_decode[2] = {0.0, 0.0};
+        std::vector<token_id> out[2];
+        for (int mode = 0; mode < 2; ++mode) {
+            set_cuda_graphs(*m, mode == 0);
+            kv.truncate(n_prompt);
+            token_id next = first;
+            // One untimed step per mode: the graph's capture happens here.
+            m->forward(std::span<const token_id>(&next, 1), n_prompt, kv, s, logits.data());
+            kv.truncate(n_prompt);
+            t0 = now_s();
+            for (int i = 0; i < n_gen; ++i) {
+                m->forward(std::span<const token_id>(&next, 1), n_prompt + i, kv, s, logits.data());
+                next = argmax(logits.data(), hp.n_vocab);
+                out[mode].push_back(next);
+            }
+            t_decode[mode] = now_s() - t0;
+        }
+        // A verify window of 8 rows at the end of the context (rolled back each time).
+        std::vector<token_id> win(8, first);
+        const int32_t pos = n_prompt + n_gen - 8;
+        const int reps = 10;
+        s.last_row_logits_only = false;
+        t0 = now_s();
+        for (int i = 0; i < reps; ++i) {
+            kv.truncate(pos);
+            m->forward(win, pos, kv, s, logits.data());
+        }
+        const double t_win = (now_s() - t0) / reps;
+        const double step = t_decode[0] / n_gen;
+        std::printf("prefill: %d tokens in %.3f s = %.1f tok/s\n", n_prompt, t_prefill, n_prompt / t_prefill);
+        std::printf("decode (graphs): %d tokens in %.3f s = %.1f tok/s (%.3f ms/token)\n", n_gen, t_decode[0],
+                    n_gen / t_decode[0], 1e3 * step);
+        std::printf("decode (no graphs): %d tokens in %.3f s = %.1f tok/s (%.3f ms/token)\n", n_gen, t_decode[1],
+                    n_gen / t_decode[1], 1e3 * t_decode[1] / n_gen);
+        std::printf("greedy tokens with and without graphs: %s\n", out[0] == out[1] ? "identical" : "DIFFER");
+        std::printf("verify window of 8 rows: %.2f ms (%.2fx one decode step)\n", 1e3 * t_win, t_win / step);
+        std::printf("{\"arch\": \"%s\", \"layers\": %d, \"n_prompt\": %d, \"prefill_tok_s\": %.1f, \"decode_tok_s\": %.1f, "
+                    "\"decode_tok_s_no_graphs\": %.1f, \"window8_ms\": %.3f, \"load_s\": %.2f, \"graph_tokens_equal\": %s}\n",
+                    hp.arch.c_str(), hp.n_layer, n_prompt, n_prompt / t_prefill, n_gen / t_decode[0], n_gen / t_decode[1],
+                    1e3 * t_win, t_load, out[0] == out[1] ? "true" : "false");
+        if (out[0] != out[1]) return 1;
+    } catch (const std::exception& e) {
+        std::printf("FAIL: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}

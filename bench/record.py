@@ -1,0 +1,334 @@
+#!/usr/bin/env python3
+"""bench/record.py: put a benchmark run of sluice and its peers side by side, print the ratio
+table, and (with --record) append it to bench/RESULTS.md and bench/results.jsonl.
+
+A run is described by a manifest (JSON) that the bench scripts build one engine run at a time:
+
+    bench/record.py add RUN.json --name "sluice cpu -t 2" --engine sluice --file sluice.json \
+        --placement cpu --command "sluice bench ... --json"
+    bench/record.py add RUN.json --name "llama.cpp cpu -t 2" --engine llama.cpp --file llama.json \
+        --placement cpu --command "llama-bench ..."
+    bench/record.py compare RUN.json "sluice cpu -t 2" "llama.cpp cpu -t 2"
+    bench/record.py add-probe RUN.json --file gpu_probe.json     (GPU figures for the ceilings)
+    bench/record.py report RUN.json --model "synthetic Qwen3-30B-A3B Q4_K_M, 12 layers" \
+        --scenario cpu/q30-12l [--note "run_cpu.sh took 412 s"] [--record]
+
+Files: `sluice bench --json` output (engine sluice) or `llama-bench -o json` output (engine
+llama.cpp). Tests are matched by (prefill|decode, tokens, depth): sluice's pp512 is llama-bench's
+n_prompt 512, its tg64@d0 llama-bench's n_gen 64 at n_depth 0.
+
+Ceilings: every figure is shown as a fraction of the roofline ceiling of its test, bytes per
+token from the sluice run's report (the same file, so the same traffic) over the bandwidth its
+placement reads from: cpu = the RAM read probe, gpu = the GPU's HBM probe, experts-cpu = routed
+expert bytes from RAM and the rest from HBM (time = bytes_e / RAM + bytes_rest / HBM). A
+bandwidth that was not measured (no GPU probe in a CPU-only build) gives no ceiling: "-".
+
+Rows appended to results.jsonl (one per compared test, plus one ceiling_fraction row each):
+{"date","commit","machine","scenario","model","metric","value","peer","peer_value","ratio","command"}
+metric: "prefill" / "decode" (tok/s; scenario names the test, e.g. cpu/q30-12l/tg64@d0), and
+"ceiling_fraction" (value: sluice's fraction of its ceiling, peer_value: the peer's).
+Peer-only runs (no sluice counterpart, e.g. llama.cpp fully on the GPU) are recorded with value
+and ratio null.
+"""
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PLACEMENTS = ("cpu", "gpu", "experts-cpu")
+
+
+def load_manifest(path):
+    p = pathlib.Path(path)
+    if p.exists():
+        return json.loads(p.read_text())
+    return {"runs": [], "compare": []}
+
+
+def save_manifest(path, m):
+    pathlib.Path(path).write_text(json.dumps(m, indent=1) + "\n")
+
+
+def read_json_file(path):
+    text = pathlib.Path(path).read_text()
+    # llama-bench may print a line of its own before the JSON; start at the first bracket.
+    starts = [i for i in (text.find("["), text.find("{")) if i >= 0]
+    if not starts:
+        raise ValueError(f"{path}: no JSON in the file")
+    return json.loads(text[min(starts):])
+
+
+def tests_of(run, base_dir):
+    """{(metric, n, depth): {"tok_s", "stddev", "sluice": result or None}} for one run."""
+    path = pathlib.Path(run["file"])
+    if not path.is_absolute():
+        path = base_dir / path
+    data = read_json_file(path)
+    out = {}
+    if run["engine"] == "sluice":
+        for r in data["results"]:
+            if r["kind"] == "prefill":
+                key = ("prefill", r["n_prompt"], r["depth"])
+            elif r["kind"] == "decode":
+                key = ("decode", r["n_gen"], r["depth"])
+            else:
+                continue
+            out[key] = {"tok_s": r["tok_s"], "stddev": r["stddev_tok_s"], "result": r}
+    elif run["engine"] == "llama.cpp":
+        for r in data:
+            depth = int(r.get("n_depth", 0))
+            if r["n_prompt"] > 0 and r["n_gen"] == 0:
+                key = ("prefill", r["n_prompt"], depth)
+            elif r["n_gen"] > 0 and r["n_prompt"] == 0:
+                key = ("decode", r["n_gen"], depth)
+            else:
+                continue
+            out[key] = {"tok_s": float(r["avg_ts"]), "stddev": float(r["stddev_ts"]), "result": None}
+    else:
+        raise ValueError(f"run {run['name']}: engine must be sluice or llama.cpp, got {run['engine']}")
+    return out, data
+
+
+def test_order(key):
+    """Prefill before decode, then by depth and tokens."""
+    metric, n, depth = key
+    return (0 if metric == "prefill" else 1, depth, n)
+
+
+def test_name(key):
+    metric, n, depth = key
+    return f"pp{n}" if metric == "prefill" and depth == 0 else (
+        f"pp{n}@d{depth}" if metric == "prefill" else f"tg{n}@d{depth}")
+
+
+def ceiling(report, result, placement, probe=None):
+    """The ceiling in tok/s of `result` (a sluice result) when its bytes come from `placement`.
+    probe: a GPU probe (the manifest's) for reports made without one (sluice built without CUDA)."""
+    if report is None or result is None or not result.get("bytes_per_token"):
+        return None
+    bpt = result["bytes_per_token"]
+    ram = report["bandwidth"].get("ram_read_gb_s")
+    gpu = report["bandwidth"].get("gpu") or (probe if probe and probe.get("present") else {})
+    hbm = gpu.get("hbm_read_gb_s")
+    if placement == "cpu":
+        bw = report["roofline"].get("bandwidth_gb_s") if report.get("backend", "cpu") == "cpu" else ram
+        return bw * 1e9 / bpt if bw else None
+    if placement == "gpu":
+        return hbm * 1e9 / bpt if hbm else None
+    if placement == "experts-cpu":
+        if not (ram and hbm):
+            return None
+        groups = {g["name"]: g["bytes_per_token"] for g in report["roofline"]["groups"]}
+        total = sum(groups.values()) or 1
+        experts = bpt * groups.get("routed experts", 0) / total
+        return 1.0 / (experts / (ram * 1e9) + (bpt - experts) / (hbm * 1e9))
+    return None
+
+
+def sig(x, digits=6):
+    """x to `digits` significant figures (fractions of a ceiling can be small)."""
+    return float(f"{x:.{digits}g}")
+
+
+def git_commit():
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def fmt_ts(x):
+    return "-" if x is None else f"{x:.2f}"
+
+
+def fmt_frac(tok_s, ceil):
+    return "-" if (tok_s is None or not ceil) else f"{100.0 * tok_s / ceil:.1f}%"
+
+
+def report(args):
+    m = load_manifest(args.manifest)
+    base = pathlib.Path(args.manifest).resolve().parent
+    runs = {r["name"]: r for r in m["runs"]}
+    parsed = {}
+    for name, r in runs.items():
+        try:
+            parsed[name] = tests_of(r, base)
+        except (OSError, ValueError, KeyError, json.JSONDecodeError) as e:
+            print(f"record.py: run '{name}' skipped: {e}", file=sys.stderr)
+    sluice_report = None
+    for name, r in runs.items():
+        if r["engine"] == "sluice" and name in parsed:
+            sluice_report = parsed[name][1]
+            break
+    probe = m.get("gpu_probe")
+    machine = args.machine or (sluice_report or {}).get("machine") or "unknown machine"
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    commit = args.commit or git_commit()
+
+    rows, table = [], []
+    compared_peers = set()
+    for s_name, p_name in m["compare"]:
+        if s_name not in parsed or p_name not in parsed:
+            print(f"record.py: comparison {s_name} / {p_name} skipped: a run is missing", file=sys.stderr)
+            continue
+        compared_peers.add(p_name)
+        s_tests, s_rep = parsed[s_name]
+        p_tests, _ = parsed[p_name]
+        for key in sorted(set(s_tests) & set(p_tests), key=test_order):
+            s, p = s_tests[key], p_tests[key]
+            s_ceil = ceiling(s_rep, s["result"], runs[s_name].get("placement", "cpu"), probe)
+            p_ceil = ceiling(s_rep, s["result"], runs[p_name].get("placement", "cpu"), probe)
+            ratio = s["tok_s"] / p["tok_s"] if p["tok_s"] else None
+            name = test_name(key)
+            table.append([name, s_name, fmt_ts(s["tok_s"]), fmt_frac(s["tok_s"], s_ceil), p_name, fmt_ts(p["tok_s"]),
+                          fmt_frac(p["tok_s"], p_ceil), "-" if ratio is None else f"{ratio:.2f}x"])
+            common = {"date": date, "commit": commit, "machine": machine, "scenario": f"{args.scenario}/{name}",
+                      "model": args.model}
+            rows.append({**common, "metric": key[0], "value": s["tok_s"], "peer": p_name, "peer_value": p["tok_s"],
+                         "ratio": None if ratio is None else round(ratio, 3),
+                         "command": runs[s_name].get("command", "")})
+            if s_ceil or p_ceil:
+                sf = s["tok_s"] / s_ceil if s_ceil else None
+                pf = p["tok_s"] / p_ceil if p_ceil else None
+                rows.append({**common, "metric": "ceiling_fraction", "value": None if sf is None else sig(sf),
+                             "peer": p_name, "peer_value": None if pf is None else sig(pf),
+                             "ratio": None if not (sf and pf) else round(sf / pf, 3),
+                             "command": runs[s_name].get("command", "")})
+    # Peers with no sluice counterpart: their figures, with the ceiling of their placement.
+    for p_name, r in runs.items():
+        if r["engine"] != "llama.cpp" or p_name in compared_peers or p_name not in parsed:
+            continue
+        s_tests = tests_of_sluice_first(parsed, runs)
+        for key, p in sorted(parsed[p_name][0].items(), key=lambda kv: test_order(kv[0])):
+            s = s_tests.get(key)
+            p_ceil = ceiling(sluice_report, s["result"] if s else None, r.get("placement", "cpu"), probe)
+            name = test_name(key)
+            table.append([name, "-", "-", "-", p_name, fmt_ts(p["tok_s"]), fmt_frac(p["tok_s"], p_ceil), "-"])
+            rows.append({"date": date, "commit": commit, "machine": machine, "scenario": f"{args.scenario}/{name}",
+                         "model": args.model, "metric": key[0], "value": None, "peer": p_name,
+                         "peer_value": p["tok_s"], "ratio": None, "command": r.get("command", "")})
+
+    header = ["test", "sluice", "tok/s", "of ceiling", "peer", "tok/s", "of ceiling", "ratio"]
+    md = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    md += ["| " + " | ".join(t) + " |" for t in table]
+
+    # sluice-only figures: the window cost curve and the oracle runs.
+    extra = []
+    for name, r_ in runs.items():
+        if r_["engine"] != "sluice" or name not in parsed:
+            continue
+        for r in parsed[name][1]["results"]:
+            if r["kind"] == "window":
+                extra.append(f"| {name} | {r['test']} | {r['mean_s'] * 1e3:.2f} ms | {r['tok_s']:.1f} rows/s | "
+                             f"{fmt_frac(r['tok_s'], r['ceiling_tok_s'])} | |")
+            elif r["kind"] == "spec":
+                extra.append(f"| {name} | {r['test']} | {r['tok_s']:.2f} tok/s | {r['tokens_per_step']:.2f} "
+                             f"tokens/window (accept {r['accept']}) | {fmt_frac(r['tok_s'], r['ceiling_tok_s'])} | "
+                             f"{'tokens = serial' if r['same_tokens'] else 'TOKENS DIFFER'} |")
+            elif r["kind"] == "decode" and r["depth"] > 0:
+                extra.append(f"| {name} | {r['test']} | {r['mean_s'] * 1e3:.0f} ms | {r['tok_s']:.2f} tok/s | "
+                             f"{fmt_frac(r['tok_s'], r['ceiling_tok_s'])} | |")
+
+    # The table people read, last (plain text: aligned columns).
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *table)] if table else []
+    print()
+    print(f"{args.scenario}: {args.model}; {machine}; commit {commit}")
+    if table:
+        for line in [header] + table:
+            print("  ".join(str(x).ljust(w) for x, w in zip(line, widths)))
+    else:
+        print("(no comparable tests: see the messages above)")
+
+    if not args.record:
+        print("\n(not recorded: pass --record to append to bench/RESULTS.md and bench/results.jsonl)")
+        return 0
+    jsonl = pathlib.Path(args.jsonl)
+    with jsonl.open("a") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    section = [f"\n## {args.title or args.scenario}, {date}, commit {commit}\n",
+               f"Machine: {machine}. Model: {args.model}.",
+               *(f"{x}" for x in (args.note or [])), "", "Commands:", "```"]
+    section += [f"{r['name']}: {r.get('command', '')}" for r in m["runs"]]
+    section += ["```", ""] + md
+    if sluice_report:
+        rl = sluice_report["roofline"]
+        bw = sluice_report["bandwidth"]
+        gpu = bw.get("gpu") or (probe if probe and probe.get("present") else None)
+        section += ["", f"Roofline: {rl['bytes_per_token']:,} bytes per decoded token; RAM read "
+                    f"{fmt_ts(bw.get('ram_read_gb_s'))} GB/s with {sluice_report['threads']} threads"
+                    + (f"; GPU HBM {gpu['hbm_read_gb_s']:.0f} GB/s, PCIe {gpu['pcie_h2d_gb_s']:.1f} GB/s" if gpu
+                       else f"; {bw.get('gpu_note', 'no GPU')}") + "."]
+    if extra:
+        section += ["", "| sluice run | test | time | speed | of ceiling | |", "|---|---|---|---|---|---|"] + extra
+    with pathlib.Path(args.md).open("a") as f:
+        f.write("\n".join(section) + "\n")
+    print(f"\nrecorded: {len(rows)} rows to {jsonl}, a section to {args.md}")
+    return 0
+
+
+def tests_of_sluice_first(parsed, runs):
+    for name, r in runs.items():
+        if r["engine"] == "sluice" and name in parsed:
+            return parsed[name][0]
+    return {}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("add", help="add one engine run to a manifest")
+    a.add_argument("manifest")
+    a.add_argument("--name", required=True)
+    a.add_argument("--engine", required=True, choices=["sluice", "llama.cpp"])
+    a.add_argument("--file", required=True, help="its JSON output (relative to the manifest's folder or absolute)")
+    a.add_argument("--placement", default="cpu", choices=PLACEMENTS)
+    a.add_argument("--command", default="")
+    g = sub.add_parser("add-probe", help="attach a GPU probe (roofline_cuda.cpp's program) to a manifest")
+    g.add_argument("manifest")
+    g.add_argument("--file", required=True)
+    c = sub.add_parser("compare", help="compare a sluice run with a peer run")
+    c.add_argument("manifest")
+    c.add_argument("sluice_name")
+    c.add_argument("peer_name")
+    r = sub.add_parser("report", help="print the ratio table; --record appends it")
+    r.add_argument("manifest")
+    r.add_argument("--model", required=True)
+    r.add_argument("--scenario", required=True, help="e.g. cpu/q30-12l (the test name is appended)")
+    r.add_argument("--machine", default="", help="default: the sluice report's")
+    r.add_argument("--commit", default="", help="default: git rev-parse --short HEAD")
+    r.add_argument("--title", default="")
+    r.add_argument("--note", action="append", help="a line under the title (repeatable)")
+    r.add_argument("--record", action="store_true")
+    r.add_argument("--jsonl", default=str(ROOT / "bench" / "results.jsonl"))
+    r.add_argument("--md", default=str(ROOT / "bench" / "RESULTS.md"))
+    args = ap.parse_args()
+    if args.cmd == "add":
+        m = load_manifest(args.manifest)
+        m["runs"] = [x for x in m["runs"] if x["name"] != args.name]
+        m["runs"].append({"name": args.name, "engine": args.engine, "file": args.file, "placement": args.placement,
+                          "command": args.command})
+        save_manifest(args.manifest, m)
+        return 0
+    if args.cmd == "add-probe":
+        m = load_manifest(args.manifest)
+        m["gpu_probe"] = read_json_file(args.file)
+        save_manifest(args.manifest, m)
+        return 0
+    if args.cmd == "compare":
+        m = load_manifest(args.manifest)
+        pair = [args.sluice_name, args.peer_name]
+        if pair not in m["compare"]:
+            m["compare"].append(pair)
+        save_manifest(args.manifest, m)
+        return 0
+    return report(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

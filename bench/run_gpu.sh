@@ -1,0 +1,441 @@
+#!/usr/bin/env bash
+# bench/run_gpu.sh: sluice and llama.cpp on one synthetic Qwen3-30B-A3B-shaped file on the GPU
+# machine (one H200, 16 cores), which starts with nothing of ours installed and no network.
+# Everything it needs travels in one ignored folder, made here first:
+#
+#   bench/run_gpu.sh --prepare        (here) fill .peers/gpu-bench: fmt/nlohmann/CLI11/httplib
+#                                     headers, CMake configs for them, PCRE2 (static) and
+#                                     cpp-httplib libraries, a pkg-config stand-in, the slim
+#                                     llama.cpp source tarball and the gguf wheel (~15 MB)
+#   bench/run_gpu.sh --dry-run        print the plan and check the folder; run nothing
+#   bench/run_gpu.sh --local          test the CPU parts here: sluice built from the carried
+#                                     folder only, a 2-layer file, the CPU llama.cpp in .peers/
+#   bench/run_gpu.sh                  (GPU machine) the real run; carry=[".peers/gpu-bench"]
+#
+# Options: --layers N (default 48, the real model: 18.6 GB), --threads N (default nproc),
+#   --router-skew X --router-locality X (default 0 0: even routing), --budget S (seconds the
+#   whole script may take, default 585: the device tool's limit is 600), --record (append to
+#   bench/RESULTS.md and bench/results.jsonl; the lead normally records from the fetched $OUT with
+#   bench/record.py report $OUT/manifest.json ... --record), --sluice-bin PATH (a sluice already
+#   built: no sluice build).
+#
+# On the GPU machine, in this order (the llama.cpp CUDA build, ~5.4 min on 16 cores, is the long
+# pole; sluice's build and the model file are made beside it, niced; nothing is timed while
+# anything builds):
+#   1. llama.cpp CUDA build (background), the gguf wheel + the synthetic file (background),
+#      sluice Release twice side by side: CPU-only (the CPU runs) and with CUDA (the GPU run;
+#      when it fails, only that run is lost);
+#   2. a standalone GPU bandwidth probe (src/runtime/roofline_cuda.cpp as a program, seconds);
+#      then, one at a time, each under a timeout cut to the budget left, most important first:
+#      sluice CPU (-t 16: pp512, tg64), llama.cpp CPU-only (the GPU hidden, -t 16: pp512, tg64),
+#      llama.cpp full GPU (-ngl 99: pp512, tg128), llama.cpp -ncmoe 48 (every routed expert on
+#      the CPU), sluice on the GPU when its `bench` has --gpu (CUDA build), and last sluice
+#      CPU's extras (tg64 at depth 512, the window cost curve, oracle runs);
+#   3. the ratio table (bench/record.py), last.
+# $OUT gets at most 8 files: run_gpu.log (everything, build logs' tails included),
+# manifest.json (with the GPU probe's figures) and one JSON per run (record.py reads them where
+# they land).
+set -uo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+bundle=$root/.peers/gpu-bench
+mode=run layers="" threads=$(nproc) skew=0 locality=0 budget=585 record=0 prebuilt=""
+die() { echo "run_gpu.sh: $*" >&2; exit 1; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --prepare) mode=prepare ;;
+    --dry-run) mode=dry ;;
+    --local) mode=local ;;
+    --layers) layers=$2; shift ;;
+    -t|--threads) threads=$2; shift ;;
+    --router-skew) skew=$2; shift ;;
+    --router-locality) locality=$2; shift ;;
+    --budget) budget=$2; shift ;;
+    --record) record=1 ;;
+    --sluice-bin) prebuilt=$2; shift ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 0 ;;
+    *) die "unknown option '$1' (see --help)" ;;
+  esac
+  shift
+done
+[ -n "$layers" ] || { [ $mode = local ] && layers=2 || layers=48; }
+for v in layers threads budget; do
+  [[ ${!v} =~ ^[0-9]+$ ]] || die "$v: expected a whole number, got '${!v}'"
+done
+
+# ---------------------------------------------------------------------------------------------
+# --prepare: the carried folder, from this (Debian 12) machine's packages.
+if [ $mode = prepare ]; then
+  set -e
+  rm -rf "$bundle"
+  mkdir -p "$bundle"/{include,lib/pkgconfig,lib/cmake/fmt,lib/cmake/nlohmann_json,lib/cmake/CLI11,bin,wheels}
+  for h in fmt nlohmann CLI httplib.h pcre2.h; do
+    [ -e "/usr/include/$h" ] || die "--prepare: /usr/include/$h missing (apt-get install the -dev package)"
+    cp -r "/usr/include/$h" "$bundle/include/"
+  done
+  lib=/usr/lib/x86_64-linux-gnu
+  # PCRE2 as a static library only, so the link cannot pick a shared one that is not there.
+  cp "$lib/libpcre2-8.a" "$bundle/lib/"
+  pcre_version=$(pkg-config --modversion libpcre2-8 2>/dev/null || echo 10.42)
+  cat > "$bundle/lib/pkgconfig/libpcre2-8.pc" <<EOF
+prefix=\${pcfiledir}/../..
+libdir=\${prefix}/lib
+includedir=\${prefix}/include
+Name: libpcre2-8
+Description: PCRE2 8-bit (static, carried by bench/run_gpu.sh)
+Version: $pcre_version
+Libs: -L\${libdir} -lpcre2-8
+Cflags: -I\${includedir} -DPCRE2_STATIC
+EOF
+  # Debian's cpp-httplib is a header plus a shared library (and brotli beside it); the server
+  # layer links it. libssl/libcrypto/libz are taken from the machine.
+  for f in "$lib"/libcpp-httplib.so* "$lib"/libbrotli{common,dec,enc}.so*; do
+    [ -e "$f" ] && cp -P "$f" "$bundle/lib/"
+  done
+  # Its other needs (libssl.so.3, libcrypto.so.3, libz.so.1) are not carried: 5.5 MB that the
+  # 64 MiB carry limit cannot spare, and the image's Python needs them too (checked there).
+  cat > "$bundle/lib/pkgconfig/cpp-httplib.pc" <<EOF
+prefix=\${pcfiledir}/../..
+libdir=\${prefix}/lib
+includedir=\${prefix}/include
+Name: cpp-httplib
+Description: cpp-httplib (carried by bench/run_gpu.sh)
+Version: $(pkg-config --modversion cpp-httplib 2>/dev/null || echo 0.11.4)
+Libs: -L\${libdir} -lcpp-httplib
+Cflags: -I\${includedir} -DCPPHTTPLIB_OPENSSL_SUPPORT -DCPPHTTPLIB_ZLIB_SUPPORT -DCPPHTTPLIB_BROTLI_SUPPORT
+EOF
+  # CMake package configs for the header-only libraries (fmt header-only: no libfmt.so there).
+  cat > "$bundle/lib/cmake/fmt/fmt-config.cmake" <<'EOF'
+# fmt, header-only, carried by bench/run_gpu.sh (the GPU image has no libfmt).
+if(NOT TARGET fmt::fmt)
+  add_library(fmt::fmt INTERFACE IMPORTED)
+  set_target_properties(fmt::fmt PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "${CMAKE_CURRENT_LIST_DIR}/../../../include"
+    INTERFACE_COMPILE_DEFINITIONS "FMT_HEADER_ONLY=1")
+endif()
+set(fmt_FOUND TRUE)
+EOF
+  cat > "$bundle/lib/cmake/nlohmann_json/nlohmann_json-config.cmake" <<'EOF'
+# nlohmann/json headers, carried by bench/run_gpu.sh.
+if(NOT TARGET nlohmann_json::nlohmann_json)
+  add_library(nlohmann_json::nlohmann_json INTERFACE IMPORTED)
+  set_target_properties(nlohmann_json::nlohmann_json PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "${CMAKE_CURRENT_LIST_DIR}/../../../include")
+endif()
+set(nlohmann_json_FOUND TRUE)
+EOF
+  cat > "$bundle/lib/cmake/CLI11/CLI11-config.cmake" <<'EOF'
+# CLI11 headers, carried by bench/run_gpu.sh.
+if(NOT TARGET CLI11::CLI11)
+  add_library(CLI11::CLI11 INTERFACE IMPORTED)
+  set_target_properties(CLI11::CLI11 PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "${CMAKE_CURRENT_LIST_DIR}/../../../include")
+endif()
+set(CLI11_FOUND TRUE)
+EOF
+  # A pkg-config for an image without one: reads the .pc files above (and PKG_CONFIG_PATH).
+  cat > "$bundle/bin/pkg-config" <<'EOF'
+#!/usr/bin/env python3
+# A minimal pkg-config (carried by bench/run_gpu.sh for an image without one): what CMake's
+# FindPkgConfig asks, from the .pc files on PKG_CONFIG_PATH/PKG_CONFIG_LIBDIR and ../lib/pkgconfig.
+import os, re, sys
+def dirs():
+    d = []
+    for var in ("PKG_CONFIG_PATH", "PKG_CONFIG_LIBDIR"):
+        d += [x for x in os.environ.get(var, "").split(":") if x]
+    return d + [os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib", "pkgconfig")]
+def load(name):
+    for d in dirs():
+        path = os.path.join(d, name + ".pc")
+        if os.path.isfile(path):
+            v, f = {"pcfiledir": os.path.dirname(os.path.abspath(path))}, {}
+            exp = lambda s: re.sub(r"\$\{(\w+)\}", lambda m: v.get(m.group(1), ""), s)
+            for line in open(path):
+                line = line.strip()
+                m = re.match(r"^([\w.]+)\s*=\s*(.*)$", line)
+                if m: v[m.group(1)] = exp(m.group(2)); continue
+                m = re.match(r"^([\w.]+)\s*:\s*(.*)$", line)
+                if m: f[m.group(1)] = exp(m.group(2))
+            return v, f
+    return None
+args = sys.argv[1:]
+flags = [a for a in args if a.startswith("--")]
+names, skip = [], False
+for a in (a for a in args if not a.startswith("--")):
+    if skip: skip = False; continue
+    if a in (">=", "<=", "=", ">", "<", "!="): skip = True; continue
+    n = re.split(r"[<>=!]", a)[0].strip()
+    if n: names.append(n)
+if "--version" in flags: print("0.29.2"); sys.exit(0)
+pcs = []
+for n in names:
+    pc = load(n)
+    if pc is None:
+        sys.stderr.write("Package %s was not found in the pkg-config search path.\n" % n); sys.exit(1)
+    pcs.append(pc)
+cf = " ".join(p[1].get("Cflags", "") for p in pcs).split()
+lb = " ".join(p[1].get("Libs", "") for p in pcs).split()
+if "--static" in flags: lb += " ".join(p[1].get("Libs.private", "") for p in pcs).split()
+sel = {"--cflags": cf, "--cflags-only-I": [x for x in cf if x.startswith("-I")],
+       "--cflags-only-other": [x for x in cf if not x.startswith("-I")], "--libs": lb,
+       "--libs-only-L": [x for x in lb if x.startswith("-L")], "--libs-only-l": [x for x in lb if x.startswith("-l")],
+       "--libs-only-other": [x for x in lb if not x.startswith(("-L", "-l"))]}
+out = []
+for f in flags:
+    if f.startswith("--variable="): out += [p[0].get(f.split("=", 1)[1], "") for p in pcs]
+    elif f == "--modversion": out += [p[1].get("Version", "") for p in pcs]
+    elif f in sel: out += sel[f]
+if out: print(" ".join(out))
+EOF
+  chmod +x "$bundle/bin/pkg-config"
+  # The llama.cpp source (slim tarball) and the gguf wheel (numpy, pyyaml, tqdm are in the image).
+  if [ ! -f "$root/.peers/llama.cpp-slim.tar.gz" ]; then
+    "$root/tools/peers/build_llama_cpp.sh" --pack "$root/.peers/llama.cpp-slim.tar.gz"
+  fi
+  cp "$root/.peers/llama.cpp-slim.tar.gz" "$bundle/"
+  whl=$(ls "$root"/.peers/wheels/gguf-0.19.0-py3-none-any.whl 2>/dev/null || true)
+  if [ -z "$whl" ]; then
+    python3 -m pip download --quiet --no-deps --only-binary=:all: gguf==0.19.0 -d "$bundle/wheels"
+  else
+    cp "$whl" "$bundle/wheels/"
+  fi
+  echo "run_gpu.sh: prepared $bundle ($(du -sh "$bundle" | cut -f1)); carry it: carry=[\".peers/gpu-bench\"]"
+  exit 0
+fi
+
+# ---------------------------------------------------------------------------------------------
+# The run (and --dry-run, --local).
+out=${OUT:-/tmp/sluice-bench-gpu}
+mkdir -p "$out"
+log=$out/run_gpu.log
+t_start=$(date +%s)
+if [ $mode != dry ]; then exec > >(tee "$log") 2>&1; fi
+left() { echo $(( budget - ($(date +%s) - t_start) )); }
+# A step's timeout: its cap, or what the budget leaves minus `reserve` seconds for later steps.
+cap() { local c=$1 reserve=$2 l; l=$(( $(left) - reserve )); [ "$l" -lt "$c" ] && c=$l; [ "$c" -lt 1 ] && c=1; echo "$c"; }
+say() { echo "run_gpu.sh [$(( $(date +%s) - t_start ))s]: $*" >&2; }
+run() {  # run NAME TIMEOUT CMD...: prints and times the command; --dry-run only prints it.
+  local name=$1 limit=$2; shift 2
+  say "$name (timeout ${limit}s): $*"
+  [ $mode = dry ] && return 0
+  local t0=$(date +%s) rc=0
+  timeout "$limit" "$@" || rc=$?
+  say "$name: rc=$rc in $(( $(date +%s) - t0 )) s"
+  return $rc
+}
+
+say "mode $mode, $(nproc) cores, $threads threads, $layers layers, budget ${budget}s, out $out"
+for f in include/fmt/core.h include/nlohmann/json.hpp include/CLI/CLI.hpp include/httplib.h include/pcre2.h \
+         lib/libpcre2-8.a lib/cmake/fmt/fmt-config.cmake bin/pkg-config llama.cpp-slim.tar.gz; do
+  [ -e "$bundle/$f" ] || die "$bundle/$f missing: run bench/run_gpu.sh --prepare here and carry .peers/gpu-bench"
+done
+if [ $mode != local ]; then
+  nvidia-smi -L 2>/dev/null || say "nvidia-smi: no GPU listed"
+fi
+# What the image has (the carried folder is used either way: its .pc files come first).
+say "image: $(cmake --version 2>/dev/null | head -n1 || echo 'no cmake'); $(g++ --version 2>/dev/null | head -n1 || echo 'no g++');" \
+  "pkg-config: $(command -v pkg-config || echo none); system libpcre2-8: $(pkg-config --modversion libpcre2-8 2>/dev/null || echo none);" \
+  "ninja: $(command -v ninja || echo none); python3: $(python3 --version 2>&1)"
+
+nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+cuda=0
+[ $mode != local ] && [ -x "$nvcc_bin" ] && cuda=1
+model=/tmp/sluice-bench-q30-${layers}l.gguf
+[ $mode = local ] && model=$out/q30-${layers}l.gguf
+sluice_build=$root/build/gpu-bench
+[ $mode = local ] && sluice_build=$root/build/bench-local
+export PKG_CONFIG_PATH=$bundle/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+export LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+for f in libssl.so.3 libcrypto.so.3 libz.so.1; do
+  ldconfig -p 2>/dev/null | grep -q "$f" || say "warning: $f is not in the image: linking cpp-httplib will fail"
+done
+
+# 1a. llama.cpp, CUDA (background): the long pole.
+llama_pid=""
+if [ $mode = local ]; then
+  llama_bin=$(ls -d "$root"/.peers/llama.cpp-py*-cpu/bin 2>/dev/null | tail -n1 || true)
+else
+  llama_bin=$root/.peers/llama.cpp-py0.3.36-cuda/bin
+  if [ -x "$llama_bin/llama-bench" ]; then
+    say "llama.cpp CUDA build exists: $llama_bin"
+  else
+    lb_limit=$(cap 460 90)
+    say "llama.cpp CUDA build (background, timeout ${lb_limit}s, log /tmp/llama_build.log)"
+    if [ $mode = run ]; then
+      timeout "$lb_limit" "$root/tools/peers/build_llama_cpp.sh" --cuda --sdist "$bundle/llama.cpp-slim.tar.gz" \
+        --jobs "$(nproc)" > /tmp/llama_build.log 2>&1 &
+      llama_pid=$!
+    fi
+  fi
+fi
+
+# 1b. gguf + the synthetic file (background).
+gen_pid=""
+gen_model() {
+  if ! python3 -c 'import gguf' 2>/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --target /tmp/sluice-site "$bundle"/wheels/gguf-*.whl || return 1
+    export PYTHONPATH=/tmp/sluice-site${PYTHONPATH:+:$PYTHONPATH}
+  fi
+  python3 "$root/tools/make_synthetic.py" --shape qwen3-30b-a3b --mix q4_k_m --layers "$layers" \
+    --router-skew "$skew" --router-locality "$locality" --threads "$(nproc)" -o "$model"
+}
+if [ -f "$model" ]; then
+  say "model exists: $model"
+else
+  say "synthetic file (background): $layers layers, q4_k_m, skew $skew, locality $locality -> $model"
+  if [ $mode != dry ]; then
+    ( t0=$(date +%s); gen_model > /tmp/gen_model.log 2>&1; rc=$?; echo "rc=$rc in $(( $(date +%s) - t0 )) s" >> /tmp/gen_model.log ) &
+    gen_pid=$!
+  fi
+fi
+
+# 1c. sluice, Release, from the carried folder's dependencies. Niced: llama.cpp's build is the
+# critical path.
+cmake_common=(-DCMAKE_BUILD_TYPE=Release -DSLUICE_TESTS=OFF -DCMAKE_PREFIX_PATH="$bundle"
+  -DHTTPLIB_INCLUDE_DIR="$bundle/include")
+command -v pkg-config >/dev/null || cmake_common+=(-DPKG_CONFIG_EXECUTABLE="$bundle/bin/pkg-config")
+if [ $mode = local ]; then
+  # Prove the carried folder suffices: the shim pkg-config and only the carried .pc files.
+  cmake_common+=(-DPKG_CONFIG_EXECUTABLE="$bundle/bin/pkg-config")
+  export PKG_CONFIG_LIBDIR=$bundle/lib/pkgconfig
+fi
+command -v ninja >/dev/null && cmake_common+=(-G Ninja)
+build_sluice() {  # build_sluice DIR CUDA(0|1)
+  local dir=$1 with_cuda=$2 args=("${cmake_common[@]}")
+  if [ "$with_cuda" = 1 ]; then
+    args+=(-DSLUICE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER="$nvcc_bin")
+  else
+    args+=(-DSLUICE_CUDA=OFF)
+  fi
+  [ -f "$dir/CMakeCache.txt" ] && ! grep -q "^CMAKE_GENERATOR:INTERNAL=$(command -v ninja >/dev/null && echo Ninja || echo 'Unix Makefiles')$" "$dir/CMakeCache.txt" && rm -rf "$dir"
+  run "sluice configure (cuda=$with_cuda)" "$(cap 120 120)" cmake -S "$root" -B "$dir" "${args[@]}" \
+    && run "sluice build (cuda=$with_cuda)" "$(cap 360 120)" nice -n 15 cmake --build "$dir" --target sluice_cli -j "$(nproc)"
+}
+# Two sluice builds side by side: CPU-only (for the CPU runs: the same configuration as the CPU
+# build tested here) and, when nvcc is there, CUDA (for the --gpu run; its failure costs nothing
+# else).
+sluice="" sluice_gpu=""
+cpu_build=$sluice_build-cpu
+[ $mode = local ] && cpu_build=$sluice_build
+if [ -n "$prebuilt" ]; then
+  say "sluice: using $prebuilt (no build)"
+  sluice=$prebuilt sluice_gpu=$prebuilt
+elif [ $mode = dry ]; then
+  build_sluice "$cpu_build" 0
+  [ $cuda = 1 ] && build_sluice "$sluice_build" 1
+  sluice=$cpu_build/sluice sluice_gpu=$sluice_build/sluice
+else
+  # One build: with nvcc, the CUDA build runs the CPU tests too (the CPU path is the same code;
+  # --gpu picks the backend). Two builds beside the llama.cpp CUDA build made it miss its
+  # deadline on the 16-core machine (2026-11-29: 389 s and still compiling).
+  if [ $cuda = 1 ]; then
+    if build_sluice "$sluice_build" 1 > /tmp/sluice_build_cuda.log 2>&1; then
+      sluice=$sluice_build/sluice sluice_gpu=$sluice_build/sluice
+    else
+      say "sluice CUDA build failed: its log's tail"; tail -n 25 /tmp/sluice_build_cuda.log
+    fi
+    grep -E "^run_gpu.sh" /tmp/sluice_build_cuda.log
+  else
+    if build_sluice "$cpu_build" 0 > /tmp/sluice_build.log 2>&1; then sluice=$cpu_build/sluice; fi
+    grep -E "^run_gpu.sh" /tmp/sluice_build.log
+    if [ -z "$sluice" ]; then say "sluice CPU build failed: its log's tail"; tail -n 40 /tmp/sluice_build.log; fi
+  fi
+fi
+
+# Wait for the background steps.
+if [ -n "$gen_pid" ]; then wait "$gen_pid"; tail -n 3 /tmp/gen_model.log; fi
+if [ -n "$llama_pid" ]; then
+  say "waiting for the llama.cpp build"
+  wait "$llama_pid"; say "llama.cpp build: rc=$?"
+  tail -n 4 /tmp/llama_build.log
+fi
+[ $mode = dry ] || [ -f "$model" ] || say "no model file: every run below will fail"
+have_llama=0
+{ [ $mode = dry ] || [ -x "$llama_bin/llama-bench" ]; } && have_llama=1
+[ $have_llama = 1 ] || say "no llama-bench: llama.cpp runs skipped"
+
+# 2. The runs, one at a time, most important first. The manifest names each file relative to $out.
+rec=(python3 "$root/bench/record.py")
+manifest=$out/manifest.json
+rm -f "$manifest"
+lb=("$root/tools/peers/run_llama_bench.sh" "$model" --bin "$llama_bin" -t "$threads")
+llama_env=()  # e.g. (CUDA_VISIBLE_DEVICES=) for one run
+llama_run() {  # llama_run NAME FILE PLACEMENT TIMEOUT ARGS...
+  local name=$1 file=$2 placement=$3 limit=$4; shift 4
+  [ $have_llama = 1 ] || return 0
+  if run "$name" "$limit" env "${llama_env[@]}" "${lb[@]}" "$@" > "$out/$file"; then
+    [ $mode = dry ] || "${rec[@]}" add "$manifest" --name "$name" --engine llama.cpp --file "$file" \
+      --placement "$placement" --command "llama-bench -m MODEL -t $threads $* (tools/peers/run_llama_bench.sh)"
+  else
+    rm -f "$out/$file"
+  fi
+}
+p=512 n=64
+[ $mode = local ] && p=64 n=16
+# The tests llama-bench also runs (pp, tg at depth 0) first; the rest (decode at depth p, the
+# window cost curve, oracle runs) in a second run that the budget may cut.
+sluice_main=(-t "$threads" -p "$p" -n "$n" -r 2 --ctx 0 --windows 0 --spec-windows 0 --json)
+sluice_extra=(-t "$threads" -p 0 -n "$n" -r 2 --ctx "$p" --window-depth "$p" --windows 1,2,4,8,16
+  --spec-windows 1,4,8 --spec-n 32 --json)
+[ $mode = local ] && sluice_extra=(-t "$threads" -p 0 -n "$n" -r 1 --ctx "$p" --window-depth "$p" --windows 1,4
+  --spec-windows 1,4 --spec-n 8 --json)
+sluice_run() {  # sluice_run NAME FILE PLACEMENT TIMEOUT BINARY ARGS...
+  local name=$1 file=$2 placement=$3 limit=$4 bin=$5; shift 5
+  [ -n "$bin" ] || return 0
+  if run "$name" "$limit" "$bin" bench "$model" "$@" > "$out/$file"; then
+    [ $mode = dry ] || "${rec[@]}" add "$manifest" --name "$name" --engine sluice --file "$file" \
+      --placement "$placement" --command "sluice bench MODEL $*"
+  else
+    rm -f "$out/$file"
+  fi
+}
+
+# The GPU's bandwidth for the ceilings, from a standalone probe (seconds to build), so they exist
+# even when sluice is built without CUDA.
+if [ $mode != local ] && [ $cuda = 1 ]; then
+  cuda_home=$(dirname "$(dirname "$nvcc_bin")")
+  if run "gpu probe build" 60 g++ -std=c++20 -O2 -DSLUICE_HAVE_CUDA -DSLUICE_GPU_PROBE_MAIN -DFMT_HEADER_ONLY \
+       -I"$root/src" -I"$bundle/include" -I"$cuda_home/include" "$root/src/runtime/roofline_cuda.cpp" \
+       -L"$cuda_home/lib64" -lcudart -o /tmp/sluice_gpu_probe \
+     && run "gpu probe" 60 /tmp/sluice_gpu_probe > /tmp/gpu_probe.json; then
+    cat /tmp/gpu_probe.json
+    [ $mode = dry ] || "${rec[@]}" add-probe "$manifest" --file /tmp/gpu_probe.json
+  fi
+fi
+sluice_run "sluice CPU -t $threads" sluice_cpu.json cpu "$(cap 150 90)" "$sluice" "${sluice_main[@]}"
+# CPU-only llama.cpp from the CUDA build: the GPU hidden, so nothing (not even the prompt's large
+# matrix products) is offloaded.
+llama_env=(CUDA_VISIBLE_DEVICES=)
+llama_run "llama.cpp CPU -t $threads" llama_cpu.json cpu "$(cap 120 40)" -p "$p" -n "$n" -r 2
+llama_env=()
+if [ $mode != local ]; then
+  llama_run "llama.cpp GPU -ngl 99" llama_gpu.json gpu "$(cap 90 20)" --gpu -p "$p" -n 128 -r 3
+  llama_run "llama.cpp -ngl 99 -ncmoe $layers" llama_ncmoe.json experts-cpu "$(cap 90 30)" --ncmoe "$layers" \
+    -p "$p" -n "$n" -r 2
+  if [ -n "$sluice_gpu" ] && "$sluice_gpu" bench --help 2>/dev/null | grep -q -- '--gpu'; then
+    sluice_run "sluice GPU" sluice_gpu.json gpu "$(cap 120 60)" "$sluice_gpu" "${sluice_main[@]}" --gpu 0
+  else
+    say "this sluice build has no CUDA backend (bench has no --gpu): no sluice GPU run"
+  fi
+fi
+sluice_run "sluice CPU -t $threads, depth $p" sluice_cpu_extra.json cpu "$(cap 150 5)" "$sluice" "${sluice_extra[@]}"
+[ -f "$out/sluice_cpu.json" ] && [ -f "$out/llama_cpu.json" ] && \
+  "${rec[@]}" compare "$manifest" "sluice CPU -t $threads" "llama.cpp CPU -t $threads"
+[ -f "$out/sluice_gpu.json" ] && [ -f "$out/llama_gpu.json" ] && \
+  "${rec[@]}" compare "$manifest" "sluice GPU" "llama.cpp GPU -ngl 99"
+
+# 3. The ratio table, last.
+total=$(( $(date +%s) - t_start ))
+machine_note="bench/run_gpu.sh took $total s on $(nproc) cores (builds and the model file included)"
+args=(report "$manifest" --model "synthetic Qwen3-30B-A3B shape, $layers layers, q4_k_m, router skew $skew locality $locality"
+  --scenario "gpu/q30-${layers}l-q4_k_m" --title "GPU machine: sluice vs llama.cpp" --note "$machine_note")
+[ $record = 1 ] && args+=(--record)
+if [ $mode = dry ]; then
+  say "then: bench/record.py ${args[*]}"
+elif [ -f "$manifest" ]; then
+  "${rec[@]}" "${args[@]}"
+  echo "record here: python3 bench/record.py report <files_at>/manifest.json --model ... --scenario ... --record"
+else
+  say "no run produced results"
+fi
+say "done in $total s"

@@ -1,0 +1,115 @@
+// `sluice bench`: how fast a model runs here, and how far that is from what the machine allows.
+//
+// Tests (llama-bench's names where they exist):
+//   ppN          prefill of N tokens from an empty cache, in chunks of `chunk` rows;
+//   tgN@dD       serial decode of N tokens after a prompt of D tokens (the KV cache is filled
+//                once per depth, deepest last, and reused by the repetitions);
+//   win T@dD     one forward of a verify window of T rows after D cached positions (the cost
+//                curve the draft-depth policy reads), never committed;
+//   spec T@dD    decoding with windows of T rows whose drafts come from an oracle tape: the
+//                model's own greedy continuation, each draft replaced by a wrong token with
+//                probability 1 - accept, so the acceptance is set, not hoped for; its tokens
+//                must equal serial decoding's (checked, reported as same_tokens).
+// Every result carries the roofline ceiling (bandwidth measured at start / bytes per token from
+// `inspect`'s groups; runtime/roofline.h has the traffic model) and its fraction of it.
+// Expert hit rate and per-lane times belong to expert placement, which is not active yet: the
+// report leaves them out (placement is null) and says so.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sluice {
+
+struct bench_options {
+    std::filesystem::path model_path;   // GGUF file or Hugging Face directory
+    int n_threads = 0;                  // 0: every hardware thread
+    std::vector<int> n_prompt{512};     // prefill tests (tokens); empty: none
+    int n_gen = 64;                     // tokens per decode test; 0: no decode tests
+    std::vector<int> depths{512, 4096}; // decode after prompts of these many tokens (0: one token)
+    int repetitions = 3;                // each test runs this many times: mean and stddev
+    int chunk = 32;                     // rows per prefill forward (the engine's chunk)
+    std::vector<int> windows{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};  // cost curve; empty: none
+    int window_depth = -1;              // depth of the cost curve and spec runs; -1: the first depth
+    double accept = 0.7;                // oracle tape: probability a draft is the model's own token
+    std::vector<int> spec_windows{1, 2, 4, 8, 16};  // windows of the oracle runs; empty: none
+    int spec_n = 0;                     // tokens per oracle run; 0: n_gen
+    int spec_reps = 1;                  // repetitions of each oracle run
+    uint64_t seed = 1;                  // prompt tokens and the oracle's coin
+    bool probe_bandwidth = true;        // measure RAM (and GPU) bandwidth at start
+    double bandwidth_gb_s = 0.0;        // > 0: use this instead of the RAM probe (tests, what-ifs)
+    uint64_t probe_bytes = 0;           // RAM probe buffer; 0: 4x the last-level cache, >= 512 MiB
+    int gpu = -1;                       // >= 0: the whole model on this CUDA device (bench_gpu_built() only);
+                                        // ceilings then use the GPU's HBM bandwidth
+};
+
+struct bench_result {
+    std::string test;          // "pp512", "tg64@d4096", "win 4@d512", "spec 4@d512"
+    std::string kind;          // "prefill", "decode", "window", "spec"
+    int n_prompt = 0;          // prefill tokens
+    int n_gen = 0;             // decoded tokens (decode, spec)
+    int depth = 0;             // cached positions before the test
+    int rows = 0;              // rows per forward: the chunk (prefill), 1 (decode), T (window, spec)
+    int reps = 0;
+    std::vector<double> seconds;  // one per repetition
+    double mean_s = 0.0, stddev_s = 0.0;
+    double tok_s = 0.0, stddev_tok_s = 0.0;  // tokens/s (window: rows/s), mean over repetitions
+    double bytes_per_token = 0.0;            // roofline traffic (window: per row)
+    double ceiling_tok_s = 0.0;              // bandwidth / bytes per token (spec: x tokens per window)
+    double ceiling_fraction = 0.0;           // tok_s / ceiling_tok_s
+    // spec only
+    double accept = 0.0;            // the tape's per-draft probability
+    double acceptance = 0.0;        // drafts kept / drafts proposed (a rejected draft wastes the rest)
+    double tokens_per_step = 0.0;   // measured tokens per window
+    double expected_tokens_per_step = 0.0;  // 1 + a + ... + a^(T-1)
+    bool same_tokens = true;        // token_sha equal to serial decoding's
+};
+
+struct bench_report {
+    std::string model_path;
+    std::string model;          // engine-style description: arch, layers, widths, experts
+    std::string machine;        // "Intel(R) Xeon(R) Processor, 2 cores"
+    std::string backend;        // "cpu" or "cuda:N"
+    int threads = 0;
+    int chunk = 0;
+    uint64_t file_bytes = 0;
+    // Bandwidth measured at start.
+    double ram_read_gb_s = 0.0;
+    uint64_t ram_probe_bytes = 0;
+    bool gpu_present = false;
+    std::string gpu_note;       // "no GPU (built without CUDA)", or the device and what was measured
+    double pcie_h2d_gb_s = 0.0, hbm_read_gb_s = 0.0;
+    // Roofline.
+    double bandwidth_gb_s = 0.0;       // what the ceilings use
+    std::string bandwidth_source;      // "ram probe", "gpu hbm probe", "given (--bandwidth)"
+    struct group {
+        std::string name;
+        uint64_t bytes = 0;
+        uint64_t bytes_per_token = 0;
+    };
+    std::vector<group> groups;         // inspect's five groups
+    uint64_t bytes_per_token = 0;      // one decoded token at depth 0 (inspect's figure)
+    uint64_t kv_bytes_per_position = 0;
+    double ceiling_tok_s = 0.0;        // decode at depth 0
+    std::vector<bench_result> results;
+    std::string placement_note;        // why no hit rate or lane times are reported
+    std::vector<std::string> notes;
+};
+
+// True when this build can run the model on a GPU (CUDA backend compiled in); no device is
+// touched.
+bool bench_gpu_built();
+
+// Runs the tests; progress receives one line per finished test (for people; may be empty).
+// Throws sluice::error on a bad option or a model that does not open.
+bench_report run_bench(const bench_options& o, const std::function<void(std::string_view)>& progress = {});
+
+std::string format_bench_text(const bench_report& r);
+// The JSON object bench/record.py and the tests read (shape in bench/README.md).
+std::string format_bench_json(const bench_report& r);
+
+}  // namespace sluice

@@ -1,0 +1,54 @@
+// Device versions of the forward-pass ops of src/kernels/cpu/ops.h, each giving the CPU op's
+// bits (same operation order, every float operation rounded on its own, exp/SiLU from
+// kernels/math.h) and row-exact (E1): a row's result depends only on that row's inputs.
+// Host-only declarations; all pointers are device pointers; every call enqueues on `stream`.
+// Ops that take a position (rope, kv_store, attention) take it either as the host value pos0 or,
+// when pos_dev is not null, from device memory (*pos_dev): a captured CUDA graph then replays
+// for any position with its kernel arguments unchanged.
+#pragma once
+
+#include "kernels/cpu/ops.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace sluice::cuda {
+
+// out[r, :] = rmsnorm(x[r, :]) * w (kernels::rmsnorm), rows of n floats, contiguous.
+// x, out: [n_rows, n] (may alias); w: [n] or nullptr.
+void rmsnorm(const float* x, const float* w, float* out, int64_t n_rows, int64_t n, float eps, void* stream);
+
+// kernels::rope_apply for rows at positions pos0..pos0+n_rows-1. cs_table: [n_pos, n_rot]
+// rows made by kernels::rope_table on the host (uploaded), row p for position p.
+// x: [n_rows, n_head, head_dim], in place.
+void rope(const kernels::rope_params& p, const float* cs_table, int32_t pos0, float* x, int64_t n_rows, int n_head,
+          int head_dim, void* stream, const int32_t* pos_dev = nullptr);
+
+// Copies rows k, v [n_rows, row_floats] into the cache kc, vc [n_ctx, row_floats] at pos0.
+void kv_store(const float* k, const float* v, float* kc, float* vc, int32_t pos0, int64_t n_rows, int64_t row_floats,
+              void* stream, const int32_t* pos_dev = nullptr);
+
+// kernels::attention: chunks of k_attn_chunk KV positions in order, each softmaxed against its
+// own max and merged online, the same operations in the same order.
+//   q: [n_rows, n_head, head_dim]; kc, vc: [n_ctx, n_kv_head, head_dim]; out: [n_rows, n_head, head_dim]
+void attention(const kernels::attention_params& p, const float* q, const float* kc, const float* vc, int32_t pos0,
+               int64_t n_rows, float* out, void* stream, const int32_t* pos_dev = nullptr);
+
+// kernels::route_topk for each of n_rows rows. logits: [n_rows, n_expert] (overwritten with the
+// probabilities); ids, weights: [n_rows, n_used].
+void route_topk(const kernels::router_params& p, float* logits, int64_t n_rows, int32_t* ids, float* weights,
+                void* stream);
+
+// out[i] = silu(gate[i]) * up[i] (kernels::swiglu); out may alias gate or up.
+void swiglu(const float* gate, const float* up, float* out, int64_t n, void* stream);
+// y[i] = y[i] + b[i].
+void add(float* y, const float* b, int64_t n, void* stream);
+// y[r, i] = y[r, i] + b[i] for r < n_rows, i < n (biases).
+void add_rows(float* y, const float* b, int64_t n_rows, int64_t n, void* stream);
+// out[r, i] = ((0 + w[r,0] * ey[r*K+0, i]) + w[r,1] * ey[r*K+1, i]) + ... (moe_ffn.cpp's
+// rank-order sum). ey: [n_rows * K, n]; w: [n_rows, K]; out: [n_rows, n].
+void moe_combine(const float* ey, const float* w, int K, int64_t n_rows, int64_t n, float* out, void* stream);
+// out[r, i] = out[r, i] + sigmoid(gate[r]) * sh[r, i] (qwen2moe's shared expert).
+void add_gated(float* out, const float* sh, const float* gate, int64_t n_rows, int64_t n, void* stream);
+
+}  // namespace sluice::cuda

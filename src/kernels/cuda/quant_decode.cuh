@@ -1,0 +1,299 @@
+// Per-lane weight decoding for the CUDA quantised matmul (DESIGN.md E3), written once for the
+// host and the device (SLUICE_HD) so that the host can check it against kernels::dot_ref
+// without a GPU (tests/gpu/matmul_parity.cu does, before it touches the device).
+//
+// The unit of work is a "piece": 8 consecutive elements of one weight block. A block of QK
+// elements has QK/8 pieces; piece p covers elements [8p, 8p+8). Every sub-block of every format
+// is 16 or 32 elements wide, so a piece lies inside one sub-block and has one integer scale sc
+// and one integer min mn. A lane decodes its piece to 8 int8 weights q, and computes
+//   si = sc * dot(q, qx[8p..8p+8))      sm = mn * sum(qx[8p..8p+8))
+// The block's sumi / summ of dot_ref.cpp are the sums of si / sm over its pieces (integers:
+// exact in any order). The per-block fp32 term is block_term below, dot_ref's expression with
+// each operation rounded on its own.
+#pragma once
+
+#include "core/dtype.h"
+#include "core/hd.h"
+
+#include <cstdint>
+
+namespace sluice::cuda {
+
+// Pointers to the I-quant grids and the 4-bit level tables (quant/iq_tables.h layouts): host
+// arrays on the host, copies in device memory on the device.
+struct iq_tables {
+    const uint8_t* ksigns;      // [128]
+    const uint8_t* iq2xxs;      // [256][8]
+    const uint8_t* iq2xs;       // [512][8]
+    const uint8_t* iq2s;        // [1024][8]
+    const uint8_t* iq3xxs;      // [256][4]
+    const uint8_t* iq3s;        // [512][4]
+    const int8_t* kv_iq4nl;     // [16]
+    const int8_t* kv_mxfp4;     // [16]
+};
+
+enum class term_kind : uint8_t { sym, plus_min, minus_min };
+
+// Static facts about a format: elements and bytes per block, the term form, and whether the
+// activation blocks are 32 (act_block32, 36 bytes) or 256 wide (act_block256, 292 bytes).
+template <dtype T>
+struct fmt_traits;
+
+#define SLUICE_FMT(T, QK, BYTES, KIND)                                        \
+    template <>                                                               \
+    struct fmt_traits<dtype::T> {                                             \
+        static constexpr int qk = QK;                                         \
+        static constexpr int block_bytes = BYTES;                             \
+        static constexpr term_kind kind = term_kind::KIND;                    \
+        static constexpr int act_bytes = QK == 32 ? 36 : 292;                 \
+    };
+SLUICE_FMT(q8_0, 32, 34, sym)
+SLUICE_FMT(q4_0, 32, 18, sym)
+SLUICE_FMT(q4_1, 32, 20, plus_min)
+SLUICE_FMT(q5_0, 32, 22, sym)
+SLUICE_FMT(q5_1, 32, 24, plus_min)
+SLUICE_FMT(iq4_nl, 32, 18, sym)
+SLUICE_FMT(mxfp4, 32, 17, sym)
+SLUICE_FMT(q2_k, 256, 84, minus_min)
+SLUICE_FMT(q3_k, 256, 110, sym)
+SLUICE_FMT(q4_k, 256, 144, minus_min)
+SLUICE_FMT(q5_k, 256, 176, minus_min)
+SLUICE_FMT(q6_k, 256, 210, sym)
+SLUICE_FMT(iq4_xs, 256, 136, sym)
+SLUICE_FMT(iq2_xxs, 256, 66, sym)
+SLUICE_FMT(iq2_xs, 256, 74, sym)
+SLUICE_FMT(iq2_s, 256, 82, sym)
+SLUICE_FMT(iq3_xxs, 256, 98, sym)
+SLUICE_FMT(iq3_s, 256, 110, sym)
+#undef SLUICE_FMT
+
+// f16 bits widened to fp32 exactly (quant::fp16_to_fp32's bit construction).
+SLUICE_HD inline float hd_bits_f32(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+    return __uint_as_float(u);
+#else
+    float f;
+    __builtin_memcpy(&f, &u, 4);
+    return f;
+#endif
+}
+
+SLUICE_HD inline float hd_h2f(uint16_t h) {
+    const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+    const uint32_t ex = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
+    uint32_t bits;
+    if (ex == 0x1F) {
+        bits = sign | 0x7F800000u | (mant << 13);
+    } else if (ex == 0) {
+        if (mant == 0) {
+            bits = sign;
+        } else {
+            const float f = static_cast<float>(mant) * 0x1p-24f;   // subnormal: exact
+            return sign ? -f : f;
+        }
+    } else {
+        bits = sign | ((ex + 112) << 23) | (mant << 13);
+    }
+    return hd_bits_f32(bits);
+}
+
+// MXFP4's e8m0 scale halved: 2^(e - 128) (quant::e8m0_to_fp32_half).
+SLUICE_HD inline float hd_e8m0_half(uint8_t e) {
+    return hd_bits_f32(e < 2 ? (0x00200000u << e) : (static_cast<uint32_t>(e - 1) << 23));
+}
+
+SLUICE_HD inline uint16_t ld_u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+SLUICE_HD inline uint32_t ld_u32(const uint8_t* p) {
+    return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16) |
+           (static_cast<uint32_t>(p[3]) << 24);
+}
+
+// The block header: d and dmin (or Q4_1/Q5_1's m) as fp32, the format's constant factor folded
+// into d (IQ2_*: * 0.125f, IQ3_XXS: * 0.25f; exact, a power of two).
+template <dtype T>
+SLUICE_HD inline void decode_scales(const uint8_t* b, float& d, float& dmin) {
+    dmin = 0.0f;
+    if constexpr (T == dtype::mxfp4) {
+        d = hd_e8m0_half(b[0]);
+    } else if constexpr (T == dtype::q2_k) {
+        d = hd_h2f(ld_u16(b + 80));
+        dmin = hd_h2f(ld_u16(b + 82));
+    } else if constexpr (T == dtype::q3_k) {
+        d = hd_h2f(ld_u16(b + 108));
+    } else if constexpr (T == dtype::q6_k) {
+        d = hd_h2f(ld_u16(b + 208));
+    } else {
+        d = hd_h2f(ld_u16(b));
+        if constexpr (T == dtype::q4_1 || T == dtype::q5_1 || T == dtype::q4_k || T == dtype::q5_k)
+            dmin = hd_h2f(ld_u16(b + 2));
+        if constexpr (T == dtype::iq2_xxs || T == dtype::iq2_xs || T == dtype::iq2_s) d = d * 0.125f;
+        if constexpr (T == dtype::iq3_xxs) d = d * 0.25f;
+    }
+}
+
+// Q4_K/Q5_K 6-bit scale and min j (quant::get_scale_min_k4).
+SLUICE_HD inline void scale_min_k4(int j, const uint8_t* q, int& sc, int& m) {
+    if (j < 4) {
+        sc = q[j] & 63;
+        m = q[j + 4] & 63;
+    } else {
+        sc = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
+        m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+// Piece p (elements 8p..8p+7) of block b: q[0..8), its sub-block's scale sc and min mn
+// (mn is 1 for Q4_1/Q5_1 and 0 for formats without a min). dot_ref.cpp's decode, element by
+// element (k = 8p + e below is dot_ref's element index).
+template <dtype T>
+SLUICE_HD inline void decode_piece(const uint8_t* b, int p, const iq_tables& tb, int8_t* q, int& sc, int& mn) {
+    sc = 1;
+    mn = 0;
+    if constexpr (T == dtype::q8_0) {
+        for (int e = 0; e < 8; ++e) q[e] = static_cast<int8_t>(b[2 + 8 * p + e]);
+    } else if constexpr (T == dtype::q4_0 || T == dtype::q4_1 || T == dtype::iq4_nl || T == dtype::mxfp4) {
+        // Elements 0..15 are the low nibbles of qs[0..16), 16..31 the high nibbles.
+        const uint8_t* qs = b + (T == dtype::q4_1 ? 4 : (T == dtype::mxfp4 ? 1 : 2));
+        const int shift = p < 2 ? 0 : 4;
+        for (int e = 0; e < 8; ++e) {
+            const int nib = (qs[8 * (p & 1) + e] >> shift) & 0x0F;
+            if constexpr (T == dtype::q4_0) q[e] = static_cast<int8_t>(nib - 8);
+            else if constexpr (T == dtype::q4_1) q[e] = static_cast<int8_t>(nib);
+            else if constexpr (T == dtype::iq4_nl) q[e] = tb.kv_iq4nl[nib];
+            else q[e] = tb.kv_mxfp4[nib];
+        }
+        if constexpr (T == dtype::q4_1) mn = 1;
+    } else if constexpr (T == dtype::q5_0 || T == dtype::q5_1) {
+        const uint8_t* qh = b + (T == dtype::q5_0 ? 2 : 4);
+        const uint8_t* qs = qh + 4;
+        const uint32_t h = ld_u32(qh);
+        const int shift = p < 2 ? 0 : 4;
+        for (int e = 0; e < 8; ++e) {
+            const int k = 8 * p + e;
+            const int v = ((qs[8 * (p & 1) + e] >> shift) & 0x0F) | static_cast<int>(((h >> k) & 1u) << 4);
+            q[e] = static_cast<int8_t>(T == dtype::q5_0 ? v - 16 : v);
+        }
+        if constexpr (T == dtype::q5_1) mn = 1;
+    } else if constexpr (T == dtype::q2_k || T == dtype::q3_k) {
+        // k = 8p + e: qs[32*(k/128) + k%32] >> 2*((k/32)%4), 2 bits.
+        const int k0 = 8 * p;
+        const uint8_t* qs = b + (T == dtype::q2_k ? 16 : 32);
+        const int base = 32 * (k0 / 128) + k0 % 32, shift = 2 * ((k0 / 32) % 4);
+        for (int e = 0; e < 8; ++e) {
+            const int lo = (qs[base + e] >> shift) & 3;
+            if constexpr (T == dtype::q2_k) {
+                q[e] = static_cast<int8_t>(lo);
+            } else {
+                const int hbit = (b[(k0 + e) % 32] >> (k0 / 32)) & 1;   // hmask at offset 0
+                q[e] = static_cast<int8_t>(lo - (hbit ? 0 : 4));
+            }
+        }
+        const int j = k0 / 16;
+        if constexpr (T == dtype::q2_k) {
+            sc = b[j] & 0x0F;
+            mn = b[j] >> 4;
+        } else {
+            const uint8_t* s = b + 96;
+            const int lo = j < 8 ? (s[j] & 0x0F) : (s[j - 8] >> 4);
+            const int hi = (s[8 + (j % 4)] >> (2 * (j / 4))) & 3;
+            sc = (lo | (hi << 4)) - 32;
+        }
+    } else if constexpr (T == dtype::q4_k || T == dtype::q5_k) {
+        const int j = p / 4, l0 = 8 * (p % 4);
+        const uint8_t* qs = b + (T == dtype::q4_k ? 16 : 48);
+        for (int e = 0; e < 8; ++e) {
+            int v = (qs[32 * (j / 2) + l0 + e] >> (4 * (j % 2))) & 0x0F;
+            if constexpr (T == dtype::q5_k) v |= ((b[16 + l0 + e] >> j) & 1) << 4;   // qh at 16
+            q[e] = static_cast<int8_t>(v);
+        }
+        scale_min_k4(j, b + 4, sc, mn);
+    } else if constexpr (T == dtype::q6_k) {
+        const int k0 = 8 * p, h = k0 / 128, r = k0 % 128;
+        const uint8_t* ql = b;
+        const uint8_t* qh = b + 128;
+        for (int e = 0; e < 8; ++e) {
+            const int rr = r + e;
+            const int lo = (ql[64 * h + rr % 64] >> (4 * (rr / 64))) & 0x0F;
+            const int hi = (qh[32 * h + rr % 32] >> (2 * (rr / 32))) & 3;
+            q[e] = static_cast<int8_t>((lo | (hi << 4)) - 32);
+        }
+        sc = static_cast<int8_t>(b[192 + k0 / 16]);
+    } else if constexpr (T == dtype::iq4_xs) {
+        const int j = p / 4, l0 = 8 * (p % 4);
+        const int lo = (b[4 + j / 2] >> (4 * (j % 2))) & 0x0F;
+        const int hi = (ld_u16(b + 2) >> (2 * j)) & 3;
+        sc = (lo | (hi << 4)) - 32;
+        const uint8_t* qs = b + 8 + 16 * j;
+        for (int e = 0; e < 8; ++e) {
+            const int l = l0 + e;
+            q[e] = tb.kv_iq4nl[l < 16 ? (qs[l] & 0x0F) : (qs[l - 16] >> 4)];
+        }
+    } else if constexpr (T == dtype::iq2_xxs) {
+        const int j = p / 4, kk = p % 4;
+        const uint32_t a0 = ld_u32(b + 2 + 8 * j), a1 = ld_u32(b + 2 + 8 * j + 4);
+        sc = 2 * static_cast<int>(a1 >> 28) + 1;
+        const uint8_t* g = tb.iq2xxs + 8 * ((a0 >> (8 * kk)) & 0xFF);
+        const uint8_t s = tb.ksigns[(a1 >> (7 * kk)) & 0x7F];
+        for (int e = 0; e < 8; ++e) q[e] = static_cast<int8_t>((s >> e) & 1 ? -g[e] : g[e]);
+    } else if constexpr (T == dtype::iq2_xs) {
+        const int j = p / 2;   // 16-wide sub-blocks
+        sc = 2 * ((b[66 + j / 2] >> (4 * (j % 2))) & 0x0F) + 1;
+        const uint16_t v = ld_u16(b + 2 + 2 * p);
+        const uint8_t* g = tb.iq2xs + 8 * (v & 511);
+        const uint8_t s = tb.ksigns[v >> 9];
+        for (int e = 0; e < 8; ++e) q[e] = static_cast<int8_t>((s >> e) & 1 ? -g[e] : g[e]);
+    } else if constexpr (T == dtype::iq2_s) {
+        const int j = p / 2;
+        sc = 2 * ((b[74 + j / 2] >> (4 * (j % 2))) & 0x0F) + 1;
+        const int idx = b[2 + p] | (((b[66 + p / 4] >> (2 * (p % 4))) & 3) << 8);
+        const uint8_t* g = tb.iq2s + 8 * idx;
+        const uint8_t s = b[34 + p];
+        for (int e = 0; e < 8; ++e) q[e] = static_cast<int8_t>((s >> e) & 1 ? -g[e] : g[e]);
+    } else if constexpr (T == dtype::iq3_xxs) {
+        const int j = p / 4, kk = p % 4;
+        const uint32_t aux = ld_u32(b + 66 + 4 * j);
+        sc = 2 * static_cast<int>(aux >> 28) + 1;
+        const uint8_t s = tb.ksigns[(aux >> (7 * kk)) & 0x7F];
+        const uint8_t* g1 = tb.iq3xxs + 4 * b[2 + 8 * j + 2 * kk];
+        const uint8_t* g2 = tb.iq3xxs + 4 * b[2 + 8 * j + 2 * kk + 1];
+        for (int e = 0; e < 4; ++e) {
+            q[e] = static_cast<int8_t>((s >> e) & 1 ? -g1[e] : g1[e]);
+            q[e + 4] = static_cast<int8_t>((s >> (e + 4)) & 1 ? -g2[e] : g2[e]);
+        }
+    } else if constexpr (T == dtype::iq3_s) {
+        const int j = p / 4;
+        sc = 1 + 2 * ((b[106 + j / 2] >> (4 * (j % 2))) & 0x0F);
+        const uint8_t sg = b[74 + p];   // signs of elements 8p..8p+7
+        for (int h = 0; h < 2; ++h) {
+            const int gi = 2 * p + h;
+            const int idx = b[2 + gi] | (((b[66 + gi / 8] >> (gi % 8)) & 1) << 8);
+            const uint8_t* g = tb.iq3s + 4 * idx;
+            for (int e = 0; e < 4; ++e) {
+                const int bit = 4 * h + e;
+                q[bit] = static_cast<int8_t>((sg >> bit) & 1 ? -g[e] : g[e]);
+            }
+        }
+    }
+}
+
+// dot_ref.cpp's block_term: A = (d * dx) * float(sumi), then + or - (dmin * dx) * float(summ),
+// each operation rounded on its own (the host build has -ffp-contract=off, nvcc --fmad=false;
+// the device path names the rounding explicitly).
+template <term_kind K>
+SLUICE_HD inline float block_term(float d, float dmin, float dx, int32_t sumi, int32_t summ) {
+#if defined(__CUDA_ARCH__)
+    const float a = __fmul_rn(__fmul_rn(d, dx), __int2float_rn(sumi));
+    if constexpr (K == term_kind::sym) return a;
+    const float m = __fmul_rn(__fmul_rn(dmin, dx), __int2float_rn(summ));
+    if constexpr (K == term_kind::plus_min) return __fadd_rn(a, m);
+    else return __fsub_rn(a, m);
+#else
+    const float a = (d * dx) * static_cast<float>(sumi);
+    if constexpr (K == term_kind::sym) return a;
+    const float m = (dmin * dx) * static_cast<float>(summ);
+    if constexpr (K == term_kind::plus_min) return a + m;
+    else return a - m;
+#endif
+}
+
+}  // namespace sluice::cuda

@@ -1,0 +1,116 @@
+#include "kv/prefix_cache.h"
+
+#include "core/error.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace sluice {
+namespace {
+
+bool same_rows(const kv_shape& a, const kv_shape& b) {
+    return a.n_layer == b.n_layer && a.n_kv_head == b.n_kv_head && a.head_dim == b.head_dim;
+}
+
+size_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
+    const size_t n = std::min(a.size(), b.size());
+    size_t i = 0;
+    while (i < n && a[i] == b[i]) ++i;
+    return i;
+}
+
+}  // namespace
+
+size_t prefix_cache::entry_bytes(size_t n_tokens, const kv_shape& s) {
+    const size_t row = static_cast<size_t>(s.n_kv_head) * static_cast<size_t>(s.head_dim);
+    return n_tokens * sizeof(int32_t) + n_tokens * row * 2 * static_cast<size_t>(s.n_layer) * sizeof(float);
+}
+
+void prefix_cache::erase(std::list<entry>::iterator it) {
+    bytes_ -= it->bytes();
+    entries_.erase(it);
+}
+
+void prefix_cache::clear() {
+    entries_.clear();
+    bytes_ = 0;
+}
+
+bool prefix_cache::store(std::span<const int32_t> tokens, const kv_cache& kv) {
+    const size_t n = tokens.size();
+    if (n == 0) return false;
+    if (n > static_cast<size_t>(kv.n_pos()))
+        fail("prefix cache: store of {} rows from a cache holding {}", n, kv.n_pos());
+    const kv_shape& shape = kv.shape();
+    for (auto it = entries_.begin(); it != entries_.end();) {
+        if (!same_rows(it->shape, shape)) {
+            ++it;
+            continue;
+        }
+        const size_t lcp = common_prefix(it->tokens, tokens);
+        if (lcp == n) {  // already covered by a checkpoint at least this long
+            entries_.splice(entries_.begin(), entries_, it);
+            return true;
+        }
+        if (lcp == it->tokens.size()) {  // a shorter checkpoint this one covers
+            auto dead = it++;
+            erase(dead);
+            ++stats_.evicted;
+            continue;
+        }
+        ++it;
+    }
+    const size_t need = entry_bytes(n, shape);
+    if (need > max_bytes_) return false;
+    while (bytes_ + need > max_bytes_ && !entries_.empty()) {
+        erase(std::prev(entries_.end()));
+        ++stats_.evicted;
+    }
+    entry e;
+    e.tokens.assign(tokens.begin(), tokens.end());
+    e.shape = shape;
+    const size_t row = static_cast<size_t>(kv.row_floats());
+    e.rows.resize(n * row * 2 * static_cast<size_t>(shape.n_layer));
+    float* dst = e.rows.data();
+    for (int il = 0; il < shape.n_layer; ++il) {
+        std::memcpy(dst, kv.k(il), n * row * sizeof(float));
+        dst += n * row;
+        std::memcpy(dst, kv.v(il), n * row * sizeof(float));
+        dst += n * row;
+    }
+    bytes_ += e.bytes();
+    entries_.push_front(std::move(e));
+    ++stats_.stored;
+    return true;
+}
+
+int32_t prefix_cache::restore(std::span<const int32_t> tokens, int32_t max_rows, kv_cache& kv) {
+    ++stats_.lookups;
+    kv.clear();
+    const kv_shape& shape = kv.shape();
+    auto best = entries_.end();
+    size_t best_n = 0;
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+        if (!same_rows(it->shape, shape)) continue;
+        const size_t lcp = common_prefix(it->tokens, tokens);
+        if (lcp > best_n) best = it, best_n = lcp;
+    }
+    best_n = std::min({best_n, static_cast<size_t>(std::max(max_rows, 0)), static_cast<size_t>(shape.n_ctx)});
+    if (best == entries_.end() || best_n == 0) return 0;
+    const size_t n_kept = best->tokens.size();
+    const size_t row = static_cast<size_t>(kv.row_floats());
+    const float* src = best->rows.data();
+    for (int il = 0; il < shape.n_layer; ++il) {
+        std::memcpy(kv.k(il), src, best_n * row * sizeof(float));
+        src += n_kept * row;
+        std::memcpy(kv.v(il), src, best_n * row * sizeof(float));
+        src += n_kept * row;
+    }
+    kv.set_n_pos(static_cast<int32_t>(best_n));
+    entries_.splice(entries_.begin(), entries_, best);
+    ++stats_.hits;
+    stats_.rows_restored += static_cast<int64_t>(best_n);
+    return static_cast<int32_t>(best_n);
+}
+
+}  // namespace sluice

@@ -1,0 +1,67 @@
+// prefix_cache: KV checkpoints of finished requests, keyed by the tokens whose rows they hold,
+// kept within a byte budget (least recently used evicted first). A new request restores the
+// rows of the longest prefix it shares with a checkpoint and prefills only the rest.
+//
+// Why this is exact (E5): the K/V of position i depend only on tokens 0..i (causal attention,
+// row-exact kernels, E1), so the rows of a shared prefix are the bits a fresh prefill of the
+// new prompt would write; prefilling the suffix after them writes the rest exactly as a fresh
+// prefill does (a prefill's chunking never changes a row). The match need not end on a whole
+// checkpoint: any common prefix of the two token lists is reusable.
+#pragma once
+
+#include "kv/kv_cache.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <span>
+#include <vector>
+
+namespace sluice {
+
+struct prefix_cache_stats {
+    int64_t lookups = 0, hits = 0;
+    int64_t rows_restored = 0;   // summed over hits
+    int64_t stored = 0, evicted = 0;
+};
+
+class prefix_cache {
+public:
+    explicit prefix_cache(size_t max_bytes) : max_bytes_(max_bytes) {}
+
+    // Keeps rows [0, tokens.size()) of kv (tokens.size() <= kv.n_pos()) keyed by tokens.
+    // Checkpoints whose tokens are a prefix of these are dropped (this one covers them); when
+    // these tokens are a prefix of a checkpoint already kept, that one is only marked used.
+    // Least recently used checkpoints go until the new one fits; one larger than the whole
+    // budget is not kept. Returns whether the rows are held afterwards.
+    bool store(std::span<const int32_t> tokens, const kv_cache& kv);
+
+    // Finds the checkpoint sharing the longest prefix with `tokens` (same KV shape), copies
+    // min(common prefix, max_rows) rows into kv (whose previous contents are dropped) and sets
+    // kv.n_pos() to that; marks the checkpoint used. Returns the rows restored, 0 on a miss
+    // (kv then holds nothing).
+    int32_t restore(std::span<const int32_t> tokens, int32_t max_rows, kv_cache& kv);
+
+    size_t bytes() const { return bytes_; }
+    size_t max_bytes() const { return max_bytes_; }
+    size_t entries() const { return entries_.size(); }
+    const prefix_cache_stats& stats() const { return stats_; }
+    void clear();
+
+private:
+    struct entry {
+        std::vector<int32_t> tokens;  // [n] the sequence whose rows are kept
+        kv_shape shape;               // n_layer, n_kv_head, head_dim of the rows (n_ctx unused)
+        std::vector<float> rows;      // per layer: K rows [n, row_floats] then V rows [n, row_floats]
+        size_t bytes() const { return tokens.size() * sizeof(int32_t) + rows.size() * sizeof(float); }
+    };
+    static size_t entry_bytes(size_t n_tokens, const kv_shape& s);
+    void erase(std::list<entry>::iterator it);
+
+    size_t max_bytes_;
+    size_t bytes_ = 0;
+    std::list<entry> entries_;   // most recently used first
+    prefix_cache_stats stats_;
+};
+
+}  // namespace sluice

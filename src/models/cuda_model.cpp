@@ -1,0 +1,545 @@
+// The CUDA model: the forward of blocks.cpp / moe_ffn.cpp, op for op, on the device. Weights
+// are bound by the same weight_binder (names, dtypes and shapes checked as on the CPU), then
+// uploaded once. Per forward the host does two things only: it dequantises the window's
+// embedding rows (kernels::get_row, the CPU's bits by construction) into pinned memory, and
+// copies the logits back. Everything in between is enqueued on one stream.
+#include "models/cuda_model.h"
+
+#include "core/error.h"
+
+#ifdef SLUICE_HAVE_CUDA
+
+#include "io/model_file.h"
+#include "kernels/cuda/act_quant.cuh"
+#include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/ops.cuh"
+#include "models/blocks.h"
+#include "quant/act.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+namespace sluice {
+namespace {
+
+void ck(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) fail("cuda model: {}: {}", what, cudaGetErrorString(e));
+}
+
+// A weight matrix (or a bank of experts) in device memory.
+struct dmat {
+    dtype type = dtype::f32;
+    int64_t n_in = 0, n_out = 0;
+    size_t row_bytes = 0;
+    size_t expert_stride = 0;   // bytes per expert's matrix (expert banks)
+    const std::byte* data = nullptr;
+    explicit operator bool() const { return data != nullptr; }
+};
+
+struct dlayer {
+    float* attn_norm = nullptr;                 // [n_embd]
+    dmat wq, wk, wv, wo;                        // [n_embd, nq], [n_embd, nkv] x2, [nq, n_embd]
+    float *bq = nullptr, *bk = nullptr, *bv = nullptr;   // [nq], [nkv], [nkv] (qwen2moe)
+    float *q_norm = nullptr, *k_norm = nullptr;         // [head_dim] (qwen3*)
+    float* ffn_norm = nullptr;                  // [n_embd]
+    dmat gate, up, down;                        // dense FFN [n_embd, n_ff] x2, [n_ff, n_embd]
+    dmat router;                                // [n_embd, n_expert]
+    dmat gate_exps, up_exps, down_exps;         // [n_embd, n_ff_exp, n_expert] x2, [n_ff_exp, n_embd, n_expert]
+    dmat sh_gate, sh_up, sh_down, sh_inp;       // shared expert [n_embd, n_ff_shexp] x2, [n_ff_shexp, n_embd], [n_embd, 1]
+};
+
+// A sequence's KV cache on the device: per layer K then V, each [n_ctx, n_kv_head, head_dim].
+struct dkv {
+    float* buf = nullptr;
+    int n_ctx = 0;
+};
+
+struct arch_spec {
+    kernels::rope_mode rope;
+    bool bias, qk_norm, moe, shexp, default_norm;
+};
+
+arch_spec spec_for(const std::string& arch) {
+    if (arch == "llama") return {kernels::rope_mode::normal, false, false, false, false, false};
+    if (arch == "qwen3") return {kernels::rope_mode::neox, false, true, false, false, false};
+    if (arch == "qwen3moe") return {kernels::rope_mode::neox, false, true, true, false, true};
+    if (arch == "qwen2moe") return {kernels::rope_mode::neox, true, false, true, true, false};
+    fail("cuda model: general.architecture '{}': expected one of llama, qwen3, qwen3moe, qwen2moe", arch);
+}
+
+class cuda_model final : public model {
+public:
+    cuda_model(const model_file& f, const load_options&, int device) : dev_(device) {
+        int n_dev = 0;
+        ck(cudaGetDeviceCount(&n_dev), "cudaGetDeviceCount");
+        if (device < 0 || device >= n_dev) fail("cuda model: device {}: expected 0..{}", device, n_dev - 1);
+        ck(cudaSetDevice(dev_), "cudaSetDevice");
+        ck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+        cuda::upload_tables();
+
+        // Hyperparameters, as the CPU architecture files read them.
+        const std::string arch = f.architecture();
+        spec_ = spec_for(arch);
+        hp_ = read_transformer_hparams(f, arch, spec_.rope);
+        if (spec_.moe) {
+            read_moe_hparams(f, hp_, spec_.default_norm);
+            if (spec_.shexp) {
+                const int64_t sh = f.meta().require_int(arch + ".expert_shared_feed_forward_length");
+                if (sh < 1 || sh > (1 << 20))
+                    fail("model: {}.expert_shared_feed_forward_length: expected 1..{}, got {}", arch, 1 << 20, sh);
+                hp_.n_ff_shexp = static_cast<int>(sh);
+            }
+        } else if (hp_.n_ff < 1) {
+            fail("model: {}.feed_forward_length: expected >= 1, got {}", arch, hp_.n_ff);
+        }
+
+        // Weights: bound and checked by the CPU's binder, then uploaded.
+        weight_binder b(f);
+        out_ = bind_output(b, hp_);
+        tok_embd_ = out_.tok_embd;
+        output_norm_ = upload_vec(out_.norm);
+        output_ = upload_mat(*out_.output);
+        for (int il = 0; il < hp_.n_layer; ++il) {
+            dlayer l;
+            const attn_weights a = bind_attention(b, hp_, il, spec_.bias, spec_.qk_norm);
+            l.attn_norm = upload_vec(a.norm);
+            l.wq = upload_mat(*a.wq);
+            l.wk = upload_mat(*a.wk);
+            l.wv = upload_mat(*a.wv);
+            l.wo = upload_mat(*a.wo);
+            l.bq = upload_vec(a.bq);
+            l.bk = upload_vec(a.bk);
+            l.bv = upload_vec(a.bv);
+            l.q_norm = upload_vec(a.q_norm);
+            l.k_norm = upload_vec(a.k_norm);
+            l.ffn_norm = upload_vec(b.vec(blk(il, "ffn_norm.weight"), hp_.n_embd));
+            if (spec_.moe) {
+                const moe_weights m = bind_moe(b, hp_, il, spec_.shexp);
+                l.router = upload_mat(*m.router);
+                l.gate_exps = upload_mat(*m.gate_exps);
+                l.up_exps = upload_mat(*m.up_exps);
+                l.down_exps = upload_mat(*m.down_exps);
+                if (spec_.shexp) {
+                    l.sh_gate = upload_mat(*m.shexp.gate);
+                    l.sh_up = upload_mat(*m.shexp.up);
+                    l.sh_down = upload_mat(*m.shexp.down);
+                    l.sh_inp = upload_mat(*m.shexp_gate);
+                }
+            } else {
+                const ffn_weights w = bind_ffn(b, il, "", hp_.n_embd, hp_.n_ff);
+                l.gate = upload_mat(*w.gate);
+                l.up = upload_mat(*w.up);
+                l.down = upload_mat(*w.down);
+            }
+            layers_.push_back(l);
+        }
+        ck(cudaStreamSynchronize(stream_), "weight upload");
+    }
+
+    ~cuda_model() override {
+        cudaSetDevice(dev_);
+        cudaStreamSynchronize(stream_);
+        for (void* p : allocs_) cudaFree(p);
+        for (auto& kv : kvs_) cudaFree(kv.second.buf);
+        free_scratch();
+        if (rope_) cudaFree(rope_);
+        cudaStreamDestroy(stream_);
+    }
+
+    const model_hparams& hparams() const override { return hp_; }
+
+    void forward_batch(std::span<const batch_segment> batch, forward_scratch& s, float* logits) override {
+        const int64_t n = check_batch(hp_, batch, s);
+        ck(cudaSetDevice(dev_), "cudaSetDevice");
+        ensure_scratch(s.max_rows);
+        int32_t max_pos = 0;
+        for (const batch_segment& g : batch) max_pos = std::max(max_pos, g.pos0 + static_cast<int32_t>(g.tokens.size()));
+        ensure_rope(max_pos);
+        std::vector<float*> kv_bufs;
+        for (const batch_segment& g : batch) kv_bufs.push_back(kv_for(*g.kv));
+
+        // Embeddings: dequantised on the host (the CPU's get_row) into pinned memory; the copy
+        // up is the step's first operation.
+        const int64_t E = hp_.n_embd;
+        int64_t r = 0, m = 0;
+        for (const batch_segment& g : batch) {
+            for (token_id t : g.tokens) kernels::get_row(*tok_embd_, t, h_x_ + (r++) * E);
+            m += g.n_logits;
+        }
+        if (graphs_ && batch.size() == 1 && n == 1) {
+            // A decode step: one captured graph per (cache, logits wanted), replayed with the
+            // position read from device memory.
+            *h_pos_ = batch[0].pos0;
+            const graph_key key{kv_bufs[0], batch[0].kv->shape().n_ctx, batch[0].n_logits};
+            cudaGraphExec_t exec = nullptr;
+            for (const auto& [k, e] : graphs_cache_)
+                if (k == key) exec = e;
+            if (!exec) exec = capture(batch, kv_bufs, n, key);
+            ck(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
+        } else {
+            enqueue(batch, kv_bufs, n, nullptr);
+        }
+        for (const batch_segment& g : batch) g.kv->set_n_pos(g.pos0 + static_cast<int32_t>(g.tokens.size()));
+        if (m > 0)
+            ck(cudaMemcpyAsync(logits, logits_, static_cast<size_t>(m * hp_.n_vocab) * 4, cudaMemcpyDeviceToHost, stream_),
+               "logits");
+        ck(cudaStreamSynchronize(stream_), "forward");
+    }
+
+    void set_graphs(bool on) { graphs_ = on; }
+
+private:
+    // ---- loading ----------------------------------------------------------------------------
+    void* dalloc(size_t bytes) {
+        void* p = nullptr;
+        ck(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc");
+        allocs_.push_back(p);
+        return p;
+    }
+
+    float* upload_vec(const std::vector<float>& v) {
+        if (v.empty()) return nullptr;
+        auto* p = static_cast<float*>(dalloc(v.size() * 4));
+        ck(cudaMemcpy(p, v.data(), v.size() * 4, cudaMemcpyHostToDevice), "upload");
+        return p;
+    }
+
+    dmat upload_mat(const tensor_view& t) {
+        if (!cuda::has_matmul(t.type)) fail("cuda model: tensor '{}': no CUDA matmul for {}", t.name, name(t.type));
+        // One upload per tensor: a tied LM head shares token_embd's copy.
+        if (auto it = uploaded_.find(&t); it != uploaded_.end()) return it->second;
+        dmat m;
+        m.type = t.type;
+        m.n_in = t.ne[0];
+        m.n_out = t.ne[1];
+        m.row_bytes = t.row_bytes();
+        m.expert_stride = m.row_bytes * static_cast<size_t>(t.ne[1]);
+        auto* p = static_cast<std::byte*>(dalloc(t.nbytes));
+        ck(cudaMemcpy(p, t.data, t.nbytes, cudaMemcpyHostToDevice), "upload");
+        m.data = p;
+        uploaded_[&t] = m;
+        return m;
+    }
+
+    // ---- per-forward buffers ----------------------------------------------------------------
+    void free_scratch() {
+        clear_graphs();
+        for (void* p : scratch_) cudaFree(p);
+        scratch_.clear();
+        if (h_x_) cudaFreeHost(h_x_);
+        if (h_pos_) cudaFreeHost(h_pos_);
+        h_x_ = nullptr;
+        h_pos_ = nullptr;
+        max_rows_ = 0;
+    }
+
+    template <class T>
+    T* salloc(size_t count) {
+        void* p = nullptr;
+        ck(cudaMalloc(&p, count * sizeof(T) + 16), "cudaMalloc (scratch)");
+        scratch_.push_back(p);
+        return static_cast<T*>(p);
+    }
+
+    void ensure_scratch(int max_rows) {
+        if (max_rows <= max_rows_) return;
+        ck(cudaStreamSynchronize(stream_), "sync");
+        free_scratch();
+        const size_t R = static_cast<size_t>(max_rows), E = static_cast<size_t>(hp_.n_embd);
+        const size_t nq = static_cast<size_t>(hp_.n_head) * static_cast<size_t>(hp_.head_dim);
+        const size_t nkv = static_cast<size_t>(hp_.n_kv_head) * static_cast<size_t>(hp_.head_dim);
+        const size_t K = static_cast<size_t>(std::max(hp_.n_expert_used, 1));
+        const size_t ff = static_cast<size_t>(std::max({hp_.n_ff, hp_.n_ff_exp, hp_.n_ff_shexp, 1}));
+        const size_t RK = R * K;   // (row, expert) pairs
+        x_ = salloc<float>(R * E);
+        xn_ = salloc<float>(R * E);
+        q_ = salloc<float>(R * nq);
+        k_ = salloc<float>(R * nkv);
+        v_ = salloc<float>(R * nkv);
+        attn_ = salloc<float>(R * nq);
+        out_buf_ = salloc<float>(R * E);
+        gate_ = salloc<float>(RK * ff);
+        up_ = salloc<float>(RK * ff);
+        ey_ = salloc<float>(RK * E);
+        shexp_ = salloc<float>(R * E);
+        router_ = salloc<float>(R * static_cast<size_t>(std::max(hp_.n_expert, 1)));
+        ids_ = salloc<int32_t>(RK);
+        ew_ = salloc<float>(RK);
+        shgate_ = salloc<float>(R);
+        logits_ = salloc<float>(R * static_cast<size_t>(hp_.n_vocab));
+        // int8 activation rows: at most 292 bytes per 256 values (act_block256) or 36 per 32.
+        const size_t widest = std::max({E, nq, ff});
+        act_ = salloc<std::byte>(RK * (widest / 32 + 1) * 37);
+        d_pos_ = salloc<int32_t>(1);
+        ck(cudaMallocHost(&h_x_, R * E * 4), "cudaMallocHost");
+        ck(cudaMallocHost(&h_pos_, 4), "cudaMallocHost");
+        max_rows_ = max_rows;
+    }
+
+    // cos/sin rows for positions [0, n_pos), made by the CPU's rope_table.
+    void ensure_rope(int32_t n_pos) {
+        if (n_pos <= rope_pos_) return;
+        const int32_t want = std::max<int32_t>(((n_pos + 1023) / 1024) * 1024, rope_pos_ * 2);
+        const int n_rot = hp_.rope.n_rot;
+        std::vector<float> cs(static_cast<size_t>(want) * n_rot);
+        for (int32_t p = 0; p < want; ++p) kernels::rope_table(hp_.rope, p, cs.data() + static_cast<size_t>(p) * n_rot);
+        ck(cudaStreamSynchronize(stream_), "sync");
+        clear_graphs();
+        if (rope_) cudaFree(rope_);
+        ck(cudaMalloc(&rope_, cs.size() * 4), "cudaMalloc (rope)");
+        ck(cudaMemcpy(rope_, cs.data(), cs.size() * 4, cudaMemcpyHostToDevice), "rope table");
+        rope_pos_ = want;
+    }
+
+    float* kv_for(const kv_cache& kv) {
+        auto it = kvs_.find(&kv);
+        if (it != kvs_.end() && it->second.n_ctx == kv.shape().n_ctx) return it->second.buf;
+        if (it != kvs_.end()) {
+            ck(cudaStreamSynchronize(stream_), "sync");
+            clear_graphs();
+            cudaFree(it->second.buf);
+            kvs_.erase(it);
+        }
+        dkv d;
+        d.n_ctx = kv.shape().n_ctx;
+        const size_t floats = static_cast<size_t>(hp_.n_layer) * 2 * static_cast<size_t>(d.n_ctx) * kv.row_floats();
+        ck(cudaMalloc(&d.buf, floats * 4), "cudaMalloc (KV cache)");
+        kvs_[&kv] = d;
+        return d.buf;
+    }
+
+    // ---- one forward, enqueued ------------------------------------------------------------
+    struct graph_key {
+        float* kv;
+        int n_ctx;
+        int32_t n_logits;
+        bool operator==(const graph_key& o) const { return kv == o.kv && n_ctx == o.n_ctx && n_logits == o.n_logits; }
+    };
+
+    // Everything from the embedding copy to the LM head's logits (left in logits_). pos_dev:
+    // nullptr for host positions (each segment's pos0), or the device copy of segment 0's pos0
+    // (graph replay; single segment).
+    void enqueue(std::span<const batch_segment> batch, const std::vector<float*>& kv_bufs, int64_t n, const int32_t* pos_dev) {
+        const int64_t E = hp_.n_embd;
+        ck(cudaMemcpyAsync(x_, h_x_, static_cast<size_t>(n * E) * 4, cudaMemcpyHostToDevice, stream_), "embeddings");
+        if (pos_dev) ck(cudaMemcpyAsync(d_pos_, h_pos_, 4, cudaMemcpyHostToDevice, stream_), "position");
+        for (int il = 0; il < hp_.n_layer; ++il) {
+            const dlayer& l = layers_[static_cast<size_t>(il)];
+            attention_block(l, il, batch, kv_bufs, n, pos_dev);
+            if (spec_.moe) moe_block(l, n);
+            else dense_block(l, n);
+        }
+        // Output: the rows that want logits, packed, then one LM-head matmul.
+        int64_t row0 = 0, m = 0;
+        for (const batch_segment& g : batch) {
+            const int64_t rows = static_cast<int64_t>(g.tokens.size());
+            if (g.n_logits > 0) {
+                cuda::rmsnorm(x_ + (row0 + rows - g.n_logits) * E, output_norm_, xn_ + m * E, g.n_logits, E, hp_.rms_eps, stream_);
+                m += g.n_logits;
+            }
+            row0 += rows;
+        }
+        if (m > 0) mm(output_, xn_, m, logits_, false);
+    }
+
+    cudaGraphExec_t capture(std::span<const batch_segment> batch, const std::vector<float*>& kv_bufs, int64_t n,
+                            const graph_key& key) {
+        if (graphs_cache_.size() >= 16) clear_graphs();
+        ck(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+        cudaGraph_t g = nullptr;
+        try {
+            enqueue(batch, kv_bufs, n, d_pos_);
+        } catch (...) {
+            cudaStreamEndCapture(stream_, &g);
+            if (g) cudaGraphDestroy(g);
+            throw;
+        }
+        ck(cudaStreamEndCapture(stream_, &g), "cudaStreamEndCapture");
+        cudaGraphExec_t exec = nullptr;
+        const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
+        cudaGraphDestroy(g);
+        ck(e, "cudaGraphInstantiate");
+        graphs_cache_.emplace_back(key, exec);
+        return exec;
+    }
+
+    // Graphs hold buffer addresses: dropped whenever a buffer they use is reallocated.
+    void clear_graphs() {
+        for (auto& kv : graphs_cache_) cudaGraphExecDestroy(kv.second);
+        graphs_cache_.clear();
+    }
+
+    // ---- the forward's pieces -------------------------------------------------------------
+    // y [n_rows, w.n_out] = w . x; x [n_rows / act_div or n_rows, w.n_in] f32. reuse: the
+    // activation rows in act_ are already x's, for w's format (q/k/v, gate/up).
+    void mm(const dmat& w, const float* x, int64_t n_rows, float* y, bool reuse, const int32_t* ids = nullptr,
+            int act_div = 1) {
+        const auto f = quant::act_format_for(w.type);
+        const int64_t act_rows = ids ? n_rows / act_div : n_rows;
+        cuda::mm_args a;
+        a.type = w.type;
+        a.w = w.data;
+        a.row_bytes = w.row_bytes;
+        a.n_in = w.n_in;
+        a.n_out = w.n_out;
+        a.ids = ids;
+        a.expert_stride = w.expert_stride;
+        a.act_div = act_div;
+        a.n_rows = n_rows;
+        a.y = y;
+        a.y_stride = w.n_out;
+        if (f == quant::act_format::f32) {
+            a.act = reinterpret_cast<const std::byte*>(x);
+            a.act_stride = static_cast<size_t>(w.n_in) * 4;
+        } else {
+            if (!reuse) cuda::quantize_act_rows(f, x, act_rows, w.n_in, act_, stream_);
+            a.act = act_;
+            a.act_stride = quant::act_row_bytes(f, w.n_in);
+        }
+        cuda::matmul(a, stream_);
+    }
+
+    void attention_block(const dlayer& l, int il, std::span<const batch_segment> batch, const std::vector<float*>& kv_bufs,
+                         int64_t n, const int32_t* pos_dev) {
+        const int64_t E = hp_.n_embd, hd = hp_.head_dim;
+        const int64_t nq = hp_.n_head * hd, nkv = hp_.n_kv_head * hd;
+        cuda::rmsnorm(x_, l.attn_norm, xn_, n, E, hp_.rms_eps, stream_);
+        mm(l.wq, xn_, n, q_, false);
+        mm(l.wk, xn_, n, k_, l.wk.type == l.wq.type);
+        mm(l.wv, xn_, n, v_, l.wv.type == l.wq.type);
+        if (l.bq) {
+            cuda::add_rows(q_, l.bq, n, nq, stream_);
+            cuda::add_rows(k_, l.bk, n, nkv, stream_);
+            cuda::add_rows(v_, l.bv, n, nkv, stream_);
+        }
+        if (l.q_norm) {
+            cuda::rmsnorm(q_, l.q_norm, q_, n * hp_.n_head, hd, hp_.rms_eps, stream_);
+            cuda::rmsnorm(k_, l.k_norm, k_, n * hp_.n_kv_head, hd, hp_.rms_eps, stream_);
+        }
+        kernels::attention_params ap;
+        ap.n_head = hp_.n_head;
+        ap.n_kv_head = hp_.n_kv_head;
+        ap.head_dim = hp_.head_dim;
+        ap.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hp_.head_dim)));
+        int64_t row0 = 0;
+        for (size_t i = 0; i < batch.size(); ++i) {
+            const batch_segment& g = batch[i];
+            const int64_t rows = static_cast<int64_t>(g.tokens.size());
+            const size_t layer_floats = static_cast<size_t>(g.kv->shape().n_ctx) * static_cast<size_t>(nkv);
+            float* kc = kv_bufs[i] + (2 * static_cast<size_t>(il)) * layer_floats;
+            float* vc = kc + layer_floats;
+            cuda::rope(hp_.rope, rope_, g.pos0, q_ + row0 * nq, rows, hp_.n_head, static_cast<int>(hd), stream_, pos_dev);
+            cuda::rope(hp_.rope, rope_, g.pos0, k_ + row0 * nkv, rows, hp_.n_kv_head, static_cast<int>(hd), stream_, pos_dev);
+            cuda::kv_store(k_ + row0 * nkv, v_ + row0 * nkv, kc, vc, g.pos0, rows, nkv, stream_, pos_dev);
+            cuda::attention(ap, q_ + row0 * nq, kc, vc, g.pos0, rows, attn_ + row0 * nq, stream_, pos_dev);
+            row0 += rows;
+        }
+        mm(l.wo, attn_, n, out_buf_, false);
+        cuda::add(x_, out_buf_, n * E, stream_);
+    }
+
+    void dense_block(const dlayer& l, int64_t n) {
+        const int64_t E = hp_.n_embd;
+        cuda::rmsnorm(x_, l.ffn_norm, xn_, n, E, hp_.rms_eps, stream_);
+        mm(l.gate, xn_, n, gate_, false);
+        mm(l.up, xn_, n, up_, l.up.type == l.gate.type);
+        cuda::swiglu(gate_, up_, gate_, n * hp_.n_ff, stream_);
+        mm(l.down, gate_, n, out_buf_, false);
+        cuda::add(x_, out_buf_, n * E, stream_);
+    }
+
+    void moe_block(const dlayer& l, int64_t n) {
+        const int64_t E = hp_.n_embd, F = hp_.n_ff_exp, K = hp_.n_expert_used;
+        cuda::rmsnorm(x_, l.ffn_norm, xn_, n, E, hp_.rms_eps, stream_);
+        mm(l.router, xn_, n, router_, false);
+        kernels::router_params rp;
+        rp.n_expert = hp_.n_expert;
+        rp.n_used = hp_.n_expert_used;
+        rp.renormalize = hp_.expert_weights_norm;
+        cuda::route_topk(rp, router_, n, ids_, ew_, stream_);
+        // Experts: pair p = (row p / K, rank p % K), each a one-row product with its expert.
+        mm(l.gate_exps, xn_, n * K, gate_, false, ids_, static_cast<int>(K));
+        mm(l.up_exps, xn_, n * K, up_, l.up_exps.type == l.gate_exps.type, ids_, static_cast<int>(K));
+        cuda::swiglu(gate_, up_, gate_, n * K * F, stream_);
+        mm(l.down_exps, gate_, n * K, ey_, false, ids_, 1);
+        cuda::moe_combine(ey_, ew_, static_cast<int>(K), n, E, out_buf_, stream_);
+        if (l.sh_inp) {
+            const int64_t S = hp_.n_ff_shexp;
+            mm(l.sh_gate, xn_, n, gate_, false);
+            mm(l.sh_up, xn_, n, up_, l.sh_up.type == l.sh_gate.type);
+            cuda::swiglu(gate_, up_, gate_, n * S, stream_);
+            mm(l.sh_down, gate_, n, shexp_, false);
+            mm(l.sh_inp, xn_, n, shgate_, false);
+            cuda::add_gated(out_buf_, shexp_, shgate_, n, E, stream_);
+        }
+        cuda::add(x_, out_buf_, n * E, stream_);
+    }
+
+    int dev_;
+    cudaStream_t stream_ = nullptr;
+    arch_spec spec_{};
+    model_hparams hp_;
+    output_weights out_;
+    const tensor_view* tok_embd_ = nullptr;   // read on the host for the embedding rows
+    float* output_norm_ = nullptr;
+    dmat output_;
+    std::vector<dlayer> layers_;
+    std::vector<void*> allocs_;
+    std::unordered_map<const tensor_view*, dmat> uploaded_;
+    std::unordered_map<const kv_cache*, dkv> kvs_;
+    float* rope_ = nullptr;   // [rope_pos_, n_rot]
+    int32_t rope_pos_ = 0;
+    // Scratch for max_rows_ rows (see ensure_scratch for shapes).
+    int max_rows_ = 0;
+    std::vector<void*> scratch_;
+    float *x_ = nullptr, *xn_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *attn_ = nullptr;
+    float *out_buf_ = nullptr, *gate_ = nullptr, *up_ = nullptr, *ey_ = nullptr, *shexp_ = nullptr;
+    float *router_ = nullptr, *ew_ = nullptr, *shgate_ = nullptr, *logits_ = nullptr;
+    int32_t* ids_ = nullptr;
+    std::byte* act_ = nullptr;
+    float* h_x_ = nullptr;        // pinned [max_rows_, n_embd]
+    int32_t* h_pos_ = nullptr;    // pinned [1]: a graph step's position
+    int32_t* d_pos_ = nullptr;    // device [1]
+    bool graphs_ = true;          // decode steps (one segment, one row) as CUDA graphs
+    std::vector<std::pair<graph_key, cudaGraphExec_t>> graphs_cache_;
+};
+
+}  // namespace
+
+bool cuda_available() {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+std::unique_ptr<model> load_model_cuda(const model_file& f, const load_options& o, int device, bool graphs) {
+    auto m = std::make_unique<cuda_model>(f, o, device);
+    m->set_graphs(graphs);
+    return m;
+}
+
+void set_cuda_graphs(model& m, bool on) {
+    auto* c = dynamic_cast<cuda_model*>(&m);
+    if (!c) fail("set_cuda_graphs: not a model made by load_model_cuda");
+    c->set_graphs(on);
+}
+
+}  // namespace sluice
+
+#else  // no CUDA backend in this build
+
+namespace sluice {
+
+bool cuda_available() { return false; }
+
+std::unique_ptr<model> load_model_cuda(const model_file&, const load_options&, int device, bool) {
+    fail("cuda model: device {}: sluice was not built with CUDA (configure with -DSLUICE_CUDA=ON and nvcc)", device);
+}
+
+void set_cuda_graphs(model&, bool) { fail("set_cuda_graphs: sluice was not built with CUDA"); }
+
+}  // namespace sluice
+
+#endif

@@ -1,0 +1,31 @@
+// The whole model on one CUDA device: llama, qwen3, qwen3moe and qwen2moe with every weight
+// uploaded once, the forward run by the kernels of src/kernels/cuda, and each sequence's KV
+// cache in VRAM. Where every weight is quantised (or F32 router/norm vectors), the logits are
+// the CPU model's bits (E3: the same int8 activation blocks, the same per-block float terms in
+// the same order, the same exp/SiLU); F16/BF16 matrices follow the same 16-lane FMA rule.
+#pragma once
+
+#include "models/model.h"
+
+#include <memory>
+
+namespace sluice {
+
+// True when this build has the CUDA backend and at least one device is visible.
+bool cuda_available();
+
+// Loads f onto CUDA device `device`. The returned model's forward_batch keeps, per kv_cache
+// object passed in, a device copy of that cache (keyed by its address: a kv_cache must outlive
+// its use with this model, and a new cache at a freed one's address inherits nothing valid
+// beyond kv.n_pos(), which forward_batch's contract already requires). The host K/V arrays of
+// the kv_cache are not written; n_pos is. f must outlive the model (embedding rows are read
+// from it on the host). graphs: run each decode step (one sequence, one row) as a captured CUDA
+// graph (one per cache), replayed with the position in device memory: the same kernels with the
+// same arguments, so the same bits, with one launch instead of ~20 per layer. Throws "not built
+// with CUDA" in a CPU-only build.
+std::unique_ptr<model> load_model_cuda(const model_file& f, const load_options& o, int device, bool graphs = true);
+// Turns the decode-step graphs of a model made by load_model_cuda on or off (benchmarks compare
+// both); fails for any other model.
+void set_cuda_graphs(model& m, bool on);
+
+}  // namespace sluice

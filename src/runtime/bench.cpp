@@ -1,0 +1,510 @@
+// `sluice bench` (include/sluice/bench.h): prefill, decode at depth, the verify-window cost curve
+// and oracle-tape speculative decoding, each with its roofline ceiling. It drives a session
+// (runtime/generate.h) and the speculative decoder (spec/verifier.h) directly, so what it times
+// is the engine's own loop, with nothing of the tokenizer or the text stream around it.
+#include "sluice/bench.h"
+
+#include "core/error.h"
+#include "io/model_file.h"
+#include "models/model.h"
+#include "runtime/generate.h"
+#include "runtime/roofline.h"
+#include "runtime/sampler.h"
+#include "sluice/inspect.h"
+#include "spec/drafter.h"
+#include "spec/session_target.h"
+#include "spec/verifier.h"
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+// The CUDA model (src/models/cuda_model.h) when this build has it.
+#if defined(SLUICE_HAVE_CUDA) && __has_include("models/cuda_model.h")
+#include "models/cuda_model.h"
+#define SLUICE_BENCH_GPU 1
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <thread>
+
+namespace sluice {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+    return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// Proposes the model's own greedy continuation (the tape), each draft replaced by a wrong token
+// with probability 1 - accept: the verifier keeps a draft exactly when it equals the tape, so the
+// acceptance is what the coin says. The tape is indexed by position: the context's length minus
+// the prompt's is the number of tokens generated so far.
+class oracle_drafter final : public drafter {
+public:
+    oracle_drafter(std::span<const int32_t> tape, size_t prompt_len, double accept, int32_t n_vocab, uint64_t seed)
+        : tape_(tape), prompt_len_(prompt_len), accept_(accept), n_vocab_(n_vocab), seed_(seed), rng_(seed) {}
+
+    std::string_view name() const override { return "oracle"; }
+    void reset() override { rng_.seed(seed_); }
+
+    int32_t propose(std::span<const int32_t> context, int32_t max_n, std::span<int32_t> out) override {
+        ++stats_.calls;
+        const size_t k = context.size() - prompt_len_;  // tokens generated so far
+        int32_t n = 0;
+        std::uniform_real_distribution<double> coin(0.0, 1.0);
+        for (; n < max_n && k + size_t(n) < tape_.size(); ++n) {
+            int32_t t = tape_[k + size_t(n)];
+            if (coin(rng_) >= accept_ && n_vocab_ > 1)  // any other id: the verifier's pick is the tape's token
+                t = int32_t((int64_t(t) + 1 + int64_t(rng_() % uint64_t(n_vocab_ - 1))) % n_vocab_);
+            out[size_t(n)] = t;
+        }
+        if (n == 0) ++stats_.empty;
+        return n;
+    }
+
+private:
+    std::span<const int32_t> tape_;
+    size_t prompt_len_;
+    double accept_;
+    int32_t n_vocab_;
+    uint64_t seed_;
+    std::mt19937_64 rng_;
+};
+
+void validate(const bench_options& o) {
+    auto in = [](int v, int lo, int hi) { return v >= lo && v <= hi; };
+    if (o.n_threads < 0) fail("bench: -t/--threads: expected >= 0, got {}", o.n_threads);
+    for (int p : o.n_prompt)
+        if (!in(p, 1, 1 << 20)) fail("bench: -p/--n-prompt: expected 1..1048576 tokens, got {}", p);
+    if (!in(o.n_gen, 0, 1 << 20)) fail("bench: -n/--n-gen: expected 0..1048576, got {}", o.n_gen);
+    for (int d : o.depths)
+        if (!in(d, 0, 1 << 22)) fail("bench: --ctx: expected depths 0..4194304, got {}", d);
+    if (!in(o.repetitions, 1, 1000)) fail("bench: -r/--repetitions: expected 1..1000, got {}", o.repetitions);
+    if (!in(o.spec_reps, 1, 1000)) fail("bench: --spec-reps: expected 1..1000, got {}", o.spec_reps);
+    if (!in(o.chunk, 1, 4096)) fail("bench: --chunk: expected 1..4096 rows, got {}", o.chunk);
+    for (int t : o.windows)
+        if (!in(t, 1, 16) || t > o.chunk)
+            fail("bench: --windows: expected 1..16 rows and at most --chunk ({}), got {}", o.chunk, t);
+    for (int t : o.spec_windows)
+        if (!in(t, 1, 16) || t > o.chunk)
+            fail("bench: --spec-windows: expected 1..16 rows and at most --chunk ({}), got {}", o.chunk, t);
+    if (o.gpu < -1) fail("bench: --gpu: expected a device index >= 0, got {}", o.gpu);
+    if (o.window_depth < -1) fail("bench: --window-depth: expected >= 0 (or -1: the first depth), got {}", o.window_depth);
+    if (!(o.accept >= 0.0 && o.accept <= 1.0)) fail("bench: --accept: expected 0..1, got {}", o.accept);
+    if (o.spec_n < 0) fail("bench: --spec-n: expected >= 0, got {}", o.spec_n);
+    if (!(o.bandwidth_gb_s >= 0.0) || !std::isfinite(o.bandwidth_gb_s))
+        fail("bench: --bandwidth: expected GB/s >= 0, got {}", o.bandwidth_gb_s);
+}
+
+// Mean and sample standard deviation of the seconds, and of tokens/s per repetition (llama-bench
+// reports the mean of per-repetition speeds, not tokens over total time).
+void finish(bench_result& r, double tokens) {
+    const size_t n = r.seconds.size();
+    r.reps = int(n);
+    if (n == 0) return;
+    std::vector<double> ts(n);
+    for (size_t i = 0; i < n; ++i) ts[i] = r.seconds[i] > 0 ? tokens / r.seconds[i] : 0.0;
+    auto mean_sd = [n](const std::vector<double>& v, double& mean, double& sd) {
+        mean = std::accumulate(v.begin(), v.end(), 0.0) / double(n);
+        double ss = 0.0;
+        for (double x : v) ss += (x - mean) * (x - mean);
+        sd = n > 1 ? std::sqrt(ss / double(n - 1)) : 0.0;
+    };
+    mean_sd(r.seconds, r.mean_s, r.stddev_s);
+    mean_sd(ts, r.tok_s, r.stddev_tok_s);
+}
+
+void set_ceiling(bench_result& r, double bandwidth_gb_s, double bytes_per_token) {
+    r.bytes_per_token = bytes_per_token;
+    r.ceiling_tok_s = ceiling_tok_s(bandwidth_gb_s, bytes_per_token);
+    r.ceiling_fraction = r.ceiling_tok_s > 0 ? r.tok_s / r.ceiling_tok_s : 0.0;
+}
+
+std::string human_bytes(double b) {
+    if (b >= 1e9) return fmt::format("{:.2f} GB", b / 1e9);
+    if (b >= 1e6) return fmt::format("{:.1f} MB", b / 1e6);
+    if (b >= 1e3) return fmt::format("{:.1f} kB", b / 1e3);
+    return fmt::format("{:.0f} B", b);
+}
+
+}  // namespace
+
+bool bench_gpu_built() {
+#ifdef SLUICE_BENCH_GPU
+    return true;
+#else
+    return false;
+#endif
+}
+
+bench_report run_bench(const bench_options& o, const std::function<void(std::string_view)>& progress) {
+    validate(o);
+    auto say = [&](const std::string& s) {
+        if (progress) progress(s);
+    };
+    std::vector<int> depths = o.depths;
+    std::sort(depths.begin(), depths.end());
+    depths.erase(std::unique(depths.begin(), depths.end()), depths.end());
+    const std::vector<int>& windows = o.windows;
+    const int window_depth = o.window_depth >= 0 ? o.window_depth : depths.empty() ? 0 : depths.front();
+    const int spec_n = o.spec_n > 0 ? o.spec_n : o.n_gen;
+    const bool any_windows = !windows.empty() || (!o.spec_windows.empty() && spec_n > 0);
+
+    // Positions the cache must hold: the deepest prompt plus what is decoded after it.
+    int longest = 1;
+    for (int p : o.n_prompt) longest = std::max(longest, p);
+    for (int d : depths) longest = std::max(longest, d + o.n_gen);
+    if (any_windows) longest = std::max(longest, window_depth + std::max(spec_n, 16) + 16);
+    const int n_ctx = longest + 1;
+
+    bench_report rep;
+    const inspect_report ir = inspect_model(o.model_path);
+    auto file = model_file::open(o.model_path);
+    std::unique_ptr<model> net;
+    if (o.gpu >= 0) {
+#ifdef SLUICE_BENCH_GPU
+        net = load_model_cuda(*file, load_options{n_ctx}, o.gpu);
+#else
+        fail("bench: --gpu {}: this build has no CUDA backend (configure with -DSLUICE_CUDA=ON and nvcc)", o.gpu);
+#endif
+    } else {
+        net = load_model(*file, load_options{n_ctx});
+    }
+    const model_hparams& hp = net->hparams();
+    const kv_shape ks = net->kv_shape_for(1);
+
+    rep.model_path = o.model_path.string();
+    rep.model = fmt::format("{}: {} layers, {} wide, {} heads ({} KV) of {}, {} vocab", hp.arch, hp.n_layer, hp.n_embd,
+                            hp.n_head, hp.n_kv_head, hp.head_dim, hp.n_vocab);
+    if (hp.n_expert > 0) rep.model += fmt::format(", {} experts ({} used) of {}", hp.n_expert, hp.n_expert_used, hp.n_ff_exp);
+    rep.machine = machine_description();
+    rep.backend = o.gpu >= 0 ? fmt::format("cuda:{}", o.gpu) : "cpu";
+    rep.threads = o.n_threads > 0 ? o.n_threads : int(std::max(1u, std::thread::hardware_concurrency()));
+    rep.chunk = o.chunk;
+    rep.file_bytes = ir.total_bytes;
+
+    traffic_model tm;
+    for (const auto& g : ir.groups) {
+        rep.groups.push_back({g.name, g.bytes, g.bytes_per_token});
+        if (g.name == "embeddings") tm.embd_row_bytes = g.bytes_per_token;
+        else if (g.name == "routed experts") tm.routed_bytes_total = g.bytes;
+        else tm.shared_bytes += g.bytes_per_token;
+    }
+    tm.n_expert = ir.expert_count;
+    tm.n_expert_used = ir.expert_used_count;
+    tm.kv_bytes_per_position = uint64_t(ks.n_layer) * 2 * uint64_t(ks.n_kv_head) * uint64_t(ks.head_dim) * sizeof(float);
+    rep.bytes_per_token = ir.bytes_per_token;
+    rep.kv_bytes_per_position = tm.kv_bytes_per_position;
+
+    session_options so;
+    so.n_ctx = n_ctx;
+    so.n_threads = rep.threads;
+    so.prefill_chunk = o.chunk;
+    session s(*net, so);
+    session_target target(s, o.chunk);
+    const int32_t n_vocab = hp.n_vocab;
+
+    // Bandwidth, measured with the threads the model runs on.
+    if (o.probe_bandwidth) {
+        const gpu_probe g = measure_gpu();
+        rep.gpu_present = g.present;
+        rep.gpu_note = g.note;
+        rep.pcie_h2d_gb_s = g.pcie_h2d_gb_s;
+        rep.hbm_read_gb_s = g.hbm_read_gb_s;
+    } else {
+        rep.gpu_note = "not probed";
+    }
+    if (o.bandwidth_gb_s > 0) {
+        rep.bandwidth_gb_s = o.bandwidth_gb_s;
+        rep.bandwidth_source = "given (--bandwidth)";
+    }
+    if (o.gpu >= 0 && rep.bandwidth_gb_s == 0 && rep.hbm_read_gb_s > 0) {
+        rep.bandwidth_gb_s = rep.hbm_read_gb_s;  // the weights are read from VRAM
+        rep.bandwidth_source = "gpu hbm probe";
+    }
+    if (o.probe_bandwidth) {
+        const ram_probe rp = measure_ram_read(s.pool(), o.probe_bytes);
+        rep.ram_read_gb_s = rp.read_gb_s;
+        rep.ram_probe_bytes = rp.buffer_bytes;
+        if (rep.bandwidth_gb_s == 0) {
+            rep.bandwidth_gb_s = rp.read_gb_s;
+            rep.bandwidth_source = "ram probe";
+        }
+        say(fmt::format("bandwidth: RAM read {:.1f} GB/s ({} threads, {} probe); GPU: {}", rp.read_gb_s, rp.threads,
+                        human_bytes(double(rp.buffer_bytes)), rep.gpu_note));
+    }
+    if (rep.bandwidth_gb_s == 0) rep.bandwidth_source = "none (no probe): no ceilings";
+    rep.ceiling_tok_s = ceiling_tok_s(rep.bandwidth_gb_s, double(rep.bytes_per_token));
+
+    // One token stream for every test: prompts of different lengths are prefixes of each other,
+    // so a deeper cache fill continues a shallower one.
+    std::vector<int32_t> tokens(size_t(longest) + 32);
+    {
+        std::mt19937_64 rng(o.seed);
+        for (auto& t : tokens) t = int32_t(rng() % uint64_t(n_vocab));
+    }
+    auto span_of = [&](size_t b, size_t n) { return std::span<const int32_t>(tokens.data() + b, n); };
+    // Fills the cache with tokens [0, n) (reusing what it already holds) and nothing more.
+    auto fill_to = [&](int n) {
+        if (s.n_pos() > n) s.truncate(n);
+        if (s.n_pos() < n) s.prefill(span_of(size_t(s.n_pos()), size_t(n - s.n_pos())));
+    };
+
+    // Warm-up: one chunk touches the embeddings, every dense weight and most experts (mapped
+    // pages come in from the page cache on first touch).
+    s.prefill(span_of(0, size_t(std::min(o.chunk, longest))));
+    s.truncate(0);
+
+    // Prefill from an empty cache.
+    for (int p : o.n_prompt) {
+        bench_result r;
+        r.test = fmt::format("pp{}", p);
+        r.kind = "prefill";
+        r.n_prompt = p;
+        r.rows = std::min(o.chunk, p);
+        for (int i = 0; i < o.repetitions; ++i) {
+            s.truncate(0);
+            const auto t0 = clock_type::now();
+            s.prefill(span_of(0, size_t(p)));
+            r.seconds.push_back(seconds_since(t0));
+        }
+        finish(r, p);
+        set_ceiling(r, rep.bandwidth_gb_s, prefill_bytes_per_token(tm, p, o.chunk));
+        say(fmt::format("{}: {:.2f} tok/s", r.test, r.tok_s));
+        rep.results.push_back(std::move(r));
+    }
+
+    keyed_sampler greedy(n_vocab, sampling_params::greedy());
+    // Serial greedy decoding of n tokens after a prompt of `len` tokens (the cache holds len - 1).
+    auto decode_serial = [&](int len, int n, drafter* d, int window) {
+        speculative_decoder dec(target, greedy, d, nullptr);
+        decode_options opt;
+        opt.max_tokens = n;
+        opt.max_window = window;
+        opt.prefill_chunk = o.chunk;
+        opt.calibrate_policy = false;
+        return dec.generate(span_of(0, size_t(len)), opt);
+    };
+
+    // Decode after prompts of each depth, deepest first: one fill to the deepest (continuing what
+    // the prefill tests left), then each shallower depth is a truncation, which costs nothing.
+    // Reported shallowest first.
+    const size_t first_decode = rep.results.size();
+    if (o.n_gen > 0)
+        for (auto it = depths.rbegin(); it != depths.rend(); ++it) {
+            const int d = *it;
+            const int len = std::max(d, 1);
+            bench_result r;
+            r.test = fmt::format("tg{}@d{}", o.n_gen, d);
+            r.kind = "decode";
+            r.n_gen = o.n_gen;
+            r.depth = d;
+            r.rows = 1;
+            fill_to(len - 1);
+            for (int i = 0; i < o.repetitions; ++i) {
+                const auto t0 = clock_type::now();
+                decode_result res = decode_serial(len, o.n_gen, nullptr, 1);
+                r.seconds.push_back(seconds_since(t0));
+                if (int(res.tokens.size()) != o.n_gen)
+                    fail("bench: {}: decoded {} tokens, expected {}", r.test, res.tokens.size(), o.n_gen);
+                s.truncate(len - 1);
+            }
+            finish(r, o.n_gen);
+            set_ceiling(r, rep.bandwidth_gb_s, decode_bytes_per_token(tm, len - 1, o.n_gen));
+            say(fmt::format("{}: {:.2f} tok/s", r.test, r.tok_s));
+            rep.results.insert(rep.results.begin() + std::ptrdiff_t(first_decode), std::move(r));
+        }
+
+    // The verify-window cost curve: one forward of T rows after window_depth cached positions,
+    // rolled back each time.
+    const int wlen = std::max(window_depth, 1);
+    if (!windows.empty()) {
+        fill_to(wlen);
+        std::vector<float> logits(size_t(16) * size_t(n_vocab));  // [T, n_vocab]
+        for (int t : windows) {
+            bench_result r;
+            r.test = fmt::format("win {}@d{}", t, window_depth);
+            r.kind = "window";
+            r.depth = wlen;
+            r.rows = t;
+            auto window = span_of(size_t(wlen), size_t(t));
+            for (int i = 0; i <= o.repetitions; ++i) {  // the first run warms caches: not counted
+                const auto t0 = clock_type::now();
+                target.forward(window, logits.data());
+                const double secs = seconds_since(t0);
+                target.commit(0);
+                if (i > 0) r.seconds.push_back(secs);
+            }
+            finish(r, t);  // rows per second
+            set_ceiling(r, rep.bandwidth_gb_s, forward_bytes(tm, t, wlen) / t);
+            say(fmt::format("{}: {:.2f} ms ({:.2f} rows/s)", r.test, r.mean_s * 1e3, r.tok_s));
+            rep.results.push_back(std::move(r));
+        }
+    }
+
+    // Oracle-tape speculative decoding at window_depth: the tape is serial greedy decoding's
+    // output, and every run must reproduce it (drafted = serial).
+    if (!o.spec_windows.empty() && spec_n > 0) {
+        fill_to(wlen - 1);
+        const decode_result tape = decode_serial(wlen, spec_n, nullptr, 1);
+        s.truncate(wlen - 1);
+        for (int t : o.spec_windows) {
+            bench_result r;
+            r.test = fmt::format("spec {}@d{}", t, window_depth);
+            r.kind = "spec";
+            r.n_gen = spec_n;
+            r.depth = window_depth;
+            r.rows = t;
+            r.accept = o.accept;
+            int64_t steps = 0, emitted = 0, proposed = 0, kept = 0;
+            for (int i = 0; i < o.spec_reps; ++i) {
+                oracle_drafter od(tape.tokens, size_t(wlen), o.accept, n_vocab,
+                                  o.seed * 1000003u + uint64_t(t) * 1009u + uint64_t(i));
+                const auto t0 = clock_type::now();
+                decode_result res = decode_serial(wlen, spec_n, t > 1 ? &od : nullptr, t);
+                r.seconds.push_back(seconds_since(t0));
+                s.truncate(wlen - 1);
+                r.same_tokens = r.same_tokens && res.token_sha == tape.token_sha;
+                steps += res.stats.steps;
+                emitted += res.stats.tokens;
+                proposed += res.stats.drafts_proposed;
+                kept += res.stats.drafts_accepted;
+            }
+            finish(r, spec_n);
+            r.reps = o.spec_reps;
+            r.tokens_per_step = steps > 0 ? double(emitted) / double(steps) : 0.0;
+            r.acceptance = proposed > 0 ? double(kept) / double(proposed) : 0.0;
+            r.expected_tokens_per_step = expected_window_tokens(t > 1 ? o.accept : 0.0, t);
+            // A window reads forward_bytes(T, ~mid-run depth) and yields tokens_per_step tokens.
+            const double window_bytes = forward_bytes(tm, t, wlen - 1 + spec_n / 2);
+            set_ceiling(r, rep.bandwidth_gb_s, r.tokens_per_step > 0 ? window_bytes / r.tokens_per_step : 0.0);
+            say(fmt::format("{}: {:.2f} tok/s, {:.2f} tokens per window{}", r.test, r.tok_s, r.tokens_per_step,
+                            r.same_tokens ? "" : ", TOKENS DIFFER FROM SERIAL"));
+            rep.results.push_back(std::move(r));
+        }
+    }
+
+    rep.placement_note = fmt::format(
+        "expert placement (VRAM cache, PCIe share, CPU lane) is not active in this build: every expert runs on the "
+        "{}, so there is no hit rate or per-lane time to report", o.gpu >= 0 ? "GPU" : "CPU");
+    rep.notes.push_back(fmt::format(
+        "ceilings: {} GB/s ({}) / bytes per token; traffic model: each weight byte once per forward, routed experts "
+        "by expected distinct experts under uniform routing, K/V f32 of every cached position",
+        fmt::format("{:.1f}", rep.bandwidth_gb_s), rep.bandwidth_source));
+    rep.notes.push_back(fmt::format(
+        "prefill is compute-bound: its memory ceiling (chunks of {} rows read the weights once) is loose", o.chunk));
+    if (std::find(depths.begin(), depths.end(), 32768) == depths.end())
+        rep.notes.push_back("decode depths run: the --ctx list (default 512,4096); add 32768 with --ctx when the "
+                            "prefill time it costs is affordable");
+    return rep;
+}
+
+std::string format_bench_text(const bench_report& r) {
+    std::string s;
+    s += fmt::format("model:     {} ({})\n           {}\n", r.model_path, human_bytes(double(r.file_bytes)), r.model);
+    s += fmt::format("machine:   {}; {} threads; backend {}; prefill chunk {} rows\n", r.machine, r.threads, r.backend,
+                     r.chunk);
+    if (r.ram_probe_bytes > 0)
+        s += fmt::format("bandwidth: RAM read {:.1f} GB/s ({} probe, {} threads)\n", r.ram_read_gb_s,
+                         human_bytes(double(r.ram_probe_bytes)), r.threads);
+    if (r.gpu_present)
+        s += fmt::format("           GPU {}: PCIe host-to-device {:.1f} GB/s, HBM {:.0f} GB/s\n", r.gpu_note,
+                         r.pcie_h2d_gb_s, r.hbm_read_gb_s);
+    else
+        s += fmt::format("           GPU: {}\n", r.gpu_note);
+    std::string groups;
+    for (const auto& g : r.groups)
+        if (g.bytes_per_token > 0) groups += fmt::format("{}{} {}", groups.empty() ? "" : ", ", g.name, human_bytes(double(g.bytes_per_token)));
+    s += fmt::format("roofline:  {} per decoded token ({}), K/V {} per cached position\n",
+                     human_bytes(double(r.bytes_per_token)), groups, human_bytes(double(r.kv_bytes_per_position)));
+    if (r.bandwidth_gb_s > 0)
+        s += fmt::format("           ceiling {:.1f} tok/s at {:.1f} GB/s ({})\n", r.ceiling_tok_s, r.bandwidth_gb_s,
+                         r.bandwidth_source);
+    else
+        s += fmt::format("           {}\n", r.bandwidth_source);
+    s += "\n";
+    s += fmt::format("{:<16} {:>18} {:>10} {:>11} {:>9}  {}\n", "test", "tok/s", "ms", "ceiling", "of ceil", "");
+    for (const auto& x : r.results) {
+        std::string extra;
+        if (x.kind == "window") extra = "rows/s; ms per forward";
+        if (x.kind == "spec")
+            extra = fmt::format("accept {:.2f}: {:.2f} tokens/window (expected {:.2f}), acceptance {:.3f}, {}", x.accept,
+                                x.tokens_per_step, x.expected_tokens_per_step, x.acceptance,
+                                x.same_tokens ? "tokens = serial" : "TOKENS DIFFER FROM SERIAL");
+        const std::string ceil = x.ceiling_tok_s > 0 ? fmt::format("{:.1f}", x.ceiling_tok_s) : "-";
+        const std::string frac = x.ceiling_tok_s > 0 ? fmt::format("{:.1f}%", 100.0 * x.ceiling_fraction) : "-";
+        s += fmt::format("{:<16} {:>9.2f} ± {:<6.2f} {:>10.2f} {:>11} {:>9}  {}\n", x.test, x.tok_s, x.stddev_tok_s,
+                         x.mean_s * 1e3, ceil, frac, extra);
+    }
+    s += fmt::format("\nplacement: {}\n", r.placement_note);
+    for (const auto& n : r.notes) s += fmt::format("note: {}\n", n);
+    return s;
+}
+
+std::string format_bench_json(const bench_report& r) {
+    using nlohmann::json;
+    auto or_null = [](double v) { return v > 0 ? json(v) : json(nullptr); };
+    json groups = json::array();
+    for (const auto& g : r.groups)
+        groups.push_back({{"name", g.name}, {"bytes", g.bytes}, {"bytes_per_token", g.bytes_per_token}});
+    json results = json::array();
+    for (const auto& x : r.results) {
+        json j{{"test", x.test},
+               {"kind", x.kind},
+               {"n_prompt", x.n_prompt},
+               {"n_gen", x.n_gen},
+               {"depth", x.depth},
+               {"rows", x.rows},
+               {"reps", x.reps},
+               {"seconds", x.seconds},
+               {"mean_s", x.mean_s},
+               {"stddev_s", x.stddev_s},
+               {"tok_s", x.tok_s},
+               {"stddev_tok_s", x.stddev_tok_s},
+               {"bytes_per_token", x.bytes_per_token},
+               {"ceiling_tok_s", or_null(x.ceiling_tok_s)},
+               {"ceiling_fraction", x.ceiling_tok_s > 0 ? json(x.ceiling_fraction) : json(nullptr)}};
+        if (x.kind == "spec") {
+            j["accept"] = x.accept;
+            j["acceptance"] = x.acceptance;
+            j["tokens_per_step"] = x.tokens_per_step;
+            j["expected_tokens_per_step"] = x.expected_tokens_per_step;
+            j["same_tokens"] = x.same_tokens;
+        }
+        results.push_back(std::move(j));
+    }
+    json gpu = r.gpu_present ? json{{"note", r.gpu_note}, {"pcie_h2d_gb_s", r.pcie_h2d_gb_s}, {"hbm_read_gb_s", r.hbm_read_gb_s}}
+                             : json(nullptr);
+    json j{{"sluice_bench", 1},
+           {"model", {{"path", r.model_path}, {"description", r.model}, {"file_bytes", r.file_bytes}}},
+           {"machine", r.machine},
+           {"backend", r.backend},
+           {"threads", r.threads},
+           {"chunk", r.chunk},
+           {"bandwidth",
+            {{"ram_read_gb_s", or_null(r.ram_read_gb_s)},
+             {"ram_probe_bytes", r.ram_probe_bytes},
+             {"gpu", gpu},
+             {"gpu_note", r.gpu_note}}},
+           {"roofline",
+            {{"bandwidth_gb_s", or_null(r.bandwidth_gb_s)},
+             {"bandwidth_source", r.bandwidth_source},
+             {"bytes_per_token", r.bytes_per_token},
+             {"kv_bytes_per_position", r.kv_bytes_per_position},
+             {"ceiling_tok_s", or_null(r.ceiling_tok_s)},
+             {"groups", groups}}},
+           {"results", results},
+           {"placement", nullptr},
+           {"placement_note", r.placement_note},
+           {"notes", r.notes}};
+    return j.dump(1) + "\n";
+}
+
+}  // namespace sluice

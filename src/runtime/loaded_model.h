@@ -1,0 +1,29 @@
+// A model as the engines hold it: the file (mapped), its tokenizer and the network bound to
+// the file's weights. Shared by the one-request engine (engine.cpp) and the serving engine.
+#pragma once
+
+#include "io/model_file.h"
+#include "models/model.h"
+#include "tokenizer/tokenizer.h"
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sluice {
+
+struct loaded_model {
+    std::filesystem::path path;
+    std::unique_ptr<model_file> file;
+    std::unique_ptr<tokenizer> tok;
+    std::unique_ptr<model> net;
+
+    // Opens the file, its tokenizer and the network; throws when the tokenizer has more ids
+    // than the model has logits.
+    static loaded_model open(const std::filesystem::path& path, int n_ctx);
+    // Every token's bytes, by id (for the draft model's vocabulary check).
+    std::vector<std::string> vocab() const;
+};
+
+}  // namespace sluice

@@ -1,0 +1,581 @@
+// The serving engine (include/sluice/serving.h): one scheduler thread runs steps; a step puts
+// the next rows of every active request into one batched forward (model::forward_batch):
+// prefill chunks of new requests, within prefill_rows_per_step so decoding never stalls, and a
+// verify window per decoding request (its pending token, plus drafts when it drafts). Each
+// window is then walked exactly as the speculative decoder walks it (src/spec/verifier.cpp):
+// row i's token is the keyed pick at its absolute position with the committed context as
+// history, a draft is kept only while it equals its row's pick, and the KV rows after the last
+// kept one are rolled back. Since every row's logits are the bits its solo run gives (E1), a
+// request's tokens are its solo run's tokens, whatever else shares its steps.
+//
+// After a request, its committed KV rows go to the prefix cache (src/kv/prefix_cache.h); a
+// request whose prompt shares a prefix with a checkpoint restores those rows and prefills only
+// the rest (E5).
+#include "sluice/serving.h"
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "kv/kv_cache.h"
+#include "kv/prefix_cache.h"
+#include "runtime/generate.h"
+#include "runtime/loaded_model.h"
+#include "runtime/sampler.h"
+#include "runtime/token_sha.h"
+#include "spec/draft_model_drafter.h"
+#include "spec/ngram_drafter.h"
+#include "spec/session_target.h"
+#include "spec/spec_stats.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <limits>
+#include <mutex>
+#include <thread>
+
+namespace sluice {
+namespace {
+
+using steady = std::chrono::steady_clock;
+constexpr int k_max_window = 16;       // rows of one verify window (the decoder's limit)
+constexpr int k_max_top_logprobs = 20; // OpenAI's limit
+constexpr int k_draft_rows = 32;       // rows per forward of a request's draft model
+
+double seconds(steady::time_point a, steady::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// One request from admission to on_done. Everything its steps touch is allocated at admission.
+struct request_state {
+    completion_request req;
+    token_callback on_token;
+    done_callback on_done;
+
+    int32_t n_prompt = 0;
+    int32_t max_tokens = 0;       // tokens to generate at most (n_predict capped by the context)
+    bool ctx_capped = false;      // max_tokens is the context's room, not n_predict
+    std::unique_ptr<kv_cache> kv; // [n_layer][n_prompt + max_tokens, n_kv_head, head_dim]
+    std::unique_ptr<keyed_sampler> sampler;
+    std::unique_ptr<stream_decoder> text;
+    std::unique_ptr<session> draft_session;         // the draft model's state (draft_model only)
+    std::unique_ptr<session_target> draft_target;
+    std::unique_ptr<drafter> drafts;                // null: serial decoding
+    std::vector<int32_t> context;   // [n_prompt + max_tokens] prompt, then the generated ids
+    std::vector<int32_t> rows;      // this step's rows: prompt rows, then the window
+    std::vector<int32_t> proposal;  // [k_max_window] the drafter's proposal
+    std::vector<float> biased;      // [n_vocab] logits + logit_bias (logprobs only)
+    token_event event;              // reused for every token
+
+    // This step.
+    int32_t pos0 = 0, n_prefill = 0, n_drafts = 0;
+    bool has_window = false;
+
+    int32_t generated = 0;
+    token_sha sha;
+    spec_stats spec;
+    completion_result result;
+    steady::time_point t_admit, t_first;
+    bool first_done = false;
+    bool finished = false;   // on_done was called: the scheduler drops the request
+};
+
+// Log-softmax of one row, OpenAI style: the chosen id's and the best k ids' log probabilities.
+void fill_logprobs(const tokenizer& tok, const float* l, int32_t n_vocab, int32_t chosen, int k, token_event& ev) {
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int32_t i = 0; i < n_vocab; ++i)
+        if (l[i] > mx) mx = l[i];   // NaN compares false: it counts as -inf
+    double sum = 0.0;
+    for (int32_t i = 0; i < n_vocab; ++i)
+        if (l[i] > -std::numeric_limits<float>::infinity()) sum += std::exp(static_cast<double>(l[i]) - mx);
+    const double lse = static_cast<double>(mx) + std::log(sum);
+    auto lp = [&](int32_t i) {
+        return l[i] > -std::numeric_limits<float>::infinity() ? static_cast<float>(static_cast<double>(l[i]) - lse)
+                                                               : -std::numeric_limits<float>::infinity();
+    };
+    ev.logprob = lp(chosen);
+    ev.top.clear();
+    if (k <= 0) return;
+    // The k best by (logit desc, id asc): an insertion into a sorted list of at most k ids.
+    int32_t best[k_max_top_logprobs];
+    int n = 0;
+    for (int32_t i = 0; i < n_vocab; ++i) {
+        if (!(l[i] > -std::numeric_limits<float>::infinity())) continue;
+        if (n == k && !(l[i] > l[best[n - 1]])) continue;
+        int j = n < k ? n++ : n - 1;
+        while (j > 0 && l[i] > l[best[j - 1]]) {
+            best[j] = best[j - 1];
+            --j;
+        }
+        best[j] = i;
+    }
+    for (int j = 0; j < n; ++j) ev.top.push_back(token_logprob{best[j], tok.token_bytes(best[j]), lp(best[j])});
+}
+
+}  // namespace
+
+struct serving_engine::impl {
+    serving_options opt;
+    loaded_model target;
+    std::unique_ptr<loaded_model> draft;
+    int n_ctx = 0;
+    int32_t n_vocab = 0;
+    std::vector<int32_t> eog;   // ids that end a generation
+
+    // Scheduler-thread state.
+    std::unique_ptr<thread_pool> pool;
+    forward_scratch scratch;                   // [prefill_rows_per_step + max_batch * 16] rows
+    std::vector<float> logits;                 // [max_batch * 16, n_vocab]
+    std::vector<batch_segment> batch;          // [<= max_batch]
+    std::vector<request_state*> in_batch;      // the request of each segment
+    std::vector<std::unique_ptr<request_state>> active;
+    std::vector<std::unique_ptr<request_state>> admitted;
+    std::unique_ptr<prefix_cache> cache;
+
+    // Shared with the submitting threads, under mu.
+    mutable std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::unique_ptr<request_state>> queue;
+    bool stopping = false, cancel_all = false;
+    serving_metrics m;
+    std::thread worker;
+
+    void run();
+    void step();
+    bool admit(request_state& r);
+    void finish(request_state& r, const char* finish_reason, const char* stop_reason, std::string error = {});
+    void walk_window(request_state& r, const float* logits);
+};
+
+serving_engine::serving_engine(std::unique_ptr<impl> p) : p_(std::move(p)) {}
+
+serving_engine::~serving_engine() { shutdown(true); }
+
+std::unique_ptr<serving_engine> serving_engine::open(const serving_options& o) {
+    if (o.max_batch < 1 || o.max_batch > 256) fail("serving: max_batch: expected 1..256, got {}", o.max_batch);
+    if (o.max_queue < 0) fail("serving: max_queue: expected >= 0, got {}", o.max_queue);
+    if (o.prefill_rows_per_step < 1 || o.prefill_rows_per_step > 1024)
+        fail("serving: prefill_rows_per_step: expected 1..1024, got {}", o.prefill_rows_per_step);
+    auto p = std::make_unique<impl>();
+    p->opt = o;
+    const engine_options& eo = o.engine;
+    p->target = loaded_model::open(eo.model_path.empty() ? engine::default_model_path() : eo.model_path, eo.n_ctx);
+    const model_hparams& hp = p->target.net->hparams();
+    p->n_ctx = eo.n_ctx > 0 ? eo.n_ctx : std::min(hp.n_ctx_train, 4096);
+    p->n_vocab = hp.n_vocab;
+    if (!eo.draft_model_path.empty()) {
+        p->draft = std::make_unique<loaded_model>(loaded_model::open(eo.draft_model_path, eo.n_ctx));
+        check_vocab_compatible(p->target.vocab(), p->draft->vocab());
+        if (p->draft->net->hparams().n_vocab != hp.n_vocab)
+            fail("draft model: {}: its output has {} logits but the target's has {}", eo.draft_model_path.string(),
+                 p->draft->net->hparams().n_vocab, hp.n_vocab);
+    }
+    for (int32_t id = 0; id < p->target.tok->n_vocab(); ++id)
+        if (p->target.tok->is_end_of_generation(id)) p->eog.push_back(id);
+
+    const int threads = eo.n_threads > 0 ? eo.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    p->pool = std::make_unique<thread_pool>(threads);
+    const int window_rows = o.max_batch * k_max_window;
+    p->scratch = p->target.net->make_scratch(o.prefill_rows_per_step + window_rows, *p->pool);
+    p->logits.resize(static_cast<size_t>(window_rows) * static_cast<size_t>(p->n_vocab));
+    p->batch.reserve(static_cast<size_t>(o.max_batch));
+    p->in_batch.reserve(static_cast<size_t>(o.max_batch));
+    p->active.reserve(static_cast<size_t>(o.max_batch));
+    p->admitted.reserve(static_cast<size_t>(o.max_batch));
+    p->cache = std::make_unique<prefix_cache>(o.prefix_cache_bytes);
+    p->m.ready = true;
+    p->m.phase = "ready";
+    impl* raw = p.get();
+    p->worker = std::thread([raw] { raw->run(); });
+    return std::unique_ptr<serving_engine>(new serving_engine(std::move(p)));
+}
+
+int64_t serving_engine::submit(completion_request r, token_callback on_token, done_callback on_done) {
+    auto st = std::make_unique<request_state>();
+    st->req = std::move(r);
+    st->on_token = std::move(on_token);
+    st->on_done = std::move(on_done);
+    {
+        std::lock_guard<std::mutex> lk(p_->mu);
+        if (!p_->stopping) {
+            if (static_cast<int64_t>(p_->queue.size()) >= p_->opt.max_queue)
+                return std::max<int64_t>(static_cast<int64_t>(p_->queue.size()), 1);
+            p_->queue.push_back(std::move(st));
+            p_->m.queue_depth = static_cast<int64_t>(p_->queue.size());
+            p_->cv.notify_one();
+            return 0;
+        }
+    }
+    // Shutting down: the request ends at once, on this thread.
+    completion_result res;
+    res.finish_reason = "error";
+    res.error = "the engine is shutting down";
+    if (st->on_done) st->on_done(res);
+    return 0;
+}
+
+std::vector<int32_t> serving_engine::tokenize(std::string_view text, bool parse_special) const {
+    const tokenizer& tok = *p_->target.tok;
+    std::vector<int32_t> ids = tok.encode(text, parse_special, /*add_bos=*/true);
+    // A rendered chat template may already start with the BOS text: never two BOS.
+    if (ids.size() >= 2 && tok.bos() >= 0 && ids[0] == tok.bos() && ids[1] == tok.bos()) ids.erase(ids.begin());
+    return ids;
+}
+
+std::string serving_engine::token_text(int32_t id) const {
+    if (id < 0 || id >= p_->target.tok->n_vocab()) return {};
+    return p_->target.tok->token_bytes(id);
+}
+int32_t serving_engine::n_vocab() const { return p_->n_vocab; }
+int32_t serving_engine::n_ctx() const { return p_->n_ctx; }
+bool serving_engine::is_eog(int32_t id) const {
+    return std::find(p_->eog.begin(), p_->eog.end(), id) != p_->eog.end();
+}
+std::string serving_engine::chat_template() const { return std::string(p_->target.tok->chat_template()); }
+std::string serving_engine::bos_text() const {
+    const int32_t b = p_->target.tok->bos();
+    return b >= 0 ? p_->target.tok->token_bytes(b) : std::string();
+}
+std::string serving_engine::eos_text() const {
+    const int32_t e = p_->target.tok->eos();
+    return e >= 0 ? p_->target.tok->token_bytes(e) : std::string();
+}
+std::string serving_engine::model_name() const { return p_->target.path.filename().string(); }
+
+serving_metrics serving_engine::metrics() const {
+    std::lock_guard<std::mutex> lk(p_->mu);
+    return p_->m;
+}
+
+void serving_engine::shutdown(bool cancel_in_flight) {
+    {
+        std::lock_guard<std::mutex> lk(p_->mu);
+        if (!p_->stopping) p_->m.phase = "stopping";
+        p_->stopping = true;
+        p_->cancel_all = p_->cancel_all || cancel_in_flight;
+        p_->cv.notify_all();
+    }
+    if (p_->worker.joinable() && p_->worker.get_id() != std::this_thread::get_id()) p_->worker.join();
+    std::lock_guard<std::mutex> lk(p_->mu);
+    p_->m.ready = false;
+}
+
+// ---- the scheduler thread ------------------------------------------------------------------
+
+void serving_engine::impl::run() {
+    for (;;) {
+        bool cancel = false;
+        {
+            std::unique_lock<std::mutex> lk(mu);
+            cv.wait(lk, [&] { return stopping || !queue.empty() || !active.empty(); });
+            cancel = cancel_all;
+            if (stopping && queue.empty() && active.empty()) break;
+            while (!queue.empty() && (cancel || active.size() + admitted.size() < static_cast<size_t>(opt.max_batch))) {
+                admitted.push_back(std::move(queue.front()));
+                queue.pop_front();
+            }
+            m.queue_depth = static_cast<int64_t>(queue.size());
+        }
+        for (auto& r : admitted) {
+            if (cancel) {
+                finish(*r, "cancelled", "cancelled");
+            } else if (admit(*r)) {
+                active.push_back(std::move(r));
+            }
+        }
+        admitted.clear();
+        // Cancellations: shutdown(true) and per-request flags end requests between steps.
+        for (auto& r : active)
+            if (cancel || (r->req.cancel && r->req.cancel->load())) finish(*r, "cancelled", "cancelled");
+        std::erase_if(active, [](const auto& r) { return r->finished; });
+        {
+            std::lock_guard<std::mutex> lk(mu);
+            m.active = static_cast<int64_t>(active.size());
+        }
+        if (active.empty()) continue;
+        try {
+            step();
+        } catch (const std::exception& e) {
+            // Not expected (windows are checked before the forward), but one failed step must
+            // not take the scheduler down: its requests end with the error.
+            for (request_state* r : in_batch)
+                if (!r->finished) finish(*r, "error", "error", e.what());
+        }
+        std::erase_if(active, [](const auto& r) { return r->finished; });
+        // Refreshed here too: after the last request ends the thread sleeps in cv.wait, and
+        // the gauge must not keep showing the finished request until the next one arrives.
+        std::lock_guard<std::mutex> lk(mu);
+        m.active = static_cast<int64_t>(active.size());
+    }
+}
+
+// Validates and sets up a request; on a bad one ends it with "error" and returns false.
+bool serving_engine::impl::admit(request_state& r) {
+    try {
+        const completion_request& q = r.req;
+        const generate_params& p = q.params;
+        r.t_admit = steady::now();
+        r.n_prompt = static_cast<int32_t>(q.prompt.size());
+        if (r.n_prompt == 0) fail("the prompt is empty");
+        for (size_t i = 0; i < q.prompt.size(); ++i)
+            if (q.prompt[i] < 0 || q.prompt[i] >= n_vocab)
+                fail("prompt token {} is {}: expected an id in [0, {})", i, q.prompt[i], n_vocab);
+        if (r.n_prompt >= n_ctx)
+            fail("the prompt has {} tokens but the context holds {}", r.n_prompt, n_ctx);
+        if (q.top_logprobs < -1 || q.top_logprobs > k_max_top_logprobs)
+            fail("top_logprobs: expected -1..{}, got {}", k_max_top_logprobs, q.top_logprobs);
+        const bool drafting = p.drafter != drafter_kind::none;
+        if (drafting && (p.max_window < 1 || p.max_window > k_max_window))
+            fail("max_window: expected 1..{}, got {}", k_max_window, p.max_window);
+        if (p.drafter == drafter_kind::draft_model && !draft)
+            fail("the draft-model drafter needs a draft model (engine_options::draft_model_path)");
+        const int32_t room = n_ctx - r.n_prompt;
+        r.max_tokens = p.n_predict < 0 ? room : std::min(p.n_predict, room);
+        r.ctx_capped = p.n_predict < 0 || p.n_predict > room;
+
+        sampling_params sp;
+        sp.temperature = p.temperature;
+        sp.top_k = p.top_k;
+        sp.top_p = p.top_p;
+        sp.min_p = p.min_p;
+        sp.seed = p.seed;
+        sp.repeat_penalty = p.repeat_penalty;
+        sp.frequency_penalty = p.frequency_penalty;
+        sp.presence_penalty = p.presence_penalty;
+        sp.penalty_last_n = p.penalty_last_n;
+        sp.logit_bias = q.logit_bias;
+        r.sampler = std::make_unique<keyed_sampler>(n_vocab, sp);
+
+        // The KV holds every position a window can reach: the last generated token is never
+        // forwarded and a window never drafts past max_tokens (n_prompt + max_tokens - 2).
+        r.kv = std::make_unique<kv_cache>(target.net->kv_shape_for(r.n_prompt + std::max(r.max_tokens, 1)));
+        if (q.use_prefix_cache) r.result.cached_tokens = cache->restore(q.prompt, r.n_prompt - 1, *r.kv);
+        r.context.reserve(static_cast<size_t>(r.n_prompt + r.max_tokens + 1));
+        r.context.assign(q.prompt.begin(), q.prompt.end());
+        r.rows.reserve(static_cast<size_t>(opt.prefill_rows_per_step + k_max_window));
+        r.proposal.resize(k_max_window);
+        r.text = std::make_unique<stream_decoder>(*target.tok);
+        if (q.top_logprobs >= 0) {
+            r.biased.resize(static_cast<size_t>(n_vocab));
+            r.event.top.reserve(k_max_top_logprobs);
+        }
+        if (p.drafter == drafter_kind::ngram) {
+            r.drafts = std::make_unique<ngram_drafter>();
+        } else if (p.drafter == drafter_kind::draft_model) {
+            session_options so;
+            so.n_ctx = std::min(n_ctx, r.n_prompt + r.max_tokens + k_max_window);
+            so.n_threads = 1;   // the draft model is small; the pool belongs to the target's steps
+            so.prefill_chunk = k_draft_rows;
+            r.draft_session = std::make_unique<session>(*draft->net, so);
+            r.draft_target = std::make_unique<session_target>(*r.draft_session, k_draft_rows);
+            draft_model_params dp;
+            dp.prompt_chunk = k_draft_rows;
+            r.drafts = std::make_unique<draft_model_drafter>(*r.draft_target, sp, dp);
+        }
+        if (r.drafts) {
+            r.drafts->reset();
+            r.drafts->reset_stats();
+        }
+        r.spec.drafter_name = r.drafts && p.max_window > 1 ? std::string(r.drafts->name()) : "none";
+        r.spec.prompt_rows = r.n_prompt - 1 - r.result.cached_tokens;
+        {
+            std::lock_guard<std::mutex> lk(mu);
+            m.prompt_tokens += r.n_prompt;
+            m.cached_prompt_tokens += r.result.cached_tokens;
+        }
+        if (r.max_tokens == 0) {
+            finish(r, "length", r.ctx_capped ? "ctx" : "n_predict");
+            return false;
+        }
+        return true;
+    } catch (const std::exception& e) {
+        finish(r, "error", "error", e.what());
+        return false;
+    }
+}
+
+void serving_engine::impl::step() {
+    batch.clear();
+    in_batch.clear();
+    int32_t budget = opt.prefill_rows_per_step;
+    for (auto& up : active) {
+        request_state& r = *up;
+        r.has_window = false;
+        r.pos0 = r.kv->n_pos();
+        // Prompt rows still to prefill before the first window (0 once decoding).
+        const int32_t pending = std::max(0, r.n_prompt - 1 - r.pos0);
+        r.n_prefill = std::min(pending, budget);
+        if (pending > 0 && r.n_prefill == 0) continue;     // waits for the next step's budget
+        budget -= r.n_prefill;
+        r.rows.assign(r.context.begin() + r.pos0, r.context.begin() + r.pos0 + r.n_prefill);
+        r.n_drafts = 0;
+        if (r.n_prefill == pending) {
+            // The window: the pending token plus drafts, never more than the tokens still wanted
+            // (a window emits at most drafts + 1), cut at the first id outside the vocabulary.
+            r.has_window = true;
+            int32_t depth = r.drafts ? r.req.params.max_window - 1 : 0;
+            depth = std::min(depth, r.max_tokens - r.generated - 1);
+            if (depth > 0) {
+                int32_t n_d = std::min(depth, r.drafts->propose(r.context, depth, r.proposal));
+                for (int32_t i = 0; i < n_d; ++i)
+                    if (r.proposal[size_t(i)] < 0 || r.proposal[size_t(i)] >= n_vocab) {
+                        n_d = i;
+                        break;
+                    }
+                r.n_drafts = n_d;
+            }
+            r.rows.push_back(r.context.back());
+            r.rows.insert(r.rows.end(), r.proposal.begin(), r.proposal.begin() + r.n_drafts);
+        }
+        batch_segment g;
+        g.tokens = r.rows;
+        g.pos0 = r.pos0;
+        g.kv = r.kv.get();
+        g.n_logits = r.has_window ? r.n_drafts + 1 : 0;
+        batch.push_back(g);
+        in_batch.push_back(&r);
+    }
+    if (batch.empty()) return;
+
+    const auto t0 = steady::now();
+    target.net->forward_batch(batch, scratch, logits.data());
+    const auto t1 = steady::now();
+    int64_t rows = 0;
+    for (const batch_segment& g : batch) rows += static_cast<int64_t>(g.tokens.size());
+
+    int64_t gen = 0, drafted = 0, accepted = 0;
+    size_t off = 0;   // logit rows used so far
+    for (request_state* r : in_batch) {
+        if (!r->has_window) continue;
+        const int32_t g0 = r->generated;
+        const int64_t a0 = r->spec.drafts_accepted;
+        if (!r->first_done) {
+            r->first_done = true;
+            r->t_first = t1;
+        }
+        walk_window(*r, logits.data() + off * static_cast<size_t>(n_vocab));
+        off += static_cast<size_t>(r->n_drafts + 1);
+        gen += r->generated - g0;
+        drafted += r->n_drafts;
+        accepted += r->spec.drafts_accepted - a0;
+    }
+    std::lock_guard<std::mutex> lk(mu);
+    m.steps += 1;
+    m.rows += rows;
+    m.max_segments = std::max<int64_t>(m.max_segments, static_cast<int64_t>(batch.size()));
+    m.generated_tokens += gen;
+    m.drafted += drafted;
+    m.accepted += accepted;
+    m.decode_seconds += seconds(t0, t1);
+}
+
+// The verifier's walk (src/spec/verifier.cpp) over this request's window rows.
+void serving_engine::impl::walk_window(request_state& r, const float* l) {
+    const int32_t rows = r.n_drafts + 1;
+    int32_t emitted = 0, accepted = 0;
+    const char* finish_reason = nullptr;
+    const char* stop = nullptr;
+    for (int32_t i = 0; i < rows; ++i) {
+        const float* row = l + static_cast<size_t>(i) * static_cast<size_t>(n_vocab);
+        const int32_t tok = r.sampler->pick(row, static_cast<int64_t>(r.context.size()), r.context);
+        const bool kept_draft = i < r.n_drafts && tok == r.proposal[size_t(i)];
+        if (std::find(eog.begin(), eog.end(), tok) != eog.end()) {
+            finish_reason = "stop", stop = "eog";
+            break;
+        }
+        r.context.push_back(tok);
+        r.sha.update(tok);
+        ++r.generated;
+        ++emitted;
+        if (kept_draft) ++accepted;
+
+        token_event& ev = r.event;
+        ev.id = tok;
+        ev.text = r.text->push(tok);
+        if (r.req.top_logprobs >= 0) {
+            std::copy(row, row + n_vocab, r.biased.begin());
+            for (const auto& [id, bias] : r.req.logit_bias) r.biased[size_t(id)] += bias;
+            fill_logprobs(*target.tok, r.biased.data(), n_vocab, tok, r.req.top_logprobs, ev);
+        }
+        bool go_on = true;
+        if (r.on_token) {
+            try {
+                go_on = r.on_token(ev);
+            } catch (...) {
+                go_on = false;   // a callback that throws ends its own request, nothing else
+            }
+        }
+        if (r.generated >= r.max_tokens) {
+            finish_reason = "length", stop = r.ctx_capped ? "ctx" : "n_predict";
+            break;
+        }
+        if (!go_on) {
+            finish_reason = "stop", stop = "stop";
+            break;
+        }
+        if (!kept_draft) break;   // that was the bonus token
+    }
+    // Rows 0..emitted-1 carried the old pending token and the kept drafts: keep them (and the
+    // prompt rows before them); roll back the rest.
+    r.kv->truncate(r.pos0 + r.n_prefill + emitted);
+    r.spec.add_window(rows, r.n_drafts, accepted, emitted);
+    if (r.n_drafts > 0) r.drafts->observe(accepted, finish_reason ? accepted : r.n_drafts);
+    if (finish_reason) finish(r, finish_reason, stop);
+}
+
+// Ends a request: its result, its checkpoint in the prefix cache, on_done (once; `finished`
+// marks the request for removal).
+void serving_engine::impl::finish(request_state& r, const char* finish_reason, const char* stop_reason,
+                                  std::string error) {
+    const auto now = steady::now();
+    completion_result& res = r.result;
+    generate_stats& st = res.stats;
+    res.finish_reason = finish_reason;
+    res.error = std::move(error);
+    st.n_prompt = r.n_prompt;
+    st.prompt_tokens = r.req.prompt;
+    if (r.context.size() > r.req.prompt.size())
+        st.tokens.assign(r.context.begin() + static_cast<std::ptrdiff_t>(r.req.prompt.size()), r.context.end());
+    st.n_decoded = static_cast<int>(st.tokens.size());
+    st.token_sha = r.sha.hex();
+    st.stop_reason = stop_reason;
+    if (r.first_done) {
+        st.prompt_seconds = seconds(r.t_admit, r.t_first);
+        st.decode_seconds = seconds(r.t_first, now);
+    }
+    if (r.drafts) r.spec.drafter = r.drafts->stats();
+    st.drafter = r.spec.drafter_name.empty() ? "none" : r.spec.drafter_name;
+    st.verify_steps = r.spec.steps;
+    st.rows_min = r.spec.rows_min;
+    st.rows_mean = r.spec.rows_mean();
+    st.tokens_per_step = r.spec.accepted_per_step();
+    st.acceptance = r.spec.acceptance_rate();
+    st.spec_summary = r.spec.summary();
+    if (r.text) res.text_tail = r.text->flush();
+
+    // The checkpoint: every committed row, keyed by the tokens it holds.
+    if (r.kv && r.req.use_prefix_cache && res.finish_reason != "error" && r.kv->n_pos() > 0) {
+        const size_t n = static_cast<size_t>(r.kv->n_pos());
+        cache->store(std::span<const int32_t>(r.context.data(), n), *r.kv);
+    }
+    r.kv.reset();
+    r.draft_target.reset();
+    r.draft_session.reset();
+    {
+        std::lock_guard<std::mutex> lk(mu);
+        m.requests_done += 1;
+        m.prefix_cache_entries = static_cast<int64_t>(cache->entries());
+        m.prefix_cache_bytes = static_cast<int64_t>(cache->bytes());
+    }
+    r.finished = true;
+    done_callback done = std::move(r.on_done);
+    r.on_done = nullptr;
+    r.on_token = nullptr;
+    if (done) {
+        try {
+            done(res);
+        } catch (...) {
+        }
+    }
+}
+
+}  // namespace sluice

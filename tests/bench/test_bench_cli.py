@@ -1,0 +1,135 @@
+"""`sluice bench` end to end on a tiny synthetic Qwen3-MoE file (seconds), and bench/record.py's
+rows and ratio table on its output."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+pytest.importorskip("gguf")
+import make_synthetic  # noqa: E402
+
+FAST = ["-t", "2", "-p", "48", "-n", "6", "-r", "2", "--ctx", "0,16", "--chunk", "16", "--windows", "1,2,4",
+        "--spec-windows", "1,4", "--spec-n", "8", "--probe-mb", "64"]
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> pathlib.Path:
+    out = tmp_path_factory.mktemp("bench") / "tiny.gguf"
+    argv = ["--tiny", "--layers", "2", "--vocab", "2048", "--pool-mb", "1", "--threads", "2", "-o", str(out)]
+    assert make_synthetic.main(argv) == 0
+    return out
+
+
+def bench(sluice_bin, model, *args, check=True):
+    return subprocess.run([str(sluice_bin), "bench", str(model), *args], capture_output=True, text=True,
+                          timeout=300, check=check)
+
+
+@pytest.fixture(scope="module")
+def report(sluice_bin, tiny_model):
+    p = bench(sluice_bin, tiny_model, *FAST, "--json")
+    return json.loads(p.stdout)
+
+
+def test_bench_json_reports_every_test_with_its_ceiling(report, tiny_model):
+    tests = [r["test"] for r in report["results"]]
+    assert tests == ["pp48", "tg6@d0", "tg6@d16", "win 1@d0", "win 2@d0", "win 4@d0", "spec 1@d0", "spec 4@d0"]
+    assert report["model"]["path"] == str(tiny_model)
+    assert report["threads"] == 2
+    # The RAM probe ran: a bandwidth, and every result has a positive ceiling and its fraction.
+    bw = report["roofline"]["bandwidth_gb_s"]
+    assert bw == report["bandwidth"]["ram_read_gb_s"] and bw > 0.1
+    for r in report["results"]:
+        assert r["tok_s"] > 0 and r["ceiling_tok_s"] > 0, r
+        assert r["ceiling_fraction"] == pytest.approx(r["tok_s"] / r["ceiling_tok_s"])
+        assert len(r["seconds"]) == (1 if r["kind"] == "spec" else 2)
+    # Decode traffic = inspect's bytes per token + the K/V the run reads.
+    tg0 = report["results"][1]
+    assert tg0["bytes_per_token"] > report["roofline"]["bytes_per_token"]
+    # Oracle runs keep serial decoding's tokens.
+    for r in report["results"]:
+        if r["kind"] == "spec":
+            assert r["same_tokens"] is True
+            assert 1.0 <= r["tokens_per_step"] <= r["rows"]
+
+
+def test_bench_bytes_per_token_is_inspects(report, sluice_bin, tiny_model):
+    ins = json.loads(subprocess.run([str(sluice_bin), "inspect", str(tiny_model), "--json"], capture_output=True,
+                                    text=True, check=True).stdout)
+    assert report["roofline"]["bytes_per_token"] == ins["bytes_per_token"]
+    assert [g["name"] for g in report["roofline"]["groups"]] == [g["name"] for g in ins["groups"]]
+
+
+def test_placement_figures_are_absent_not_zero(report, sluice_bin, tiny_model):
+    assert report["placement"] is None
+    assert "not active" in report["placement_note"]
+    text = bench(sluice_bin, tiny_model, *FAST, "--spec-windows", "0", "--windows", "0", "-q").stdout
+    assert "placement: expert placement" in text and "not active" in text
+    assert "hit rate" not in text.split("placement:")[0]  # no hit-rate column in the table
+    if report["bandwidth"]["gpu"] is None:  # a CPU-only build, or no device: said in words
+        assert f"GPU: {report['bandwidth']['gpu_note']}" in text
+        assert report["bandwidth"]["gpu_note"].startswith("no GPU")
+
+
+def test_bad_flags_fail_with_the_flag_named(sluice_bin, tiny_model):
+    p = bench(sluice_bin, tiny_model, "--accept", "2", check=False)
+    assert p.returncode != 0 and "--accept" in p.stderr
+    p = bench(sluice_bin, tiny_model, "--windows", "17", check=False)
+    assert p.returncode != 0 and "--windows" in p.stderr
+
+
+def test_record_py_writes_documented_rows_and_ratios(report, tmp_path):
+    (tmp_path / "sluice.json").write_text(json.dumps(report))
+    # A peer at exactly half of sluice's speeds, in llama-bench's JSON shape.
+    pp = next(r for r in report["results"] if r["test"] == "pp48")
+    tg = next(r for r in report["results"] if r["test"] == "tg6@d0")
+    peer = [{"n_prompt": 48, "n_gen": 0, "n_depth": 0, "avg_ts": pp["tok_s"] / 2, "stddev_ts": 0.0},
+            {"n_prompt": 0, "n_gen": 6, "n_depth": 0, "avg_ts": tg["tok_s"] / 2, "stddev_ts": 0.0}]
+    (tmp_path / "peer.json").write_text("some log line\n" + json.dumps(peer))
+    rec = [sys.executable, str(ROOT / "bench" / "record.py")]
+    m = str(tmp_path / "m.json")
+    subprocess.run(rec + ["add", m, "--name", "sluice", "--engine", "sluice", "--file", "sluice.json",
+                          "--command", "sluice bench X"], check=True)
+    subprocess.run(rec + ["add", m, "--name", "peer", "--engine", "llama.cpp", "--file", "peer.json"], check=True)
+    subprocess.run(rec + ["compare", m, "sluice", "peer"], check=True)
+    jsonl, md = tmp_path / "r.jsonl", tmp_path / "R.md"
+    p = subprocess.run(rec + ["report", m, "--model", "tiny", "--scenario", "test/tiny", "--record", "--jsonl",
+                              str(jsonl), "--md", str(md), "--commit", "abc1234"], capture_output=True, text=True,
+                       check=True)
+    rows = [json.loads(x) for x in jsonl.read_text().splitlines()]
+    keys = ["date", "commit", "machine", "scenario", "model", "metric", "value", "peer", "peer_value", "ratio",
+            "command"]
+    assert all(list(r) == keys for r in rows)
+    speed = {r["scenario"]: r for r in rows if r["metric"] in ("prefill", "decode")}
+    assert set(speed) == {"test/tiny/pp48", "test/tiny/tg6@d0"}
+    assert all(r["ratio"] == pytest.approx(2.0, abs=1e-3) for r in speed.values())
+    assert speed["test/tiny/pp48"]["machine"] == report["machine"]
+    frac = [r for r in rows if r["metric"] == "ceiling_fraction"]
+    assert len(frac) == 2 and all(r["value"] == pytest.approx(2 * r["peer_value"], rel=1e-3) for r in frac)
+    assert "| pp48 | sluice |" in md.read_text()
+    assert p.stdout.rstrip().splitlines()[-1].startswith("recorded: 4 rows")
+
+
+def test_run_scripts_parse_and_plan_both_engines_with_the_same_threads(tmp_path):
+    for script in ("run_cpu.sh", "run_gpu.sh"):
+        subprocess.run(["bash", "-n", str(ROOT / "bench" / script)], check=True)
+    p = subprocess.run(["bash", str(ROOT / "bench" / "run_cpu.sh"), "--dry-run", "-t", "3", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=60, check=True)
+    plan = [line for line in p.stderr.splitlines() if line.startswith("+ ")]
+    sluice = next(line for line in plan if " bench " in line)
+    llama = next(line for line in plan if "run_llama_bench.sh" in line)
+    for flag in ("-t 3", "-p 512", "-n 64", "-r 2"):
+        assert flag in sluice and flag in llama, (flag, sluice, llama)
+    assert plan[-1].split()[3] == "report"  # "+ python3 .../record.py report": the ratio table comes last
+    # The GPU script plans from the carried folder, or says how to make it.
+    p = subprocess.run(["bash", str(ROOT / "bench" / "run_gpu.sh"), "--dry-run"], capture_output=True, text=True,
+                       timeout=60, env={**os.environ, "OUT": str(tmp_path / "gpu")})
+    if p.returncode != 0:
+        assert "--prepare" in p.stderr
+    else:
+        assert "llama.cpp GPU -ngl 99" in p.stderr and "sluice CPU" in p.stderr

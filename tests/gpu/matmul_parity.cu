@@ -1,0 +1,327 @@
+// cpu_dot_bits_equal_gpu_matmul_bits and window_rows_match_single_row, for every weight format
+// with a dot product:
+//   1. (host, no GPU needed) the per-lane decoding the CUDA kernel uses
+//      (src/kernels/cuda/quant_decode.cuh), emulated lane by lane on the host, gives
+//      kernels::dot_ref's bits on random rows;
+//   2. (GPU) cuda::matmul gives dot_ref's bits for every output element, for windows of 1..16
+//      rows, a prefill of 100 rows and expert mode (ids, act_div), and each row of a window
+//      equals the same row computed alone (E1);
+//   3. (GPU, timing) one-row matmul GB/s on an expert-sized matrix (2048 x 768) and a large
+//      dense one, for a few formats.
+// Exit 0 when everything matches, 1 on a difference, 77 (skipped) without a GPU after part 1.
+#include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/quant_decode.cuh"
+
+#include "kernels/cpu/dot_ref.h"
+#include "quant/act.h"
+#include "quant/iq_tables.h"
+#include "quant/quant.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+using namespace sluice;
+
+namespace {
+
+#define CK(x)                                                                                    \
+    do {                                                                                         \
+        cudaError_t e_ = (x);                                                                    \
+        if (e_ != cudaSuccess) {                                                                 \
+            std::printf("FAIL: %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__);       \
+            std::exit(1);                                                                        \
+        }                                                                                        \
+    } while (0)
+
+const dtype k_formats[] = {dtype::q8_0,   dtype::q4_0,    dtype::q4_1,   dtype::q5_0,  dtype::q5_1,    dtype::q4_k,
+                           dtype::q5_k,   dtype::q6_k,    dtype::iq4_xs, dtype::mxfp4, dtype::iq4_nl,  dtype::iq3_s,
+                           dtype::iq3_xxs, dtype::iq2_xxs, dtype::iq2_xs, dtype::iq2_s, dtype::q2_k,    dtype::q3_k,
+                           dtype::f32,    dtype::f16,     dtype::bf16};
+
+bool is_float(dtype t) { return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16; }
+
+uint32_t f2u(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+}
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> v(n);
+    for (auto& x : v) x = nd(rng) * scale;
+    return v;
+}
+
+// Weights [n_out, n_in] quantised row by row with src/quant.
+std::vector<std::byte> make_weights(dtype t, int64_t n_in, int64_t n_out, uint32_t seed) {
+    const auto x = random_floats(static_cast<size_t>(n_in * n_out), seed, 0.05f);
+    const size_t rb = *bytes_for(t, static_cast<uint64_t>(n_in));
+    std::vector<std::byte> w(rb * static_cast<size_t>(n_out));
+    for (int64_t j = 0; j < n_out; ++j) quant::quantize_row(t, x.data() + j * n_in, w.data() + j * rb, n_in);
+    return w;
+}
+
+// Activation rows prepared as the CPU prepares them; row 0 gets a zero block and a spike.
+std::vector<std::byte> make_act(dtype t, int64_t n_in, int64_t n_rows, uint32_t seed) {
+    auto x = random_floats(static_cast<size_t>(n_in * n_rows), seed, 1.0f);
+    for (int i = 0; i < 32 && i < n_in; ++i) x[static_cast<size_t>(i)] = 0.0f;
+    if (n_in > 300) x[300] = 40.0f;
+    const auto f = quant::act_format_for(t);
+    const size_t rb = quant::act_row_bytes(f, n_in);
+    std::vector<std::byte> a(rb * static_cast<size_t>(n_rows));
+    for (int64_t r = 0; r < n_rows; ++r) quant::quantize_act_row(f, x.data() + r * n_in, n_in, a.data() + r * rb);
+    return a;
+}
+
+// ---- part 1: the kernel's lane arithmetic on the host -----------------------------------------
+template <dtype T>
+float emulate_dot(const uint8_t* w_row, const uint8_t* act_row, int64_t n, const cuda::iq_tables& tb) {
+    using tr = cuda::fmt_traits<T>;
+    constexpr int L = tr::qk / 8;
+    float y = 0.0f;
+    for (int64_t ib = 0; ib < n / tr::qk; ++ib) {
+        const uint8_t* b = w_row + ib * tr::block_bytes;
+        const uint8_t* ab = act_row + ib * tr::act_bytes;
+        float d, dmin;
+        cuda::decode_scales<T>(b, d, dmin);
+        int32_t sumi = 0, summ = 0;
+        for (int p = 0; p < L; ++p) {
+            int8_t q[8];
+            int sc, mn;
+            cuda::decode_piece<T>(b, p, tb, q, sc, mn);
+            int32_t dot = 0, sx = 0;
+            for (int e = 0; e < 8; ++e) {
+                const int8_t x = static_cast<int8_t>(ab[4 + 8 * p + e]);
+                dot += q[e] * x;
+                sx += x;
+            }
+            sumi += sc * dot;
+            summ += mn * sx;
+        }
+        float dx;
+        std::memcpy(&dx, ab, 4);
+        const float t = cuda::block_term<tr::kind>(d, dmin, dx, sumi, summ);
+        y = ib == 0 ? t : y + t;
+    }
+    return y;
+}
+
+float emulate(dtype t, const uint8_t* w, const uint8_t* a, int64_t n, const cuda::iq_tables& tb) {
+    switch (t) {
+#define C(T) case dtype::T: return emulate_dot<dtype::T>(w, a, n, tb);
+        C(q8_0) C(q4_0) C(q4_1) C(q5_0) C(q5_1) C(iq4_nl) C(mxfp4) C(q2_k) C(q3_k) C(q4_k) C(q5_k) C(q6_k)
+        C(iq4_xs) C(iq2_xxs) C(iq2_xs) C(iq2_s) C(iq3_xxs) C(iq3_s)
+#undef C
+    default: return 0.0f;
+    }
+}
+
+int host_emulation() {
+    using namespace sluice::quant;
+    const cuda::iq_tables tb{k_ksigns_iq2xs, &k_iq2xxs_grid[0][0], &k_iq2xs_grid[0][0], &k_iq2s_grid[0][0],
+                             &k_iq3xxs_grid[0][0], &k_iq3s_grid[0][0], k_kvalues_iq4nl, k_kvalues_mxfp4};
+    int failures = 0;
+    const int64_t n_in = 1024, n_out = 24, n_rows = 3;
+    for (dtype t : k_formats) {
+        if (is_float(t)) continue;
+        const auto w = make_weights(t, n_in, n_out, 11);
+        const auto a = make_act(t, n_in, n_rows, 12);
+        const size_t wrb = *bytes_for(t, n_in), arb = act_row_bytes(act_format_for(t), n_in);
+        int bad = 0;
+        for (int64_t j = 0; j < n_out; ++j)
+            for (int64_t r = 0; r < n_rows; ++r) {
+                const float ref = kernels::dot_ref(t, w.data() + j * wrb, a.data() + r * arb, n_in);
+                const float got = emulate(t, reinterpret_cast<const uint8_t*>(w.data() + j * wrb),
+                                          reinterpret_cast<const uint8_t*>(a.data() + r * arb), n_in, tb);
+                if (f2u(ref) != f2u(got)) {
+                    if (bad++ == 0) std::printf("  %s col %lld row %lld: dot_ref %.9g, lanes %.9g\n", std::string(name(t)).c_str(),
+                                                static_cast<long long>(j), static_cast<long long>(r), ref, got);
+                }
+            }
+        std::printf("%s host-lanes %-8s: %s\n", bad ? "FAIL" : "PASS", std::string(name(t)).c_str(),
+                    bad ? "differs from dot_ref" : "bit-identical to dot_ref");
+        failures += bad ? 1 : 0;
+    }
+    return failures;
+}
+
+// ---- part 2: the device ------------------------------------------------------------------------
+struct dev_buf {
+    void* p = nullptr;
+    explicit dev_buf(size_t n) { CK(cudaMalloc(&p, n ? n : 1)); }
+    ~dev_buf() { cudaFree(p); }
+    template <class T>
+    T* as() const { return static_cast<T*>(p); }
+};
+
+int gpu_parity(dtype t) {
+    const int64_t n_in = 2048, n_out = 99, n_pre = 100;
+    const auto w = make_weights(t, n_in, n_out, 21);
+    const auto a = make_act(t, n_in, n_pre, 22);
+    const size_t wrb = *bytes_for(t, n_in), arb = quant::act_row_bytes(quant::act_format_for(t), n_in);
+    std::vector<float> ref(static_cast<size_t>(n_pre * n_out));
+    for (int64_t r = 0; r < n_pre; ++r)
+        for (int64_t j = 0; j < n_out; ++j) ref[r * n_out + j] = kernels::dot_ref(t, w.data() + j * wrb, a.data() + r * arb, n_in);
+    dev_buf dw(w.size()), da(a.size()), dy(ref.size() * 4);
+    CK(cudaMemcpy(dw.p, w.data(), w.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(da.p, a.data(), a.size(), cudaMemcpyHostToDevice));
+    cuda::mm_args m;
+    m.type = t;
+    m.w = dw.as<std::byte>();
+    m.row_bytes = wrb;
+    m.n_in = n_in;
+    m.n_out = n_out;
+    m.act_stride = arb;
+    m.y_stride = n_out;
+    std::vector<float> got(ref.size());
+    int bad_windows = 0;
+    auto compare = [&](int64_t r_first, int64_t nr, const char* what) {
+        int bad = 0;
+        for (int64_t r = 0; r < nr; ++r)
+            for (int64_t j = 0; j < n_out; ++j) {
+                const float g = got[r * n_out + j], e = ref[(r_first + r) * n_out + j];
+                if (f2u(g) != f2u(e) && bad++ == 0)
+                    std::printf("  %s %s row %lld col %lld: gpu %.9g, dot_ref %.9g\n", std::string(name(t)).c_str(), what,
+                                static_cast<long long>(r_first + r), static_cast<long long>(j), g, e);
+            }
+        return bad;
+    };
+    // Windows of 1..16 rows starting at row 3 (the same rows each time: E1 by comparison with
+    // the one-row result and with dot_ref).
+    std::vector<float> single(static_cast<size_t>(16 * n_out));
+    for (int nr = 1; nr <= 16; ++nr) {
+        m.act = da.as<std::byte>() + 3 * arb;
+        m.n_rows = nr;
+        m.y = dy.as<float>();
+        cuda::matmul(m, nullptr);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(got.data(), dy.p, static_cast<size_t>(nr * n_out) * 4, cudaMemcpyDeviceToHost));
+        int bad = compare(3, nr, "window");
+        if (nr == 1) std::memcpy(single.data(), got.data(), static_cast<size_t>(n_out) * 4);
+        // E1: row 0 of every window equals the one-row result.
+        if (std::memcmp(single.data(), got.data(), static_cast<size_t>(n_out) * 4) != 0) {
+            if (!bad) std::printf("  %s window %d: row 0 differs from the one-row result\n", std::string(name(t)).c_str(), nr);
+            ++bad;
+        }
+        bad_windows += bad ? 1 : 0;
+    }
+    // Prefill: all rows at once.
+    m.act = da.as<std::byte>();
+    m.n_rows = n_pre;
+    cuda::matmul(m, nullptr);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(got.data(), dy.p, ref.size() * 4, cudaMemcpyDeviceToHost));
+    const int bad_pre = compare(0, n_pre, "prefill");
+    // Expert mode: 3 copies of the matrix as 3 experts, with the copies' ids per pair, 2 pairs per
+    // token (act_div 2): pair p reads token p / 2.
+    const int n_exp = 3, n_pairs = 20;
+    dev_buf dwe(w.size() * n_exp), dids(n_pairs * 4);
+    for (int e = 0; e < n_exp; ++e) CK(cudaMemcpy(dwe.as<std::byte>() + e * w.size(), w.data(), w.size(), cudaMemcpyHostToDevice));
+    std::vector<int32_t> ids(n_pairs);
+    for (int p = 0; p < n_pairs; ++p) ids[static_cast<size_t>(p)] = (p * 7) % n_exp;
+    CK(cudaMemcpy(dids.p, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+    m.w = dwe.as<std::byte>();
+    m.ids = dids.as<int32_t>();
+    m.expert_stride = w.size();
+    m.act_div = 2;
+    m.act = da.as<std::byte>();
+    m.n_rows = n_pairs;
+    cuda::matmul(m, nullptr);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(got.data(), dy.p, static_cast<size_t>(n_pairs * n_out) * 4, cudaMemcpyDeviceToHost));
+    int bad_exp = 0;
+    for (int p = 0; p < n_pairs; ++p)
+        for (int64_t j = 0; j < n_out; ++j)
+            if (f2u(got[p * n_out + j]) != f2u(ref[(p / 2) * n_out + j]) && bad_exp++ == 0)
+                std::printf("  %s expert pair %d col %lld differs\n", std::string(name(t)).c_str(), p, static_cast<long long>(j));
+    const bool ok = bad_windows == 0 && bad_pre == 0 && bad_exp == 0;
+    std::printf("%s gpu %-8s: windows 1..16 %s, prefill %lld rows %s, expert mode %s\n", ok ? "PASS" : "FAIL",
+                std::string(name(t)).c_str(), bad_windows ? "DIFFER" : "bit-identical", static_cast<long long>(n_pre),
+                bad_pre ? "DIFFER" : "bit-identical", bad_exp ? "DIFFER" : "bit-identical");
+    return ok ? 0 : 1;
+}
+
+// ---- part 3: one-row bandwidth -------------------------------------------------------------
+// n_copies distinct matrices cycled so that most reads come from HBM, not the 60 MB L2.
+void bench(dtype t, int64_t n_in, int64_t n_out, int n_copies, int n_rows, const char* what) {
+    const size_t wrb = *bytes_for(t, n_in), mat = wrb * static_cast<size_t>(n_out);
+    // 256 quantised rows tiled over the matrix: the values do not change the time, and
+    // quantising 67M values per format would dominate the run.
+    const int64_t uniq = n_out < 256 ? n_out : 256;
+    const auto w0 = make_weights(t, n_in, uniq, 31);
+    std::vector<std::byte> w(mat);
+    for (int64_t j = 0; j < n_out; ++j) std::memcpy(w.data() + j * wrb, w0.data() + (j % uniq) * wrb, wrb);
+    const auto a = make_act(t, n_in, n_rows, 32);
+    dev_buf dw(mat * n_copies), da(a.size()), dy(static_cast<size_t>(n_out * n_rows) * 4);
+    for (int c = 0; c < n_copies; ++c) CK(cudaMemcpy(dw.as<std::byte>() + c * mat, w.data(), mat, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(da.p, a.data(), a.size(), cudaMemcpyHostToDevice));
+    cuda::mm_args m;
+    m.type = t;
+    m.row_bytes = wrb;
+    m.n_in = n_in;
+    m.n_out = n_out;
+    m.act = da.as<std::byte>();
+    m.act_stride = quant::act_row_bytes(quant::act_format_for(t), n_in);
+    m.n_rows = n_rows;
+    m.y = dy.as<float>();
+    m.y_stride = n_out;
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    const int iters = 200;
+    for (int i = 0; i < 20; ++i) {
+        m.w = dw.as<std::byte>() + (i % n_copies) * mat;
+        cuda::matmul(m, nullptr);
+    }
+    CK(cudaEventRecord(e0));
+    for (int i = 0; i < iters; ++i) {
+        m.w = dw.as<std::byte>() + (i % n_copies) * mat;
+        cuda::matmul(m, nullptr);
+    }
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0.0f;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    const double us = 1000.0 * ms / iters;
+    std::printf("BENCH %-8s %-14s %6lld x %-6lld rows %2d: %8.2f us/launch, %7.1f GB/s of weights (%.2f MB)\n",
+                std::string(name(t)).c_str(), what, static_cast<long long>(n_in), static_cast<long long>(n_out), n_rows, us,
+                static_cast<double>(mat) / (us * 1e3), static_cast<double>(mat) / 1e6);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const bool do_bench = !(argc > 1 && std::strcmp(argv[1], "--no-bench") == 0);
+    int failures = host_emulation();
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+        std::printf("%s: host part done (%d failures); SKIP: no CUDA device\n", failures ? "FAIL" : "PASS", failures);
+        return failures ? 1 : 77;
+    }
+    cudaDeviceProp prop{};
+    CK(cudaGetDeviceProperties(&prop, 0));
+    std::printf("device: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
+    cuda::upload_tables();
+    for (dtype t : k_formats) failures += gpu_parity(t);
+    if (do_bench && failures == 0) {
+        for (dtype t : {dtype::q4_k, dtype::q8_0, dtype::q4_0, dtype::q6_k, dtype::iq4_xs, dtype::mxfp4}) {
+            bench(t, 2048, 768, 128, 1, "expert");
+            bench(t, 768, 2048, 128, 1, "expert-down");
+            bench(t, 8192, 8192, 4, 1, "dense");
+        }
+        bench(dtype::q4_k, 8192, 8192, 4, 8, "dense");
+        bench(dtype::q4_k, 8192, 8192, 4, 16, "dense");
+        bench(dtype::f32, 2048, 128, 64, 1, "router");
+    }
+    std::printf("%s: %d failures\n", failures ? "FAIL" : "PASS", failures);
+    return failures ? 1 : 0;
+}

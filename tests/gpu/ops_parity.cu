@@ -1,0 +1,270 @@
+// cpu_op_bits_equal_gpu_op_bits: every device op of src/kernels/cuda/ops.cu against its CPU op
+// (src/kernels/cpu), bit for bit, on random inputs: RMSNorm (model rows and per-head rows),
+// RoPE (normal, NeoX, YaRN) from the host's rope_table, attention (decode, a verify window,
+// a whole prefill; GQA; head_dim 128, 64 and 80), the router's softmax + top-k (with ties),
+// SwiGLU, the MoE rank-order combine and the shared-expert gate. Also E1 for attention on the
+// GPU: a window's rows equal the same rows computed one at a time.
+// Before the GPU: (host) the router's one-row function that the device runs
+// (src/kernels/cuda/router.cuh) equals kernels::route_topk on the host.
+// Exit 0 when everything matches, 1 on a difference, 77 (skipped) without a GPU.
+#include "kernels/cuda/ops.cuh"
+#include "kernels/cuda/router.cuh"
+
+#include "core/thread_pool.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/math.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+using namespace sluice;
+
+namespace {
+
+#define CK(x)                                                                              \
+    do {                                                                                   \
+        cudaError_t e_ = (x);                                                              \
+        if (e_ != cudaSuccess) {                                                           \
+            std::printf("FAIL: %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); \
+            std::exit(1);                                                                  \
+        }                                                                                  \
+    } while (0)
+
+std::vector<float> rnd(size_t n, uint32_t seed, float scale = 1.0f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> v(n);
+    for (auto& x : v) x = nd(rng) * scale;
+    return v;
+}
+
+struct dvec {
+    float* p = nullptr;
+    size_t n = 0;
+    explicit dvec(const std::vector<float>& h) : n(h.size()) {
+        CK(cudaMalloc(&p, n * 4 + 4));
+        CK(cudaMemcpy(p, h.data(), n * 4, cudaMemcpyHostToDevice));
+    }
+    explicit dvec(size_t count) : n(count) { CK(cudaMalloc(&p, n * 4 + 4)); }
+    ~dvec() { cudaFree(p); }
+    std::vector<float> get() const {
+        std::vector<float> h(n);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(h.data(), p, n * 4, cudaMemcpyDeviceToHost));
+        return h;
+    }
+};
+
+int report(const std::string& what, const std::vector<float>& cpu, const std::vector<float>& gpu) {
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < cpu.size(); ++i)
+        if (std::memcmp(&cpu[i], &gpu[i], 4) != 0 && bad++ == 0) first = i;
+    if (bad)
+        std::printf("FAIL %-40s %zu of %zu differ (first at %zu: cpu %.9g gpu %.9g)\n", what.c_str(), bad, cpu.size(), first,
+                    cpu[first], gpu[first]);
+    else
+        std::printf("PASS %-40s %zu values bit-identical\n", what.c_str(), cpu.size());
+    return bad ? 1 : 0;
+}
+
+int test_rmsnorm() {
+    int f = 0;
+    for (auto [rows, n] : {std::pair<int64_t, int64_t>{7, 2048}, {40, 128}, {3, 1000}}) {
+        auto x = rnd(static_cast<size_t>(rows * n), 1, 3.0f), w = rnd(static_cast<size_t>(n), 2);
+        std::vector<float> cpu(x.size());
+        for (int64_t r = 0; r < rows; ++r) kernels::rmsnorm(x.data() + r * n, w.data(), cpu.data() + r * n, n, 1e-6f);
+        dvec dx(x), dw(w), dout(x.size());
+        cuda::rmsnorm(dx.p, dw.p, dout.p, rows, n, 1e-6f, nullptr);
+        f += report("rmsnorm " + std::to_string(rows) + "x" + std::to_string(n), cpu, dout.get());
+        cuda::rmsnorm(dx.p, dw.p, dx.p, rows, n, 1e-6f, nullptr);   // in place
+        f += report("rmsnorm in place " + std::to_string(rows) + "x" + std::to_string(n), cpu, dx.get());
+    }
+    return f;
+}
+
+int test_rope() {
+    int f = 0;
+    struct cfg { const char* name; kernels::rope_params p; int head_dim; };
+    std::vector<cfg> cfgs(3);
+    cfgs[0] = {"rope normal", {}, 64};
+    cfgs[0].p.mode = kernels::rope_mode::normal;
+    cfgs[0].p.n_rot = 64;
+    cfgs[1] = {"rope neox partial", {}, 128};
+    cfgs[1].p.mode = kernels::rope_mode::neox;
+    cfgs[1].p.n_rot = 96;
+    cfgs[1].p.freq_base = 1e6f;
+    cfgs[2] = {"rope neox yarn", {}, 128};
+    cfgs[2].p.mode = kernels::rope_mode::neox;
+    cfgs[2].p.n_rot = 128;
+    cfgs[2].p.freq_scale = 0.25f;
+    cfgs[2].p.ext_factor = 1.0f;
+    cfgs[2].p.n_ctx_orig = 4096;
+    for (const cfg& c : cfgs) {
+        const int n_head = 6, rows = 9;
+        const int32_t pos0 = 1000;
+        const int n_pos = pos0 + rows;
+        std::vector<float> table(static_cast<size_t>(n_pos) * c.p.n_rot);
+        for (int p = 0; p < n_pos; ++p) kernels::rope_table(c.p, p, table.data() + static_cast<size_t>(p) * c.p.n_rot);
+        auto x = rnd(static_cast<size_t>(rows * n_head * c.head_dim), 3);
+        std::vector<float> cpu = x;
+        for (int r = 0; r < rows; ++r)
+            kernels::rope_apply(c.p, table.data() + static_cast<size_t>(pos0 + r) * c.p.n_rot,
+                                cpu.data() + static_cast<size_t>(r) * n_head * c.head_dim, n_head, c.head_dim);
+        dvec dt(table), dx(x);
+        cuda::rope(c.p, dt.p, pos0, dx.p, rows, n_head, c.head_dim, nullptr);
+        f += report(c.name, cpu, dx.get());
+    }
+    return f;
+}
+
+int test_attention(thread_pool& pool) {
+    int f = 0;
+    struct cfg { int n_head, n_kv, hd; int32_t pos0; int rows; };
+    const cfg cfgs[] = {{8, 2, 128, 299, 1}, {8, 2, 128, 250, 16}, {8, 2, 128, 0, 300}, {4, 4, 64, 77, 5}, {6, 3, 80, 40, 3},
+                        {32, 4, 128, 1000, 1}};
+    for (const cfg& c : cfgs) {
+        kernels::attention_params p;
+        p.n_head = c.n_head;
+        p.n_kv_head = c.n_kv;
+        p.head_dim = c.hd;
+        p.scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+        const int64_t n_ctx = c.pos0 + c.rows;
+        const size_t kvf = static_cast<size_t>(n_ctx) * c.n_kv * c.hd;
+        auto k = rnd(kvf, 4, 2.0f), v = rnd(kvf, 5), q = rnd(static_cast<size_t>(c.rows) * c.n_head * c.hd, 6, 2.0f);
+        std::vector<float> cpu(q.size());
+        kernels::attention(pool, p, q.data(), k.data(), v.data(), c.pos0, c.rows, cpu.data());
+        dvec dk(k), dv(v), dq(q), dout(q.size());
+        cuda::attention(p, dq.p, dk.p, dv.p, c.pos0, c.rows, dout.p, nullptr);
+        const std::string name = "attention h" + std::to_string(c.n_head) + "/" + std::to_string(c.n_kv) + " hd" +
+                                 std::to_string(c.hd) + " pos0 " + std::to_string(c.pos0) + " rows " + std::to_string(c.rows);
+        const auto win = dout.get();
+        f += report(name, cpu, win);
+        if (c.rows > 1) {
+            // E1: each row alone (pos0 + r, one row) gives the window's bits.
+            std::vector<float> single(q.size());
+            const size_t rf = static_cast<size_t>(c.n_head) * c.hd;
+            for (int r = 0; r < c.rows; ++r)
+                cuda::attention(p, dq.p + r * rf, dk.p, dv.p, c.pos0 + r, 1, dout.p + r * rf, nullptr);
+            f += report(name + " rows alone", win, dout.get());
+        }
+    }
+    return f;
+}
+
+int test_router() {
+    int f = 0;
+    // 128 top-8 (shared-memory kernel, 20 rows), 16384 top-4 (too wide: the global-memory kernel).
+    for (auto [ne, nu, renorm] : {std::tuple<int, int, bool>{128, 8, false}, {128, 8, true}, {16384, 4, true}}) {
+        kernels::router_params p;
+        p.n_expert = ne;
+        p.n_used = nu;
+        p.renormalize = renorm;
+        const int rows = ne > 1000 ? 3 : 20;
+        auto x = rnd(static_cast<size_t>(rows * p.n_expert), 7, 2.0f);
+        for (int e = 0; e < p.n_expert; ++e) x[static_cast<size_t>(e)] = static_cast<float>(e % 5);   // row 0: ties
+        std::vector<float> cpu = x;
+        std::vector<int32_t> ids(static_cast<size_t>(rows * p.n_used)), gids(ids.size());
+        std::vector<float> w(ids.size());
+        for (int r = 0; r < rows; ++r)
+            kernels::route_topk(p, cpu.data() + r * p.n_expert, ids.data() + r * p.n_used, w.data() + r * p.n_used);
+        dvec dx(x), dw(w.size());
+        int32_t* dids = nullptr;
+        CK(cudaMalloc(&dids, ids.size() * 4));
+        cuda::route_topk(p, dx.p, rows, dids, dw.p, nullptr);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(gids.data(), dids, ids.size() * 4, cudaMemcpyDeviceToHost));
+        cudaFree(dids);
+        const bool ids_ok = ids == gids;
+        std::printf("%s router top-%d of %d (renorm %d): ids %s\n", ids_ok ? "PASS" : "FAIL", nu, ne, renorm ? 1 : 0,
+                    ids_ok ? "identical (ties to the lower id)" : "DIFFER");
+        f += ids_ok ? 0 : 1;
+        const std::string tag = std::to_string(ne) + "/" + std::to_string(nu) + " renorm " + (renorm ? "1" : "0");
+        f += report("router weights " + tag, w, dw.get());
+        f += report("router probabilities " + tag, cpu, dx.get());
+    }
+    return f;
+}
+
+// Host: route_topk_row (what the device kernels run) against the CPU op.
+int host_router() {
+    int f = 0;
+    for (auto [ne, nu] : {std::pair<int, int>{128, 8}, {64, 8}, {8, 2}, {8, 1}, {512, 10}})
+        for (bool renorm : {false, true}) {
+            kernels::router_params p;
+            p.n_expert = ne;
+            p.n_used = nu;
+            p.renormalize = renorm;
+            const int rows = 16;
+            auto x = rnd(static_cast<size_t>(rows * ne), 20 + static_cast<uint32_t>(ne), 2.0f);
+            for (int e = 0; e < ne; ++e) x[static_cast<size_t>(e)] = static_cast<float>(e % 3);   // row 0: ties
+            std::vector<float> a = x, b = x, wa(static_cast<size_t>(rows * nu)), wb(wa.size());
+            std::vector<int32_t> ia(wa.size()), ib(wa.size());
+            for (int r = 0; r < rows; ++r) {
+                kernels::route_topk(p, a.data() + r * ne, ia.data() + r * nu, wa.data() + r * nu);
+                cuda::route_topk_row(ne, nu, renorm, b.data() + r * ne, ib.data() + r * nu, wb.data() + r * nu);
+            }
+            const bool ok = ia == ib && std::memcmp(a.data(), b.data(), a.size() * 4) == 0 &&
+                            std::memcmp(wa.data(), wb.data(), wa.size() * 4) == 0;
+            std::printf("%s host router row %d top-%d renorm %d: %s\n", ok ? "PASS" : "FAIL", ne, nu, renorm ? 1 : 0,
+                        ok ? "ids, weights, probabilities bit-identical" : "DIFFER");
+            f += ok ? 0 : 1;
+        }
+    return f;
+}
+
+int test_elementwise() {
+    int f = 0;
+    const int64_t n = 5000;
+    auto g = rnd(static_cast<size_t>(n), 8, 4.0f), u = rnd(static_cast<size_t>(n), 9);
+    std::vector<float> cpu(static_cast<size_t>(n));
+    kernels::swiglu(g.data(), u.data(), cpu.data(), n);
+    dvec dg(g), du(u), dout(static_cast<size_t>(n));
+    cuda::swiglu(dg.p, du.p, dout.p, n, nullptr);
+    f += report("swiglu", cpu, dout.get());
+    // MoE combine: rows 3, K 8, width 300, in rank order from 0.
+    const int rows = 3, K = 8, E = 300;
+    auto ey = rnd(static_cast<size_t>(rows * K * E), 10), w = rnd(static_cast<size_t>(rows * K), 11, 0.3f);
+    std::vector<float> out(static_cast<size_t>(rows * E));
+    for (int r = 0; r < rows; ++r)
+        for (int i = 0; i < E; ++i) {
+            float o = 0.0f;
+            for (int k = 0; k < K; ++k) o = o + w[static_cast<size_t>(r * K + k)] * ey[static_cast<size_t>((r * K + k) * E + i)];
+            out[static_cast<size_t>(r * E + i)] = o;
+        }
+    dvec dey(ey), dw(w), dcomb(out.size());
+    cuda::moe_combine(dey.p, dw.p, K, rows, E, dcomb.p, nullptr);
+    auto comb = dcomb.get();
+    f += report("moe combine (rank order)", out, comb);
+    // Shared expert gate: out += sigmoid(g_r) * sh.
+    auto sh = rnd(out.size(), 12), gl = rnd(static_cast<size_t>(rows), 13, 3.0f);
+    std::vector<float> ref = comb;
+    for (int r = 0; r < rows; ++r) {
+        const float s = kernels::sigmoid_f32(gl[static_cast<size_t>(r)]);
+        for (int i = 0; i < E; ++i) ref[static_cast<size_t>(r * E + i)] = ref[static_cast<size_t>(r * E + i)] + s * sh[static_cast<size_t>(r * E + i)];
+    }
+    dvec dsh(sh), dgl(gl);
+    cuda::add_gated(dcomb.p, dsh.p, dgl.p, rows, E, nullptr);
+    f += report("shared expert sigmoid gate", ref, dcomb.get());
+    return f;
+}
+
+}  // namespace
+
+int main() {
+    const int host_failures = host_router();
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+        std::printf("%s: host part done (%d failures); SKIP: no CUDA device\n", host_failures ? "FAIL" : "PASS", host_failures);
+        return host_failures ? 1 : 77;
+    }
+    thread_pool pool(4);
+    int failures = host_failures + test_rmsnorm() + test_rope() + test_attention(pool) + test_router() + test_elementwise();
+    std::printf("%s: %d failures\n", failures ? "FAIL" : "PASS", failures);
+    return failures ? 1 : 0;
+}

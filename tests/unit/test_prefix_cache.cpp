@@ -1,0 +1,233 @@
+// The prefix cache (src/kv/prefix_cache.h) and E5: restoring a checkpoint's rows and
+// prefilling the rest writes the bits a fresh prefill writes, and a follow-up conversation turn
+// served from the cache gives the token_sha the same turn served fresh gives.
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "io/model_file.h"
+#include "kv/kv_cache.h"
+#include "kv/prefix_cache.h"
+#include "models/model.h"
+#include "sluice/serving.h"
+
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <random>
+#include <vector>
+
+namespace sluice {
+namespace {
+
+std::filesystem::path fixture(const std::string& name) {
+    return std::filesystem::path(SLUICE_SOURCE_DIR) / "tests" / "golden" / "fixtures" / name / "model-Q8_0.gguf";
+}
+
+kv_shape small_shape(int n_ctx) {
+    kv_shape s;
+    s.n_layer = 2;
+    s.n_ctx = n_ctx;
+    s.n_kv_head = 2;
+    s.head_dim = 4;
+    return s;
+}
+
+// A cache whose row p of layer il holds the value f(token at p, p, il) in every float.
+void fill(kv_cache& kv, const std::vector<int32_t>& toks) {
+    const int64_t rf = kv.row_floats();
+    for (int il = 0; il < kv.shape().n_layer; ++il)
+        for (size_t p = 0; p < toks.size(); ++p)
+            for (int64_t j = 0; j < rf; ++j) {
+                kv.k(il)[int64_t(p) * rf + j] = float(toks[p] * 1000 + int(p) * 10 + il);
+                kv.v(il)[int64_t(p) * rf + j] = -float(toks[p] * 1000 + int(p) * 10 + il);
+            }
+    kv.set_n_pos(int32_t(toks.size()));
+}
+
+bool rows_equal(const kv_cache& a, const kv_cache& b, int32_t n) {
+    const size_t bytes = size_t(n) * size_t(a.row_floats()) * sizeof(float);
+    for (int il = 0; il < a.shape().n_layer; ++il)
+        if (std::memcmp(a.k(il), b.k(il), bytes) != 0 || std::memcmp(a.v(il), b.v(il), bytes) != 0) return false;
+    return true;
+}
+
+TEST(prefix_cache, restores_the_longest_common_prefix) {
+    prefix_cache c(1 << 20);
+    const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6}, b = {1, 2, 9, 9};
+    kv_cache ka(small_shape(16)), kb(small_shape(16));
+    fill(ka, a);
+    fill(kb, b);
+    EXPECT_TRUE(c.store(a, ka));
+    EXPECT_TRUE(c.store(b, kb));
+    EXPECT_EQ(c.entries(), 2u);
+
+    kv_cache out(small_shape(16));
+    const std::vector<int32_t> q = {1, 2, 3, 4, 7, 7, 7};   // shares 4 tokens with a, 2 with b
+    EXPECT_EQ(c.restore(q, 100, out), 4);
+    EXPECT_EQ(out.n_pos(), 4);
+    EXPECT_TRUE(rows_equal(out, ka, 4));
+    EXPECT_EQ(c.restore(q, 3, out), 3);   // capped by the caller (the prompt's last token stays)
+    EXPECT_EQ(c.restore(std::vector<int32_t>{8, 1, 2}, 100, out), 0);
+    EXPECT_EQ(out.n_pos(), 0);
+    EXPECT_EQ(c.stats().hits, 2);
+    EXPECT_EQ(c.stats().lookups, 3);
+}
+
+TEST(prefix_cache, a_longer_checkpoint_replaces_its_prefixes) {
+    prefix_cache c(1 << 20);
+    const std::vector<int32_t> turn1 = {1, 2, 3}, turn2 = {1, 2, 3, 4, 5};
+    kv_cache k1(small_shape(16)), k2(small_shape(16));
+    fill(k1, turn1);
+    fill(k2, turn2);
+    c.store(turn1, k1);
+    const size_t one = c.bytes();
+    c.store(turn2, k2);
+    EXPECT_EQ(c.entries(), 1u);
+    EXPECT_GT(c.bytes(), one);
+    c.store(turn1, k1);   // covered by turn2: nothing new
+    EXPECT_EQ(c.entries(), 1u);
+    kv_cache out(small_shape(16));
+    EXPECT_EQ(c.restore(turn2, 100, out), 5);
+    EXPECT_TRUE(rows_equal(out, k2, 5));
+}
+
+TEST(prefix_cache, evicts_least_recently_used_within_its_budget) {
+    kv_cache k(small_shape(16));
+    const std::vector<int32_t> a = {1, 1, 1, 1}, b = {2, 2, 2, 2}, d = {3, 3, 3, 3};
+    // One 4-row checkpoint: 4 ids + 4 rows x 2 layers x (K, V) x 8 floats.
+    const size_t one = 4 * 4 + 4 * 2 * 2 * 8 * 4;
+    prefix_cache c(2 * one);
+    fill(k, a);
+    c.store(a, k);
+    fill(k, b);
+    c.store(b, k);
+    EXPECT_EQ(c.bytes(), 2 * one);
+    kv_cache out(small_shape(16));
+    EXPECT_EQ(c.restore(a, 100, out), 4);   // a is now the most recently used
+    fill(k, d);
+    c.store(d, k);                          // b goes
+    EXPECT_EQ(c.entries(), 2u);
+    EXPECT_LE(c.bytes(), 2 * one);
+    EXPECT_EQ(c.restore(b, 100, out), 0);
+    EXPECT_EQ(c.restore(a, 100, out), 4);
+    EXPECT_EQ(c.restore(d, 100, out), 4);
+    prefix_cache tiny(one - 1);
+    EXPECT_FALSE(tiny.store(a, k));         // larger than the whole budget
+    EXPECT_EQ(tiny.bytes(), 0u);
+}
+
+TEST(prefix_cache, restored_rows_then_suffix_prefill_equal_a_fresh_prefill) {
+    for (const char* name : {"qwen3moe_e8_k2", "llama_gqa2_tied", "qwen3_yarn"}) {
+        SCOPED_TRACE(name);
+        auto file = model_file::open(fixture(name));
+        auto net = load_model(*file, {});
+        const int nv = net->hparams().n_vocab;
+        thread_pool pool(2);
+        std::mt19937 g(31);
+        std::uniform_int_distribution<int32_t> d(0, nv - 1);
+        std::vector<int32_t> toks(70);
+        for (auto& t : toks) t = d(g);
+        const int n_ctx = 96;
+        forward_scratch s = net->make_scratch(32, pool);
+        std::vector<float> fresh_logits(32 * size_t(nv)), resumed_logits(32 * size_t(nv));
+
+        // Fresh: the whole sequence in chunks of 32.
+        kv_cache fresh(net->kv_shape_for(n_ctx));
+        for (size_t i = 0; i < toks.size(); i += 32) {
+            const size_t n = std::min<size_t>(32, toks.size() - i);
+            net->forward(std::span<const int32_t>(toks.data() + i, n), int32_t(i), fresh, s, fresh_logits.data());
+        }
+        // Resumed: 23 rows from a checkpoint of a different request that shared them (its own
+        // continuation differs), then the rest in chunks of 13 (an unaligned boundary).
+        std::vector<int32_t> other(toks.begin(), toks.begin() + 23);
+        other.push_back((toks[23] + 1) % nv);
+        kv_cache first(net->kv_shape_for(n_ctx));
+        net->forward(other, 0, first, s, resumed_logits.data());
+        prefix_cache c(size_t(1) << 26);
+        ASSERT_TRUE(c.store(other, first));
+        kv_cache resumed(net->kv_shape_for(n_ctx));
+        ASSERT_EQ(c.restore(toks, int32_t(toks.size()) - 1, resumed), 23);
+        size_t last_n = 0;
+        for (size_t i = 23; i < toks.size(); i += 13) {
+            last_n = std::min<size_t>(13, toks.size() - i);
+            net->forward(std::span<const int32_t>(toks.data() + i, last_n), int32_t(i), resumed, s, resumed_logits.data());
+        }
+        EXPECT_TRUE(rows_equal(fresh, resumed, int32_t(toks.size())));
+        // The last row's logits: fresh's last chunk is 70 - 64 = 6 rows, resumed's is 70 - 62 = 8.
+        EXPECT_EQ(std::memcmp(fresh_logits.data() + 5 * size_t(nv), resumed_logits.data() + (last_n - 1) * size_t(nv),
+                              size_t(nv) * sizeof(float)),
+                  0);
+    }
+}
+
+// ---- E5 through the serving engine ---------------------------------------------------------
+
+completion_result serve_one(serving_engine& eng, const completion_request& r) {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool fin = false;
+    completion_result res;
+    eng.submit(r, nullptr, [&](const completion_result& x) {
+        std::lock_guard<std::mutex> lk(mu);
+        res = x;
+        fin = true;
+        cv.notify_all();
+    });
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait(lk, [&] { return fin; });
+    return res;
+}
+
+TEST(prefix_cache, resumed_conversation_equals_fresh) {
+    for (const char* name : {"qwen3moe_e8_k2", "qwen3_gqa4"}) {
+        SCOPED_TRACE(name);
+        serving_options o;
+        o.engine.model_path = fixture(name);
+        o.engine.n_ctx = 256;
+        o.engine.n_threads = 2;
+        o.max_batch = 2;
+        o.prefill_rows_per_step = 16;
+        auto cached = serving_engine::open(o);
+        auto fresh = serving_engine::open(o);
+        // The chat turns as the fixture tokenizer renders them (ChatML).
+        auto turn = [&](const std::string& role, const std::string& text) {
+            return cached->tokenize("<|im_start|>" + role + "\n" + text + "<|im_end|>\n", true);
+        };
+        for (float temp : {0.0f, 0.9f}) {
+            SCOPED_TRACE(temp);
+            completion_request r1;
+            r1.prompt = turn("user", "the quick brown fox");
+            auto head = cached->tokenize("<|im_start|>assistant\n", true);
+            r1.prompt.insert(r1.prompt.end(), head.begin(), head.end());
+            r1.params.n_predict = 20;
+            r1.params.temperature = temp;
+            r1.params.seed = 42;
+            const completion_result a1 = serve_one(*cached, r1);
+            ASSERT_NE(a1.finish_reason, "error") << a1.error;
+            // Turn 2: the history (turn 1 and its reply), a new user message.
+            completion_request r2 = r1;
+            r2.prompt.insert(r2.prompt.end(), a1.stats.tokens.begin(), a1.stats.tokens.end());
+            auto rest = turn("user", "jumps over the lazy dog");
+            r2.prompt.insert(r2.prompt.end(), rest.begin(), rest.end());
+            r2.prompt.insert(r2.prompt.end(), head.begin(), head.end());
+            r2.params.seed = 43;
+            const completion_result resumed = serve_one(*cached, r2);
+            completion_request r2_fresh = r2;
+            r2_fresh.use_prefix_cache = false;
+            const completion_result from_scratch = serve_one(*fresh, r2_fresh);
+            EXPECT_GT(resumed.cached_tokens, int(r1.prompt.size()) - 1);
+            EXPECT_EQ(from_scratch.cached_tokens, 0);
+            EXPECT_GT(resumed.stats.n_decoded, 0);
+            EXPECT_EQ(resumed.stats.tokens, from_scratch.stats.tokens);
+            EXPECT_EQ(resumed.stats.token_sha, from_scratch.stats.token_sha);
+            EXPECT_EQ(resumed.finish_reason, from_scratch.finish_reason);
+        }
+        EXPECT_GT(cached->metrics().cached_prompt_tokens, 0);
+        EXPECT_GT(cached->metrics().prefix_cache_entries, 0);
+    }
+}
+
+}  // namespace
+}  // namespace sluice
