@@ -23,10 +23,11 @@ placement reads from: cpu = the RAM read probe, gpu = the GPU's HBM probe, exper
 expert bytes from RAM and the rest from HBM (time = bytes_e / RAM + bytes_rest / HBM). A
 bandwidth that was not measured (no GPU probe in a CPU-only build) gives no ceiling: "-".
 
-Rows appended to results.jsonl (one per compared test, plus one ceiling_fraction row each):
-{"date","commit","machine","scenario","model","metric","value","peer","peer_value","ratio","command"}
-metric: "prefill" / "decode" (tok/s; scenario names the test, e.g. cpu/q30-12l/tg64@d0), and
-"ceiling_fraction" (value: sluice's fraction of its ceiling, peer_value: the peer's).
+Rows appended to results.jsonl (one per compared test):
+{"date","commit","machine","scenario","model","metric","value","peer","peer_value","ratio","command",
+ "ceiling_fraction","peer_ceiling_fraction"}
+metric: "prefill" / "decode" (tok/s; scenario names the test, e.g. cpu/q30-12l/tg64@d0); the two
+last keys are each engine's fraction of its roofline ceiling (null where none was measured).
 Peer-only runs (no sluice counterpart, e.g. llama.cpp fully on the GPU) are recorded with value
 and ratio null.
 """
@@ -189,16 +190,13 @@ def report(args):
                           fmt_frac(p["tok_s"], p_ceil), "-" if ratio is None else f"{ratio:.2f}x"])
             common = {"date": date, "commit": commit, "machine": machine, "scenario": f"{args.scenario}/{name}",
                       "model": args.model}
+            sf = s["tok_s"] / s_ceil if s_ceil else None
+            pf = p["tok_s"] / p_ceil if p_ceil else None
             rows.append({**common, "metric": key[0], "value": s["tok_s"], "peer": p_name, "peer_value": p["tok_s"],
                          "ratio": None if ratio is None else round(ratio, 3),
-                         "command": runs[s_name].get("command", "")})
-            if s_ceil or p_ceil:
-                sf = s["tok_s"] / s_ceil if s_ceil else None
-                pf = p["tok_s"] / p_ceil if p_ceil else None
-                rows.append({**common, "metric": "ceiling_fraction", "value": None if sf is None else sig(sf),
-                             "peer": p_name, "peer_value": None if pf is None else sig(pf),
-                             "ratio": None if not (sf and pf) else round(sf / pf, 3),
-                             "command": runs[s_name].get("command", "")})
+                         "command": runs[s_name].get("command", ""),
+                         "ceiling_fraction": None if sf is None else sig(sf),
+                         "peer_ceiling_fraction": None if pf is None else sig(pf)})
     # Peers with no sluice counterpart: their figures, with the ceiling of their placement.
     for p_name, r in runs.items():
         if r["engine"] != "llama.cpp" or p_name in compared_peers or p_name not in parsed:

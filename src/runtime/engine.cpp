@@ -140,16 +140,7 @@ generate_stats engine::generate(std::string_view prompt, const generate_params& 
     if (p.drafter == drafter_kind::draft_model && !p_->draft)
         fail("run: the draft-model drafter needs a draft model (--draft-model PATH)");
 
-    sampling_params sp;
-    sp.temperature = p.temperature;
-    sp.top_k = p.top_k;
-    sp.top_p = p.top_p;
-    sp.min_p = p.min_p;
-    sp.seed = p.seed;
-    sp.repeat_penalty = p.repeat_penalty;
-    sp.frequency_penalty = p.frequency_penalty;
-    sp.presence_penalty = p.presence_penalty;
-    sp.penalty_last_n = p.penalty_last_n;
+    sampling_params sp = sampling_params_of(p);
     keyed_sampler sampler(n_vocab, sp);
 
     session_options so;

@@ -22,4 +22,18 @@ std::vector<std::string> loaded_model::vocab() const {
     return v;
 }
 
+sampling_params sampling_params_of(const generate_params& p) {
+    sampling_params sp;
+    sp.temperature = p.temperature;
+    sp.top_k = p.top_k;
+    sp.top_p = p.top_p;
+    sp.min_p = p.min_p;
+    sp.seed = p.seed;
+    sp.repeat_penalty = p.repeat_penalty;
+    sp.frequency_penalty = p.frequency_penalty;
+    sp.presence_penalty = p.presence_penalty;
+    sp.penalty_last_n = p.penalty_last_n;
+    return sp;
+}
+
 }  // namespace sluice

@@ -4,6 +4,8 @@
 
 #include "io/model_file.h"
 #include "models/model.h"
+#include "runtime/sampler.h"
+#include "sluice/engine.h"
 #include "tokenizer/tokenizer.h"
 
 #include <filesystem>
@@ -25,5 +27,9 @@ struct loaded_model {
     // Every token's bytes, by id (for the draft model's vocabulary check).
     std::vector<std::string> vocab() const;
 };
+
+// The keyed sampler's parameters of a request (logit_bias left empty: the serving API carries
+// it beside the parameters). Shared by both engines so they sample alike.
+sampling_params sampling_params_of(const generate_params& p);
 
 }  // namespace sluice

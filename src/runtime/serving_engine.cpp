@@ -332,16 +332,7 @@ bool serving_engine::impl::admit(request_state& r) {
         r.max_tokens = p.n_predict < 0 ? room : std::min(p.n_predict, room);
         r.ctx_capped = p.n_predict < 0 || p.n_predict > room;
 
-        sampling_params sp;
-        sp.temperature = p.temperature;
-        sp.top_k = p.top_k;
-        sp.top_p = p.top_p;
-        sp.min_p = p.min_p;
-        sp.seed = p.seed;
-        sp.repeat_penalty = p.repeat_penalty;
-        sp.frequency_penalty = p.frequency_penalty;
-        sp.presence_penalty = p.presence_penalty;
-        sp.penalty_last_n = p.penalty_last_n;
+        sampling_params sp = sampling_params_of(p);
         sp.logit_bias = q.logit_bias;
         r.sampler = std::make_unique<keyed_sampler>(n_vocab, sp);
 

