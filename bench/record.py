@@ -23,9 +23,17 @@ placement reads from: cpu = the RAM read probe, gpu = the GPU's HBM probe, exper
 expert bytes from RAM and the rest from HBM (time = bytes_e / RAM + bytes_rest / HBM). A
 bandwidth that was not measured (no GPU probe in a CPU-only build) gives no ceiling: "-".
 
+Each ceiling is min(memory bound, compute bound): the compute bound is the peak of the device
+that computes (cpu: the CPU int8 dot kernel's rate measured by sluice bench; gpu: the GPU's int8
+tensor-core peak from the report or the probe) over 2 x multiply-adds per token (the report's
+ops_per_token); experts-cpu splits the operations as it splits the bytes. A peer's prefill is held
+to the memory bound of its own micro-batch (llama-bench's n_ubatch: the weights are read once per
+batch), recomputed from the report's traffic model, not to that of sluice's chunk.
+
 Rows appended to results.jsonl (one per compared test):
 {"date","commit","machine","scenario","model","metric","value","peer","peer_value","ratio","command",
- "ceiling_fraction","peer_ceiling_fraction"}
+ "ceiling_fraction","peer_ceiling_fraction",
+ "memory_ceiling_tok_s","compute_ceiling_tok_s","ceiling_bound", and the same three with peer_}
 metric: "prefill" / "decode" (tok/s; scenario names the test, e.g. cpu/q30-12l/tg64@d0); the two
 last keys are each engine's fraction of its roofline ceiling (null where none was measured).
 Peer-only runs (no sluice counterpart, e.g. llama.cpp fully on the GPU) are recorded with value
@@ -88,7 +96,8 @@ def tests_of(run, base_dir):
                 key = ("decode", r["n_gen"], depth)
             else:
                 continue
-            out[key] = {"tok_s": float(r["avg_ts"]), "stddev": float(r["stddev_ts"]), "result": None}
+            out[key] = {"tok_s": float(r["avg_ts"]), "stddev": float(r["stddev_ts"]), "result": None,
+                        "chunk": int(r["n_ubatch"]) if r.get("n_ubatch") else None}
     else:
         raise ValueError(f"run {run['name']}: engine must be sluice or llama.cpp, got {run['engine']}")
     return out, data
@@ -107,7 +116,83 @@ def test_name(key):
 
 
 def ceiling(report, result, placement, probe=None):
-    """The ceiling in tok/s of `result` (a sluice result) when its bytes come from `placement`.
+    """The ceiling in tok/s of `result` (a sluice result) on `placement`: the smaller of its memory
+    and compute bounds (bounds() gives both and which one binds)."""
+    return bounds(report, result, placement, probe)["ceiling"]
+
+
+def expected_distinct_experts(n_expert, n_used, rows):
+    """runtime/roofline.cpp's: distinct experts one layer reads for `rows` rows, uniform routing."""
+    if n_expert <= 0 or n_used <= 0 or rows <= 0:
+        return 0.0
+    if rows == 1:
+        return float(min(n_used, n_expert))
+    return n_expert * (1.0 - max(1.0 - n_used / n_expert, 0.0) ** rows)
+
+
+def prefill_bytes_per_token(traffic, n_prompt, chunk):
+    """runtime/roofline.cpp's prefill traffic: forwards of `chunk` rows from an empty cache, each
+    reading the shared weights once, the distinct experts of its rows and the K/V so far."""
+    total, done = 0.0, 0
+    while done < n_prompt:
+        rows = min(chunk, n_prompt - done)
+        b = traffic["shared_bytes"] + traffic["embd_row_bytes"] * rows
+        if traffic["n_expert"] > 0:
+            b += traffic["routed_bytes_total"] / traffic["n_expert"] * expected_distinct_experts(
+                traffic["n_expert"], traffic["n_expert_used"], rows)
+        b += traffic["kv_bytes_per_position"] * (done + rows)
+        total += b
+        done += rows
+    return total / n_prompt
+
+
+def at_chunk(report, result, chunk):
+    """`result` with the prefill traffic of forwards of `chunk` rows: another engine's prefill
+    reads the weights once per its own micro-batch (llama-bench's n_ubatch, 512 by default), not
+    once per sluice's chunk, so its memory bound is that of its own batch size."""
+    traffic = (report or {}).get("roofline", {}).get("traffic")
+    if not (result and chunk and traffic and result.get("kind") == "prefill" and result.get("n_prompt")):
+        return result
+    return {**result, "bytes_per_token": prefill_bytes_per_token(traffic, result["n_prompt"], chunk)}
+
+
+def bounds(report, result, placement, probe=None, chunk=None):
+    """Both roofline bounds of `result` (tok/s, None where unknown), the ceiling (the smaller) and
+    which one binds ("memory", "compute" or None). chunk: the rows per prefill forward of the
+    engine measured (None: sluice's own)."""
+    mem = memory_bound(report, at_chunk(report, result, chunk), placement, probe)
+    comp = compute_bound(report, result, placement, probe)
+    known = [(v, k) for v, k in ((mem, "memory"), (comp, "compute")) if v]
+    ceil, binds = min(known) if known else (None, None)
+    return {"memory": mem, "compute": comp, "ceiling": ceil, "binds": binds}
+
+
+def compute_bound(report, result, placement, probe=None):
+    """Peak operations per second of the device(s) that compute on `placement` over the result's
+    operations per token (2 per multiply-add, from sluice bench's compute model). cpu: the CPU int8
+    dot kernel's measured rate; gpu: the GPU's int8 tensor-core peak; experts-cpu: routed experts
+    on the CPU, the rest on the GPU (time = ops_e / cpu + ops_rest / gpu)."""
+    if report is None or result is None or not result.get("ops_per_token"):
+        return None
+    ops = result["ops_per_token"]
+    rl = report["roofline"]
+    cpu = rl.get("cpu_peak_ops_s")
+    gpu_info = report["bandwidth"].get("gpu") or (probe if probe and probe.get("present") else {})
+    gpu = rl.get("gpu_peak_ops_s") or gpu_info.get("peak_int8_ops_s")
+    if placement == "cpu":
+        return cpu / ops if cpu else None
+    if placement == "gpu":
+        return gpu / ops if gpu else None
+    if placement == "experts-cpu":
+        routed = 2.0 * (rl.get("routed_macs_per_row") or 0.0)
+        if not (cpu and gpu) or routed > ops:
+            return None
+        return 1.0 / (routed / cpu + (ops - routed) / gpu)
+    return None
+
+
+def memory_bound(report, result, placement, probe=None):
+    """The memory bound in tok/s of `result` (a sluice result) when its bytes come from `placement`.
     probe: a GPU probe (the manifest's) for reports made without one (sluice built without CUDA)."""
     if report is None or result is None or not result.get("bytes_per_token"):
         return None
@@ -128,6 +213,13 @@ def ceiling(report, result, placement, probe=None):
         experts = bpt * groups.get("routed experts", 0) / total
         return 1.0 / (experts / (ram * 1e9) + (bpt - experts) / (hbm * 1e9))
     return None
+
+
+def bound_fields(prefix, b):
+    """Extra fields of a results.jsonl row: both bounds (tok/s) and the one that binds."""
+    return {f"{prefix}memory_ceiling_tok_s": None if b["memory"] is None else sig(b["memory"]),
+            f"{prefix}compute_ceiling_tok_s": None if b["compute"] is None else sig(b["compute"]),
+            f"{prefix}ceiling_bound": b["binds"]}
 
 
 def sig(x, digits=6):
@@ -182,8 +274,9 @@ def report(args):
         p_tests, _ = parsed[p_name]
         for key in sorted(set(s_tests) & set(p_tests), key=test_order):
             s, p = s_tests[key], p_tests[key]
-            s_ceil = ceiling(s_rep, s["result"], runs[s_name].get("placement", "cpu"), probe)
-            p_ceil = ceiling(s_rep, s["result"], runs[p_name].get("placement", "cpu"), probe)
+            s_b = bounds(s_rep, s["result"], runs[s_name].get("placement", "cpu"), probe)
+            p_b = bounds(s_rep, s["result"], runs[p_name].get("placement", "cpu"), probe, p.get("chunk"))
+            s_ceil, p_ceil = s_b["ceiling"], p_b["ceiling"]
             ratio = s["tok_s"] / p["tok_s"] if p["tok_s"] else None
             name = test_name(key)
             table.append([name, s_name, fmt_ts(s["tok_s"]), fmt_frac(s["tok_s"], s_ceil), p_name, fmt_ts(p["tok_s"]),
@@ -196,7 +289,8 @@ def report(args):
                          "ratio": None if ratio is None else round(ratio, 3),
                          "command": runs[s_name].get("command", ""),
                          "ceiling_fraction": None if sf is None else sig(sf),
-                         "peer_ceiling_fraction": None if pf is None else sig(pf)})
+                         "peer_ceiling_fraction": None if pf is None else sig(pf),
+                         **bound_fields("", s_b), **bound_fields("peer_", p_b)})
     # Peers with no sluice counterpart: their figures, with the ceiling of their placement.
     for p_name, r in runs.items():
         if r["engine"] != "llama.cpp" or p_name in compared_peers or p_name not in parsed:
@@ -204,12 +298,15 @@ def report(args):
         s_tests = tests_of_sluice_first(parsed, runs)
         for key, p in sorted(parsed[p_name][0].items(), key=lambda kv: test_order(kv[0])):
             s = s_tests.get(key)
-            p_ceil = ceiling(sluice_report, s["result"] if s else None, r.get("placement", "cpu"), probe)
+            p_b = bounds(sluice_report, s["result"] if s else None, r.get("placement", "cpu"), probe, p.get("chunk"))
+            p_ceil = p_b["ceiling"]
             name = test_name(key)
             table.append([name, "-", "-", "-", p_name, fmt_ts(p["tok_s"]), fmt_frac(p["tok_s"], p_ceil), "-"])
             rows.append({"date": date, "commit": commit, "machine": machine, "scenario": f"{args.scenario}/{name}",
                          "model": args.model, "metric": key[0], "value": None, "peer": p_name,
-                         "peer_value": p["tok_s"], "ratio": None, "command": r.get("command", "")})
+                         "peer_value": p["tok_s"], "ratio": None, "command": r.get("command", ""),
+                         "peer_ceiling_fraction": sig(p["tok_s"] / p_ceil) if p_ceil and p["tok_s"] else None,
+                         **bound_fields("peer_", p_b)})
 
     header = ["test", "sluice", "tok/s", "of ceiling", "peer", "tok/s", "of ceiling", "ratio"]
     md = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

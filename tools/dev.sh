@@ -40,6 +40,17 @@ build_release() {
   cmake --build --preset release -j"$jobs"
 }
 
+# After a failed release run: where pytest was (its progress log names the test that was running
+# when a time limit stopped it) and the end of each server log the end-to-end tests kept.
+show_test_logs() {
+  local d=build/release/test-output
+  [ -f "$d/pytest-progress.log" ] && { echo "== the last lines of $d/pytest-progress.log"; tail -n 25 "$d/pytest-progress.log"; }
+  for f in "$d"/*.log; do
+    [ -f "$f" ] && [ "$(basename "$f")" != pytest-progress.log ] && { echo "== the end of $f"; tail -n 15 "$f"; }
+  done
+  return 0
+}
+
 cmd=${1:-test}; shift || true
 case "$cmd" in
   build)
@@ -49,13 +60,15 @@ case "$cmd" in
     exec build/release/sluice run "$@" ;;
   test)
     install_debian; install_python; build_release
+    failed=0
     echo "== release tests"
-    ctest --test-dir build/release --output-on-failure -j"$jobs" --timeout 3000
+    ctest --test-dir build/release --output-on-failure -j"$jobs" --timeout 2400 || { failed=1; show_test_logs; }
     echo "== parser tests and fuzzers under AddressSanitizer + UndefinedBehaviorSanitizer"
     cmake --preset sanitize >/dev/null
     cmake --build --preset sanitize -j"$jobs"
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-      ctest --test-dir build/sanitize --output-on-failure --timeout 900 ;;
+      ctest --test-dir build/sanitize --output-on-failure --timeout 900 || failed=1
+    [ "$failed" -eq 0 ] || { echo "dev.sh: tests failed (see above)"; exit 1; } ;;
   *)
     echo "usage: bash tools/dev.sh {run|test|build} [args]" >&2; exit 2 ;;
 esac

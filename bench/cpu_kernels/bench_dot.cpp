@@ -1,5 +1,5 @@
 // Single-thread throughput of dot.h kernels: GB/s of weight bytes read, per format, window rows
-// (1, 4, 16) and ISA. A matrix of 16 MiB of weights (larger than L2, like a real layer's) is
+// (1, 2, 4, 16) and ISA. A matrix of 16 MiB of weights (larger than L2, like a real layer's) is
 // multiplied against one window; the best of `reps` passes is reported. No assertion: numbers
 // only. Time is the thread's CPU time (CLOCK_THREAD_CPUTIME_ID), so a loaded machine that
 // preempts the thread does not count against the kernel (it still shares caches and memory).
@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
         std::vector<std::byte> act(act_bytes * 16 + 64);
         for (int r = 0; r < 16; ++r) quant::quantize_act_row(af, x.data() + r * n, n, act.data() + r * act_bytes);
         std::vector<float> out(16 * static_cast<size_t>(n_out));
-        for (int rows : {1, 4, 16}) {
+        for (int rows : {1, 2, 4, 16}) {
             std::string line = fmt::format("{:<8} {:>5}", name(t), rows);
             for (isa i : {isa::scalar, isa::avx2, isa::avx512}) {
                 if (!cpu_supports(i)) { line += fmt::format(" {:>10}", "n/a"); continue; }

@@ -14,6 +14,8 @@ cudainc=$(dirname "$(dirname "$nvcc")")/include
 deps=.peers/gpu-bench/include                 # bench/run_gpu.sh --prepare makes it
 [ -d "$deps" ] || deps=.gpudeps/include
 mkdir -p "$out/obj"
+failed=0   # a source that does not compile (or a program that does not link) fails the build at the
+           # end, after everything else that can be built is: one broken file costs only what needs it
 # E3: no contraction on either compiler.
 cxxflags="-std=c++20 -O2 -ffp-contract=off -DFMT_HEADER_ONLY -DSLUICE_HAVE_CUDA=1 -Isrc -Iinclude -I$deps -I$cudainc"
 nvflags="-std=c++17 -O2 --fmad=false -arch=sm_$arch -Xcompiler -ffp-contract=off -DFMT_HEADER_ONLY -Isrc -Iinclude -I$deps"
@@ -22,12 +24,16 @@ cus=$(ls src/kernels/cuda/*.cu)
 # INCREMENTAL=1 skips objects newer than their source (local iteration; headers not tracked).
 stale() { [ "${INCREMENTAL:-0}" != 1 ] || [ ! -e "$2" ] || [ "$1" -nt "$2" ]; }
 {
-  for f in $srcs; do o=$out/obj/$(echo "$f" | tr / _).o; stale "$f" "$o" && echo "g++ $cxxflags -c $f -o $o"; done
-  for f in $cus; do o=$out/obj/$(echo "$f" | tr / _).o; stale "$f" "$o" && echo "$nvcc $nvflags -c $f -o $o"; done
+  for f in $srcs; do o=$out/obj/$(echo "$f" | tr / _).o; stale "$f" "$o" && echo "rm -f $o; g++ $cxxflags -c $f -o $o"; done
+  for f in $cus; do o=$out/obj/$(echo "$f" | tr / _).o; stale "$f" "$o" && echo "rm -f $o; $nvcc $nvflags -c $f -o $o"; done
   true
-} | xargs -r -P "$jobs" -I{} sh -c '{}'
-objs=$(ls "$out"/obj/*.o | tr '\n' ' ')
-# Each test and benchmark: compiled, then linked with every object (the linker keeps what it needs).
+} | xargs -r -P "$jobs" -I{} sh -c '{}' || { echo "build.sh: some objects failed to compile (see above); linking what can be linked"; failed=1; }
+# One static library: each program pulls only the objects it needs, so a source file that did
+# not compile costs only the programs that use it.
+rm -f "$out/libsluice_gpu.a"
+ar rcs "$out/libsluice_gpu.a" "$out"/obj/*.o
+objs=$out/libsluice_gpu.a
+# Each test and benchmark: compiled, then linked with the library.
 # C++20 here: model_parity and decode_bench include models/model.h (std::span); CMake builds
 # CUDA as C++17, where model_parity compiles to a skip.
 nvflags=${nvflags/-std=c++17/-std=c++20}
@@ -40,5 +46,6 @@ nvflags=${nvflags/-std=c++17/-std=c++20}
     n=$(basename "$f" .cu)
     echo "$nvcc $nvflags $f $objs -o $out/$n -lpthread"
   done
-} | xargs -r -P "$jobs" -I{} sh -c '{}'
+} | xargs -r -P "$jobs" -I{} sh -c '{}' || { echo "build.sh: some programs failed to link"; failed=1; }
 ls -la "$out" | grep -v obj
+exit "$failed"

@@ -1,7 +1,9 @@
 // decode_bench MODEL [N_PROMPT] [N_GEN]: the whole model on the GPU through load_model_cuda:
 // load time, prefill tok/s (the prompt as one window), decode tok/s (batch 1, greedy, no
-// drafting) with the decode step as a CUDA graph and without, whether both decodes gave the
-// same tokens, and the time of a verify window of 8 rows. Prints one line per figure and a
+// drafting) with the decode step as a CUDA graph, without, and as a graph with programmatic
+// dependent launch (PDL: the library's default on sm_90; the first three figures are taken with
+// it off), whether the decodes gave the same tokens (exit 1 when not), and the time of a verify
+// window of 8 rows. Prints one line per figure and a
 // JSON line at the end (for bench/RESULTS.md).
 #include "models/cuda_model.h"
 
@@ -14,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <string>
 #include <vector>
 
 using namespace sluice;
@@ -34,6 +37,7 @@ int argmax(const float* x, int n) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);   // lines reach the log even if a deadline kills us
     if (argc < 2) {
         std::fprintf(stderr, "usage: decode_bench MODEL [N_PROMPT] [N_GEN]\n");
         return 2;
@@ -51,6 +55,7 @@ int main(int argc, char** argv) {
         o.n_ctx = n_prompt + n_gen + 64;
         auto m = load_model_cuda(*mf, o, 0);
         const double t_load = now_s() - t0;
+        set_cuda_programmatic_launch(*m, false);   // the baseline figures; PDL is timed at the end
         const model_hparams& hp = m->hparams();
         std::printf("model: %s, %d layers, n_embd %d, experts %d (top %d), vocab %d; loaded in %.2f s\n", hp.arch.c_str(),
                     hp.n_layer, hp.n_embd, hp.n_expert, hp.n_expert_used, hp.n_vocab, t_load);
@@ -109,11 +114,51 @@ int main(int argc, char** argv) {
                     n_gen / t_decode[1], 1e3 * t_decode[1] / n_gen);
         std::printf("greedy tokens with and without graphs: %s\n", out[0] == out[1] ? "identical" : "DIFFER");
         std::printf("verify window of 8 rows: %.2f ms (%.2fx one decode step)\n", 1e3 * t_win, t_win / step);
+        // The graphs again with programmatic dependent launch (sm_90: each kernel scheduled while
+        // the one before it ends, waiting for it at its first instruction): the tokens must agree.
+        // Off again afterwards; a failure to launch is reported, different tokens fail the run
+        // (PDL is the default on sm_90).
+        double t_pdl = -1.0;
+        bool pdl_equal = false;
+        std::string pdl_error;
+        s.last_row_logits_only = true;
+        try {
+            set_cuda_graphs(*m, true);
+            set_cuda_programmatic_launch(*m, true);
+            kv.truncate(n_prompt);
+            token_id next = first;
+            m->forward(std::span<const token_id>(&next, 1), n_prompt, kv, s, logits.data());
+            kv.truncate(n_prompt);
+            std::vector<token_id> out_pdl;
+            t0 = now_s();
+            for (int i = 0; i < n_gen; ++i) {
+                m->forward(std::span<const token_id>(&next, 1), n_prompt + i, kv, s, logits.data());
+                next = argmax(logits.data(), hp.n_vocab);
+                out_pdl.push_back(next);
+            }
+            t_pdl = now_s() - t0;
+            pdl_equal = out_pdl == out[0];
+            set_cuda_programmatic_launch(*m, false);
+        } catch (const std::exception& e) {
+            pdl_error = e.what();
+            try {
+                set_cuda_programmatic_launch(*m, false);
+            } catch (...) {
+            }
+        }
+        if (t_pdl > 0.0)
+            std::printf("decode (graphs + programmatic launch): %d tokens in %.3f s = %.1f tok/s (%.3f ms/token); tokens %s\n",
+                        n_gen, t_pdl, n_gen / t_pdl, 1e3 * t_pdl / n_gen, pdl_equal ? "identical" : "DIFFER");
+        else
+            std::printf("decode (graphs + programmatic launch): FAILED: %s\n", pdl_error.c_str());
         std::printf("{\"arch\": \"%s\", \"layers\": %d, \"n_prompt\": %d, \"prefill_tok_s\": %.1f, \"decode_tok_s\": %.1f, "
-                    "\"decode_tok_s_no_graphs\": %.1f, \"window8_ms\": %.3f, \"load_s\": %.2f, \"graph_tokens_equal\": %s}\n",
+                    "\"decode_tok_s_no_graphs\": %.1f, \"decode_tok_s_pdl\": %.1f, \"pdl_tokens_equal\": %s, "
+                    "\"window8_ms\": %.3f, \"load_s\": %.2f, \"graph_tokens_equal\": %s}\n",
                     hp.arch.c_str(), hp.n_layer, n_prompt, n_prompt / t_prefill, n_gen / t_decode[0], n_gen / t_decode[1],
-                    1e3 * t_win, t_load, out[0] == out[1] ? "true" : "false");
+                    t_pdl > 0.0 ? n_gen / t_pdl : 0.0, pdl_equal ? "true" : "false", 1e3 * t_win, t_load,
+                    out[0] == out[1] ? "true" : "false");
         if (out[0] != out[1]) return 1;
+        if (t_pdl > 0.0 && !pdl_equal) return 1;
     } catch (const std::exception& e) {
         std::printf("FAIL: %s\n", e.what());
         return 1;

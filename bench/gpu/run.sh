@@ -3,59 +3,118 @@
 # with nvcc and a GPU): builds with bench/gpu/build.sh (no CMake, no packages), runs the parity
 # tests of tests/gpu, then times a decode of a synthetic Qwen3-30B-A3B-shaped Q4_K_M file
 # (tools/make_synthetic.py, with the gguf package carried in .gpudeps/py) through
-# load_model_cuda. Logs go to $OUT (default /tmp/sluice-gpu): run.log plus one log per program,
-# named <program>.h200.log so they can be copied into tests/gpu/ as they are.
+# load_model_cuda. Logs go to $OUT (default /tmp/sluice-gpu): run.log, summary.txt and one log
+# per program, named <program>.h200.log so they can be copied into tests/gpu/ as they are.
 #   SYNTH_LAYERS=48 (default; 0 skips the synthetic model)  N_PROMPT=512  N_GEN=128
-# Needs: .peers/gpu-bench (bench/run_gpu.sh --prepare) and the gguf package (carried in .gpudeps/py).
+#   BUDGET_S=420: the whole script ends within this many seconds of its start (0: no budget).
+#     Every step runs under `timeout`, capped so that the steps after it keep their reserve;
+#     a step that runs out is killed and the script goes on with what it has.
+#   SMALL=1: also time the shipped small MoE (models/sluice-moe-*.gguf).
+#   T_TEST=150, T_BENCH=200: the caps per parity test and for the synthetic decode bench.
+# Needs: .peers/gpu-bench/include (bench/run_gpu.sh --prepare) and the gguf package (.gpudeps/py).
+# bench/gpu/session.sh is the one-call form for the lead (budget 420 s, sm_90, all cores).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/sluice-gpu}
 B=${BUILD_DIR:-build/gpu-direct}
+BUDGET=${BUDGET_S:-0}
 mkdir -p "$OUT"
 run_log="$OUT/run.log"
-say() { echo "== $* ($(date -u +%H:%M:%S))" | tee -a "$run_log"; }
+summary="$OUT/summary.txt"
+t_start=$(date +%s)
+: > "$summary"
+say() { echo "== $* ($(date -u +%H:%M:%S), +$(( $(date +%s) - t_start )) s)" | tee -a "$run_log"; }
+note() { echo "$*" | tee -a "$summary" >> "$run_log"; }
 
-say "start"
+# cap DEFAULT RESERVE: seconds a step may take: DEFAULT, or less so that RESERVE seconds remain
+# before the budget's end (at least 1, so the step still starts and reports that it ran out).
+cap() {
+  local want=$1 reserve=$2
+  if [ "$BUDGET" -le 0 ]; then echo "$want"; return; fi
+  local left=$(( BUDGET - ($(date +%s) - t_start) - reserve ))
+  [ "$left" -lt 1 ] && left=1
+  [ "$left" -lt "$want" ] && want=$left
+  echo "$want"
+}
+
+# Reserves (s), counted from the end of the budget: what the later steps need at least.
+R_BENCH=${R_BENCH:-80}      # the synthetic decode bench (load ~5 s, prefill x2, 2 x 128 steps) and the end
+R_END=10                    # summary and slack (a killed step may take 5 s more)
+
+say "start (budget ${BUDGET} s)"
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
   nvcc --version | tail -2
   g++ --version | head -1
+  nproc
 } >> "$run_log" 2>&1
-say "build"
-( time bash bench/gpu/build.sh "$B" ) >> "$run_log" 2>&1 || say "build FAILED"
+note "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), $(nproc) cores"
+note "tree: $(git rev-parse --short HEAD 2>/dev/null || echo 'no git') $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 
-for t in act_quant_parity matmul_parity ops_parity model_parity; do
-  say "$t"
-  args=()
-  # The golden fixtures and the models shipped in models/ (trained, not random).
-  [ "$t" = model_parity ] && args=(tests/golden/fixtures $(ls models/*.gguf 2>/dev/null))
-  timeout "${T_TEST:-150}" "$B/$t" "${args[@]}" > "$OUT/$t.h200.log" 2>&1
-  rc=$?
-  tail -1 "$OUT/$t.h200.log" | tee -a "$run_log"
-  say "$t rc=$rc"
-done
+# The synthetic file is written in the background while the build runs (python and the disk,
+# not the compilers' cores).
+L=${SYNTH_LAYERS:-48}
+f=${SYNTH_FILE:-/tmp/q30-sluice.gguf}
+synth_pid=
+if [ "$L" != 0 ]; then
+  say "synthetic qwen3-30b-a3b q4_k_m, $L layers (background)"
+  ( PYTHONPATH=.gpudeps/py timeout -k 5 "$(cap 240 "$R_BENCH")" python3 tools/make_synthetic.py \
+      --shape qwen3-30b-a3b --mix q4_k_m --layers "$L" -o "$f" > "$OUT/make_synthetic.log" 2>&1
+    echo "make_synthetic rc=$?" >> "$OUT/make_synthetic.log" ) &
+  synth_pid=$!
+fi
+
+say "build"
+t0=$(date +%s)
+# The tests and the bench need at least ~2 minutes after the build.
+timeout -k 5 "$(cap 300 $(( R_BENCH + 60 )))" bash bench/gpu/build.sh "$B" >> "$run_log" 2>&1
+rc=$?
+note "build: rc=$rc in $(( $(date +%s) - t0 )) s"
+say "build rc=$rc"
+
+run_step() {   # run_step NAME LOG CAP RESERVE COMMAND...: one program under its deadline
+  local name=$1 log=$2 want=$3 reserve=$4
+  shift 4
+  if [ ! -x "$1" ]; then note "$name: not built"; return; fi
+  local c; c=$(cap "$want" "$reserve")
+  say "$name (cap $c s)"
+  local t0; t0=$(date +%s)
+  timeout -k 5 "$c" "$@" > "$log" 2>&1
+  local rc=$?
+  local why=""
+  [ $rc = 124 ] || [ $rc = 137 ] && why=" (ran out of its $c s)"
+  note "$name: rc=$rc$why in $(( $(date +%s) - t0 )) s, $(grep -c '^PASS' "$log") PASS / $(grep -c '^FAIL' "$log") FAIL lines: $(grep -v '^$' "$log" | tail -1)"
+}
+
+# Parity tests, cheapest first. The golden fixtures and the models shipped in models/ (trained,
+# not random) for model_parity.
+run_step act_quant_parity "$OUT/act_quant_parity.h200.log" 30 $(( R_BENCH + 150 )) "$B/act_quant_parity"
+run_step ops_parity "$OUT/ops_parity.h200.log" 60 $(( R_BENCH + 120 )) "$B/ops_parity"
+run_step matmul_parity "$OUT/matmul_parity.h200.log" "${T_TEST:-150}" $(( R_BENCH + 60 )) "$B/matmul_parity"
+run_step model_parity "$OUT/model_parity.h200.log" "${T_TEST:-150}" "$R_BENCH" \
+  "$B/model_parity" tests/golden/fixtures $(ls models/*.gguf 2>/dev/null)
+
+if [ -n "$synth_pid" ]; then
+  say "waiting for make_synthetic"
+  wait "$synth_pid"
+  note "make_synthetic: $(tail -1 "$OUT/make_synthetic.log")"
+  cat "$OUT/make_synthetic.log" >> "$run_log"
+  if [ -s "$f" ]; then
+    run_step decode_bench "$OUT/decode_bench.h200.log" "${T_BENCH:-200}" "$R_END" \
+      "$B/decode_bench" "$f" "${N_PROMPT:-512}" "${N_GEN:-128}"
+    cat "$OUT/decode_bench.h200.log" >> "$run_log" 2>/dev/null
+    grep '^{' "$OUT/decode_bench.h200.log" >> "$summary" 2>/dev/null
+  else
+    note "decode_bench: no synthetic file"
+  fi
+fi
 
 # The shipped small MoE (a trained qwen3moe, Q8_0): decode speed of a model far below the
-# bandwidth limit, where launch overhead is all that is left.
+# bandwidth limit, where launch overhead is all that is left. Last: it is the least needed.
 small=$(ls models/sluice-moe-*.gguf 2>/dev/null | head -1)
-if [ -n "$small" ]; then
-  say "decode_bench $small"
-  timeout 60 "$B/decode_bench" "$small" 128 128 > "$OUT/decode_bench_small.h200.log" 2>&1
-  rc=$?
-  cat "$OUT/decode_bench_small.h200.log" >> "$run_log"
-  say "decode_bench small rc=$rc"
-fi
-
-L=${SYNTH_LAYERS:-48}
-if [ "$L" != 0 ]; then
-  say "synthetic qwen3-30b-a3b q4_k_m, $L layers"
-  f=${SYNTH_FILE:-/tmp/q30-sluice.gguf}
-  ( time PYTHONPATH=.gpudeps/py python3 tools/make_synthetic.py --shape qwen3-30b-a3b --mix q4_k_m --layers "$L" -o "$f" ) \
-    >> "$run_log" 2>&1 || say "make_synthetic FAILED"
-  say "decode_bench"
-  timeout "${T_BENCH:-200}" "$B/decode_bench" "$f" "${N_PROMPT:-512}" "${N_GEN:-128}" > "$OUT/decode_bench.h200.log" 2>&1
-  rc=$?
-  cat "$OUT/decode_bench.h200.log" >> "$run_log"
-  say "decode_bench rc=$rc"
+if [ "${SMALL:-1}" = 1 ] && [ -n "$small" ]; then
+  run_step decode_bench_small "$OUT/decode_bench_small.h200.log" 60 "$R_END" "$B/decode_bench" "$small" 128 128
+  grep '^{' "$OUT/decode_bench_small.h200.log" >> "$summary" 2>/dev/null
 fi
 say "done"
+note "total: $(( $(date +%s) - t_start )) s"

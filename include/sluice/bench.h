@@ -10,8 +10,11 @@
 //                model's own greedy continuation, each draft replaced by a wrong token with
 //                probability 1 - accept, so the acceptance is set, not hoped for; its tokens
 //                must equal serial decoding's (checked, reported as same_tokens).
-// Every result carries the roofline ceiling (bandwidth measured at start / bytes per token from
-// `inspect`'s groups; runtime/roofline.h has the traffic model) and its fraction of it.
+// Every result carries the roofline ceiling and its fraction of it: the smaller of the memory
+// bound (bandwidth measured at start / bytes per token from `inspect`'s groups) and the compute
+// bound (the CPU's measured int8 dot-kernel rate, or the GPU's tensor-core peak, / 2 x multiply-
+// adds per token from the tensor shapes), with the one that binds named; runtime/roofline.h has
+// both models.
 // Expert hit rate and per-lane times belong to expert placement, which is not active yet: the
 // report leaves them out (placement is null) and says so.
 #pragma once
@@ -59,8 +62,12 @@ struct bench_result {
     double mean_s = 0.0, stddev_s = 0.0;
     double tok_s = 0.0, stddev_tok_s = 0.0;  // tokens/s (window: rows/s), mean over repetitions
     double bytes_per_token = 0.0;            // roofline traffic (window: per row)
-    double ceiling_tok_s = 0.0;              // bandwidth / bytes per token (spec: x tokens per window)
+    double ceiling_tok_s = 0.0;              // min(memory, compute) bound, the known ones (0: neither)
     double ceiling_fraction = 0.0;           // tok_s / ceiling_tok_s
+    double memory_ceiling_tok_s = 0.0;       // bandwidth / bytes per token (spec: x tokens per window)
+    double ops_per_token = 0.0;              // 2 x multiply-adds (window: per row)
+    double compute_ceiling_tok_s = 0.0;      // peak ops/s / ops per token (0: no peak measured)
+    std::string ceiling_bound = "none";      // which bound is the ceiling: "memory", "compute", "none"
     // spec only
     double accept = 0.0;            // the tape's per-draft probability
     double acceptance = 0.0;        // drafts kept / drafts proposed (a rejected draft wastes the rest)
@@ -94,7 +101,22 @@ struct bench_report {
     std::vector<group> groups;         // inspect's five groups
     uint64_t bytes_per_token = 0;      // one decoded token at depth 0 (inspect's figure)
     uint64_t kv_bytes_per_position = 0;
-    double ceiling_tok_s = 0.0;        // decode at depth 0
+    // The traffic model (runtime/roofline.h), so that another engine's figures can be held to
+    // the ceiling of its own batch size (bench/record.py: llama-bench's n_ubatch).
+    uint64_t shared_bytes = 0, embd_row_bytes = 0, routed_bytes_total = 0;
+    int64_t n_expert = 0, n_expert_used = 0;
+    double ceiling_tok_s = 0.0;        // decode at depth 0, memory bound
+    // Compute bound (runtime/roofline.h): multiply-adds from the tensor shapes, and the peak of
+    // the device the weights are computed on.
+    double weight_macs_per_row = 0.0;      // every matmul of one row (n_expert_used experts)
+    double attn_macs_per_position = 0.0;   // attention, per row per attended position
+    double routed_macs_per_row = 0.0;      // of weight_macs_per_row, the routed experts' share
+    double cpu_peak_ops_s = 0.0;           // measured int8 dot-kernel rate (0: not probed)
+    std::string cpu_peak_isa;
+    double gpu_peak_ops_s = 0.0;           // int8 tensor cores, from the device (0: none / unknown arch)
+    double peak_ops_s = 0.0;               // what the compute bounds use
+    std::string peak_source;               // how peak_ops_s was obtained
+    double compute_ceiling_tok_s = 0.0;    // decode at depth 0
     std::vector<bench_result> results;
     std::string placement_note;        // why no hit rate or lane times are reported
     std::vector<std::string> notes;

@@ -46,6 +46,12 @@ struct completion_result {
     generate_stats stats;             // tokens, token_sha, spec telemetry, timings
     std::string finish_reason;        // "stop" (EOG or cancelled by a stop string), "length", "cancelled", "error"
     int cached_tokens = 0;            // prompt tokens restored from the prefix cache
+    // Drafting of this request beyond stats' summary (rows per verify min/mean, tokens per step,
+    // acceptance are in stats): how the depth policy spent its windows.
+    int64_t drafts_proposed = 0;      // draft rows put into verify windows
+    int64_t drafts_accepted = 0;      // of those, kept
+    int64_t windows_drafting_off = 0; // windows the depth policy ran without drafts (it did not pay)
+    int32_t rows_max = 0;             // the widest verify window
     std::string error;                // set when finish_reason == "error"
     // Text the stream decoder still held at the end (an incomplete UTF-8 sequence, or bytes
     // after the last whole code point): append it after the last token_event's text.
@@ -64,12 +70,20 @@ struct serving_options {
     size_t prefix_cache_bytes = size_t(1) << 30;  // KV checkpoints kept (LRU)
     int prefill_rows_per_step = 64;    // prompt rows one step carries, over all new requests, so
                                        // that decoding requests keep getting a token every step
+    // Draft depth (requests with a drafter and generate_params::adaptive_depth): the cost of
+    // windows of 1..16 rows is measured once per engine, on the scheduler thread before the
+    // first such request's first window (not counted as its time), and each request keeps its
+    // own acceptance, as `sluice run --spec` does; a request whose drafts do not pay runs
+    // without them until they do. false: every window carries max_window - 1 drafts.
+    bool calibrate_depth_policy = true;
 };
 
 struct serving_metrics {
     int64_t queue_depth = 0, active = 0;
     int64_t prompt_tokens = 0, cached_prompt_tokens = 0, generated_tokens = 0;
     int64_t drafted = 0, accepted = 0;
+    int64_t windows_drafting_off = 0;  // windows of drafting requests the depth policy left without drafts
+    double depth_calibration_seconds = 0.0;  // the one-off window cost measurement (0: not run yet)
     double decode_seconds = 0.0;       // summed over steps
     int64_t steps = 0;                 // batched forwards run
     int64_t rows = 0;                  // rows over all steps (prefill and decode)

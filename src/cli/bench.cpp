@@ -3,6 +3,7 @@
 // llama-bench's where they exist (-t, -p, -n, -r); lists are comma-separated.
 #include "cli/commands.h"
 
+#include "placement/vram_budget.h"
 #include "sluice/bench.h"
 #include "sluice/engine.h"
 
@@ -25,6 +26,7 @@ struct bench_args {
     bool no_probe = false;
     bool quiet = false;
     uint64_t probe_mb = 0;
+    std::string vram_budget;
 };
 
 // "0" alone means an empty list (llama-bench's -p 0: no prefill test).
@@ -34,6 +36,13 @@ std::vector<int> zero_is_none(std::vector<int> v) {
 }
 
 void run(bench_args a) {
+    // Without a GPU lane for experts (CPU runs, and --gpu, which holds the whole model), a budget is
+    // validated and changes nothing: every routed expert runs where the model's other weights do.
+    if (!a.vram_budget.empty()) {
+        const uint64_t budget = placement::parse_size(a.vram_budget);
+        if (const std::string note = placement::cpu_only_budget_note(budget); !note.empty() && a.o.gpu < 0 && !a.quiet)
+            fmt::print(stderr, "{}\n", note);
+    }
     a.o.model_path = a.model.empty() ? engine::default_model_path() : std::filesystem::path(a.model);
     a.o.n_prompt = zero_is_none(a.o.n_prompt);
     a.o.windows = zero_is_none(a.o.windows);
@@ -87,6 +96,7 @@ void add_bench_command(CLI::App& app) {
         cmd->add_option("--gpu", a->o.gpu, "Run the whole model on this CUDA device (ceilings from its HBM bandwidth)");
     cmd->add_flag("--json", a->json, "Print the report as JSON (progress still goes to stderr)");
     cmd->add_flag("-q,--quiet", a->quiet, "No progress lines on stderr");
+    cmd->add_option("--vram-budget", a->vram_budget, "GPU memory for routed experts, e.g. 12G, 512M, 0");
     cmd->callback([a] { run(*a); });
 }
 

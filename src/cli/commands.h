@@ -12,5 +12,6 @@ void add_run_command(CLI::App& app);      // run.cpp
 void add_inspect_command(CLI::App& app);  // inspect.cpp
 void add_serve_command(CLI::App& app);    // serve.cpp
 void add_bench_command(CLI::App& app);    // bench.cpp
+void add_profile_command(CLI::App& app);  // profile.cpp
 
 }  // namespace sluice::cli

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
     sluice::cli::add_inspect_command(app);
     sluice::cli::add_serve_command(app);
     sluice::cli::add_bench_command(app);
+    sluice::cli::add_profile_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

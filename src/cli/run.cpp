@@ -2,6 +2,7 @@
 // prints prompt and decode speed to stderr. Flags follow llama.cpp's names.
 #include "cli/commands.h"
 
+#include "placement/vram_budget.h"
 #include "sluice/engine.h"
 
 #include <CLI/CLI.hpp>
@@ -40,6 +41,7 @@ struct run_args {
     bool chat = false;
     bool verbose = false;
     std::string stats_json;
+    std::string vram_budget;
 };
 
 // The figures of one generation as a JSON object (benchmarks and tests read it).
@@ -67,6 +69,10 @@ void run(const run_args& a) {
         prompt = ss.str();
     }
     if (prompt.empty()) throw std::runtime_error("run: no prompt: pass -p PROMPT or -f FILE");
+    // No CUDA device in this path: a budget is validated and every routed expert runs on the CPU.
+    if (!a.vram_budget.empty())
+        if (const std::string note = placement::cpu_only_budget_note(placement::parse_size(a.vram_budget)); !note.empty())
+            fmt::print(stderr, "{}\n", note);
 
     engine_options eo;
     eo.model_path = a.model;
@@ -140,6 +146,7 @@ void add_run_command(CLI::App& app) {
     cmd->add_option("--system", args->system, "With --chat: the system message");
     cmd->add_flag("-v,--verbose", args->verbose, "Print the model's shape");
     cmd->add_option("--stats-json", args->stats_json, "Write the generation's figures (token_sha, tok/s, spec) as JSON");
+    cmd->add_option("--vram-budget", args->vram_budget, "GPU memory for routed experts, e.g. 12G, 512M, 0");
     cmd->callback([args] { run(*args); });
 }
 

@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 
 #include "core/error.h"
+#include "placement/vram_budget.h"
 #include "server/backend.h"
 #include "server/http_server.h"
 #include "sluice/serving.h"
@@ -38,6 +39,7 @@ struct serve_args {
     std::string web_root;
     int max_body_mb = 4;
     int grace_s = 20;
+    std::string vram_budget;
 };
 
 // Waits until `done` or the deadline; true when `done` held.
@@ -58,6 +60,10 @@ void serve(const serve_args& a) {
     if (a.draft_max < 0 || a.draft_max > 15) fail("serve: --draft-max {}: expected 0..15", a.draft_max);
     if (a.prefix_cache_mb < 0) fail("serve: --prefix-cache-mb {}: expected >= 0", a.prefix_cache_mb);
     if (a.max_body_mb < 1 || a.max_body_mb > 1024) fail("serve: --max-body-mb {}: expected 1..1024", a.max_body_mb);
+    // No CUDA device in this path: a budget is validated and every routed expert runs on the CPU.
+    if (!a.vram_budget.empty())
+        if (const std::string note = placement::cpu_only_budget_note(placement::parse_size(a.vram_budget)); !note.empty())
+            fmt::print(stderr, "{}\n", note);
 
     // SIGTERM and SIGINT are taken by sigwait below, never by a handler: blocked here, before any
     // thread starts, so every thread inherits the mask. A vanished client must not kill the
@@ -153,6 +159,7 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--max-body-mb", a->max_body_mb, "Largest request body (MiB); larger get 413")->capture_default_str();
     cmd->add_option("--shutdown-grace", a->grace_s, "Seconds in-flight requests get to finish after SIGTERM")
         ->capture_default_str();
+    cmd->add_option("--vram-budget", a->vram_budget, "GPU memory for routed experts, e.g. 12G, 512M, 0");
     cmd->callback([a] { serve(*a); });
 }
 

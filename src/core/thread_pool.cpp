@@ -1,5 +1,6 @@
 #include "core/thread_pool.h"
 
+#include "core/cpu_count.h"
 #include "core/error.h"
 
 #include <chrono>
@@ -22,12 +23,17 @@ inline void cpu_relax() {
 constexpr uint64_t job_word(uint32_t gen, uint32_t chunk) { return (static_cast<uint64_t>(gen) << 32) | chunk; }
 constexpr uint32_t gen_of(uint64_t w) { return static_cast<uint32_t>(w >> 32); }
 constexpr uint32_t chunk_of(uint64_t w) { return static_cast<uint32_t>(w); }
+// The chunk index of a closed generation: above every chunk count (run caps them at 0xFFFFFFF0).
+constexpr uint32_t k_no_chunk = 0xFFFFFFFFu;
 
 }  // namespace
 
 thread_pool::thread_pool(int n_threads, thread_pool_options o) : n_threads_(n_threads), spin_us_(o.spin_us) {
     if (n_threads < 1 || n_threads > 1024) fail("thread_pool: n_threads: expected 1..1024, got {}", n_threads);
     if (o.spin_us < 0) fail("thread_pool: spin_us: expected >= 0, got {}", o.spin_us);
+    // More threads than usable CPUs (an oversubscribed machine, a cgroup quota): a spinning
+    // worker would take the CPU from the one holding the job's last chunk, so idle workers sleep.
+    if (n_threads > usable_cpus()) spin_us_ = 0;
     // CPUs this process may run on, in order: worker i goes to the i-th (the caller keeps its own).
     std::vector<int> cpus;
     cpu_set_t allowed;
@@ -63,7 +69,7 @@ int64_t thread_pool::work(uint32_t gen, int tid) {
     for (;;) {
         if (gen_of(w) != gen) break;
         const uint32_t c = chunk_of(w);
-        if (c >= n_chunks_.load(std::memory_order_relaxed)) break;
+        if (c >= n_chunks_.load(std::memory_order_acquire)) break;
         if (!job_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
         // Chunk c of generation gen is ours: the job fields are that generation's until it is done.
         const int64_t b = static_cast<int64_t>(c) * grain_;
@@ -86,13 +92,22 @@ void thread_pool::run(int64_t n, int64_t grain, trampoline t, void* ctx) {
         for (int64_t b = 0; b < n; b += grain) t(ctx, 0, b, b + grain < n ? b + grain : n);
         return;
     }
+    // Close the finished generation first, with a word no chunk count reaches. Without it, a
+    // worker still holding the old word (every chunk claimed) could read the new n_chunks_
+    // below, find its stale chunk index under it, and claim a phantom chunk of the old
+    // generation by CAS before the new word is stored: it would run a chunk twice and count it
+    // into the new job's done_, which then never equals n_chunks (seen as a hang on 2 cores
+    // with 3 threads). n_chunks_ is stored with release and loaded with acquire, so a worker
+    // that sees the new count also sees the closed word, and its CAS fails.
+    const uint32_t closed = gen_of(job_.load(std::memory_order_relaxed)) + 1;
+    job_.store(job_word(closed, k_no_chunk));
     fn_ = t;
     ctx_ = ctx;
     n_ = n;
     grain_ = grain;
-    n_chunks_.store(static_cast<uint32_t>(n_chunks), std::memory_order_relaxed);
+    n_chunks_.store(static_cast<uint32_t>(n_chunks), std::memory_order_release);
     done_.store(0, std::memory_order_relaxed);
-    const uint32_t gen = gen_of(job_.load(std::memory_order_relaxed)) + 1;
+    const uint32_t gen = closed + 1;
     job_.store(job_word(gen, 0));   // seq_cst: publishes the fields above; ordered before sleepers_
     wake_.fetch_add(1);
     if (sleepers_.load() > 0) wake_.notify_all();

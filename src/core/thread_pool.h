@@ -23,7 +23,8 @@ struct thread_pool_options {
     // Pin worker i (1..n-1) to the i-th CPU of the process's allowed set (pthread_setaffinity_np)
     // when the set has at least n CPUs; the calling thread is left where it is.
     bool pin = true;
-    // How long an idle worker spins before it sleeps. 0: sleep at once.
+    // How long an idle worker spins before it sleeps. 0: sleep at once (also when the pool has
+    // more threads than usable_cpus()).
     int spin_us = 1000;
 };
 

@@ -3,6 +3,8 @@
 // decoding drops rejected drafts this way; positions past n_pos() are simply overwritten).
 #pragma once
 
+#include "kv/recurrent_state.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -14,6 +16,7 @@ struct kv_shape {
     int n_ctx = 0;        // positions the cache holds
     int n_kv_head = 0;
     int head_dim = 0;     // of both K and V
+    recurrent_shape rec;  // hybrid models (Gated DeltaNet layers): their recurrent state; else empty
 };
 
 class kv_cache {
@@ -22,9 +25,14 @@ public:
 
     const kv_shape& shape() const { return shape_; }
     int32_t n_pos() const { return n_pos_; }   // positions 0..n_pos()-1 are committed
-    // Forgets positions n..; n <= n_pos().
+    // Forgets positions n..; n <= n_pos(). With a recurrent state, n must be one it can restore
+    // (the last window's rows, or 0): see can_truncate.
     void truncate(int32_t n);
-    void clear() { n_pos_ = 0; }
+    bool can_truncate(int32_t n) const { return n >= 0 && n <= n_pos_ && (rec_.empty() || rec_.can_rewind(n)); }
+    void clear() {
+        n_pos_ = 0;
+        rec_.reset();
+    }
     // Marks positions up to n as filled (the model calls it after writing a window).
     void set_n_pos(int32_t n);
 
@@ -35,10 +43,15 @@ public:
     const float* v(int il) const { return v_[static_cast<size_t>(il)].data(); }
     int64_t row_floats() const { return static_cast<int64_t>(shape_.n_kv_head) * shape_.head_dim; }
 
+    // The recurrent state that travels with these rows (empty for pure-attention models).
+    recurrent_state& recurrent() { return rec_; }
+    const recurrent_state& recurrent() const { return rec_; }
+
 private:
     kv_shape shape_;
     int32_t n_pos_ = 0;
     std::vector<std::vector<float>> k_, v_;   // per layer [n_ctx, n_kv_head, head_dim]
+    recurrent_state rec_;
 };
 
 }  // namespace sluice

@@ -68,6 +68,7 @@ struct moe_weights {
     // Shared expert (qwen2moe): always-on FFN scaled by sigmoid(shexp_gate . x).
     ffn_weights shexp;
     const tensor_view* shexp_gate = nullptr;  // ffn_gate_inp_shexp [n_embd]
+    int layer = -1;                           // the block's index (for forward_scratch::on_route)
 };
 moe_weights bind_moe(const weight_binder& b, const model_hparams& hp, int il, bool shared_expert);
 

@@ -7,6 +7,12 @@
 
 #include "core/error.h"
 
+namespace sluice {
+bool cuda_model_supports(const std::string& arch) {
+    return arch == "llama" || arch == "qwen3" || arch == "qwen3moe" || arch == "qwen2moe";
+}
+}  // namespace sluice
+
 #ifdef SLUICE_HAVE_CUDA
 
 #include "io/model_file.h"
@@ -190,6 +196,12 @@ public:
     }
 
     void set_graphs(bool on) { graphs_ = on; }
+    void set_programmatic(bool on) {
+        ck(cudaSetDevice(dev_), "cudaSetDevice");
+        ck(cudaStreamSynchronize(stream_), "sync");
+        clear_graphs();
+        cuda::set_programmatic_launch(on);
+    }
 
 private:
     // ---- loading ----------------------------------------------------------------------------
@@ -267,6 +279,9 @@ private:
         shexp_ = salloc<float>(R * E);
         router_ = salloc<float>(R * static_cast<size_t>(std::max(hp_.n_expert, 1)));
         ids_ = salloc<int32_t>(RK);
+        perm_ = salloc<int32_t>(RK);
+        tiles_ = salloc<int32_t>(3 * static_cast<size_t>(cuda::group_tiles_max(static_cast<int64_t>(RK), std::max(hp_.n_expert, 1))));
+        n_tiles_ = salloc<int32_t>(1);
         ew_ = salloc<float>(RK);
         shgate_ = salloc<float>(R);
         logits_ = salloc<float>(R * static_cast<size_t>(hp_.n_vocab));
@@ -333,16 +348,20 @@ private:
             else dense_block(l, n);
         }
         // Output: the rows that want logits, packed, then one LM-head matmul.
+        const auto fo = fmt(output_);
+        const size_t act_row = fo == quant::act_format::f32 ? 0 : quant::act_row_bytes(fo, E);
         int64_t row0 = 0, m = 0;
+        bool o_act = false;
         for (const batch_segment& g : batch) {
             const int64_t rows = static_cast<int64_t>(g.tokens.size());
             if (g.n_logits > 0) {
-                cuda::rmsnorm(x_ + (row0 + rows - g.n_logits) * E, output_norm_, xn_ + m * E, g.n_logits, E, hp_.rms_eps, stream_);
+                o_act = norm(x_ + (row0 + rows - g.n_logits) * E, output_norm_, xn_ + m * E, g.n_logits, fo,
+                             act_ + static_cast<size_t>(m) * act_row);
                 m += g.n_logits;
             }
             row0 += rows;
         }
-        if (m > 0) mm(output_, xn_, m, logits_, false);
+        if (m > 0) mm(output_, xn_, m, logits_, o_act);
     }
 
     cudaGraphExec_t capture(std::span<const batch_segment> batch, const std::vector<float*>& kv_bufs, int64_t n,
@@ -373,11 +392,19 @@ private:
     }
 
     // ---- the forward's pieces -------------------------------------------------------------
+    static quant::act_format fmt(const dmat& w) { return quant::act_format_for(w.type); }
+    // Two matrices one launch can compute from the same activations (gate and up, k and v).
+    static bool pairable(const dmat& a, const dmat& b) {
+        return a.type == b.type && a.n_in == b.n_in && a.row_bytes == b.row_bytes && a.expert_stride == b.expert_stride;
+    }
+
     // y [n_rows, w.n_out] = w . x; x [n_rows / act_div or n_rows, w.n_in] f32. reuse: the
-    // activation rows in act_ are already x's, for w's format (q/k/v, gate/up).
+    // activation rows in act_ are already x's, for w's activation format. accumulate: y += w . x
+    // (the residual add in the same launch). w2, y2: a second matrix pairable with w, computed in
+    // the same launch into y2 [n_rows, w2->n_out].
     void mm(const dmat& w, const float* x, int64_t n_rows, float* y, bool reuse, const int32_t* ids = nullptr,
-            int act_div = 1) {
-        const auto f = quant::act_format_for(w.type);
+            int act_div = 1, bool accumulate = false, const dmat* w2 = nullptr, float* y2 = nullptr) {
+        const auto f = fmt(w);
         const int64_t act_rows = ids ? n_rows / act_div : n_rows;
         cuda::mm_args a;
         a.type = w.type;
@@ -391,6 +418,19 @@ private:
         a.n_rows = n_rows;
         a.y = y;
         a.y_stride = w.n_out;
+        a.accumulate = accumulate;
+        if (ids && grouped_ && f != quant::act_format::f32) {
+            a.perm = perm_;
+            a.tiles = tiles_;
+            a.n_tiles = n_tiles_;
+            a.max_tiles = cuda::group_tiles_max(n_rows, hp_.n_expert);
+        }
+        if (w2) {
+            a.w2 = w2->data;
+            a.n_out2 = w2->n_out;
+            a.y2 = y2;
+            a.y2_stride = w2->n_out;
+        }
         if (f == quant::act_format::f32) {
             a.act = reinterpret_cast<const std::byte*>(x);
             a.act_stride = static_cast<size_t>(w.n_in) * 4;
@@ -402,22 +442,38 @@ private:
         cuda::matmul(a, stream_);
     }
 
+    // out = rmsnorm(x) * w for n rows; when f is an int8 format, act_ gets out's activation rows
+    // in the same launch (returns true), else act_ is untouched (false).
+    bool norm(const float* x, const float* w, float* out, int64_t n, quant::act_format f, std::byte* act) {
+        if (f == quant::act_format::f32) {
+            cuda::rmsnorm(x, w, out, n, hp_.n_embd, hp_.rms_eps, stream_);
+            return false;
+        }
+        cuda::rmsnorm_quant(x, w, out, n, hp_.n_embd, hp_.rms_eps, f, act, stream_);
+        return true;
+    }
+
     void attention_block(const dlayer& l, int il, std::span<const batch_segment> batch, const std::vector<float*>& kv_bufs,
                          int64_t n, const int32_t* pos_dev) {
-        const int64_t E = hp_.n_embd, hd = hp_.head_dim;
+        const int64_t hd = hp_.head_dim;
         const int64_t nq = hp_.n_head * hd, nkv = hp_.n_kv_head * hd;
-        cuda::rmsnorm(x_, l.attn_norm, xn_, n, E, hp_.rms_eps, stream_);
-        mm(l.wq, xn_, n, q_, false);
-        mm(l.wk, xn_, n, k_, l.wk.type == l.wq.type);
-        mm(l.wv, xn_, n, v_, l.wv.type == l.wq.type);
+        // The norm quantises for wq; k and v reuse those rows when their format takes the same.
+        const bool q_act = norm(x_, l.attn_norm, xn_, n, fmt(l.wq), act_);
+        mm(l.wq, xn_, n, q_, q_act);
+        const bool k_reuse = q_act && fmt(l.wk) == fmt(l.wq);
+        if (pairable(l.wk, l.wv)) {
+            mm(l.wk, xn_, n, k_, k_reuse, nullptr, 1, false, &l.wv, v_);
+        } else {
+            mm(l.wk, xn_, n, k_, k_reuse);
+            // An int8 wk leaves xn_'s rows for its format in act_ (a float wk leaves act_ alone, and
+            // then v quantises again: a rare mix not worth tracking).
+            const bool k_act = fmt(l.wk) != quant::act_format::f32;
+            mm(l.wv, xn_, n, v_, k_act && fmt(l.wv) == fmt(l.wk));
+        }
         if (l.bq) {
             cuda::add_rows(q_, l.bq, n, nq, stream_);
             cuda::add_rows(k_, l.bk, n, nkv, stream_);
             cuda::add_rows(v_, l.bv, n, nkv, stream_);
-        }
-        if (l.q_norm) {
-            cuda::rmsnorm(q_, l.q_norm, q_, n * hp_.n_head, hd, hp_.rms_eps, stream_);
-            cuda::rmsnorm(k_, l.k_norm, k_, n * hp_.n_kv_head, hd, hp_.rms_eps, stream_);
         }
         kernels::attention_params ap;
         ap.n_head = hp_.n_head;
@@ -431,50 +487,81 @@ private:
             const size_t layer_floats = static_cast<size_t>(g.kv->shape().n_ctx) * static_cast<size_t>(nkv);
             float* kc = kv_bufs[i] + (2 * static_cast<size_t>(il)) * layer_floats;
             float* vc = kc + layer_floats;
-            cuda::rope(hp_.rope, rope_, g.pos0, q_ + row0 * nq, rows, hp_.n_head, static_cast<int>(hd), stream_, pos_dev);
-            cuda::rope(hp_.rope, rope_, g.pos0, k_ + row0 * nkv, rows, hp_.n_kv_head, static_cast<int>(hd), stream_, pos_dev);
-            cuda::kv_store(k_ + row0 * nkv, v_ + row0 * nkv, kc, vc, g.pos0, rows, nkv, stream_, pos_dev);
+            // q/k head norms (qwen3*), RoPE, and k, v into the cache: one launch.
+            cuda::qk_norm_rope_store(hp_.rope, rope_, g.pos0, q_ + row0 * nq, k_ + row0 * nkv, v_ + row0 * nkv, l.q_norm,
+                                     l.k_norm, hp_.rms_eps, rows, hp_.n_head, hp_.n_kv_head, static_cast<int>(hd), kc, vc,
+                                     stream_, pos_dev);
             cuda::attention(ap, q_ + row0 * nq, kc, vc, g.pos0, rows, attn_ + row0 * nq, stream_, pos_dev);
             row0 += rows;
         }
-        mm(l.wo, attn_, n, out_buf_, false);
-        cuda::add(x_, out_buf_, n * E, stream_);
+        // x += wo . attn in the matmul's launch.
+        mm(l.wo, attn_, n, x_, false, nullptr, 1, true);
+    }
+
+    // SwiGLU of gate_ and up_ ([rows, width]) as the down projection's input: quantised straight
+    // into act_ when `down` takes int8 rows (returns true: reuse them), else in place in gate_.
+    bool swiglu_for(const dmat& down, int64_t rows, int64_t width) {
+        if (fmt(down) == quant::act_format::f32) {
+            cuda::swiglu(gate_, up_, gate_, rows * width, stream_);
+            return false;
+        }
+        cuda::swiglu_quant(gate_, up_, rows, width, fmt(down), act_, stream_);
+        return true;
     }
 
     void dense_block(const dlayer& l, int64_t n) {
-        const int64_t E = hp_.n_embd;
-        cuda::rmsnorm(x_, l.ffn_norm, xn_, n, E, hp_.rms_eps, stream_);
-        mm(l.gate, xn_, n, gate_, false);
-        mm(l.up, xn_, n, up_, l.up.type == l.gate.type);
-        cuda::swiglu(gate_, up_, gate_, n * hp_.n_ff, stream_);
-        mm(l.down, gate_, n, out_buf_, false);
-        cuda::add(x_, out_buf_, n * E, stream_);
+        const bool g_act = norm(x_, l.ffn_norm, xn_, n, fmt(l.gate), act_);
+        if (pairable(l.gate, l.up)) {
+            mm(l.gate, xn_, n, gate_, g_act, nullptr, 1, false, &l.up, up_);
+        } else {
+            mm(l.gate, xn_, n, gate_, g_act);
+            mm(l.up, xn_, n, up_, fmt(l.gate) != quant::act_format::f32 && fmt(l.up) == fmt(l.gate));
+        }
+        const bool d_act = swiglu_for(l.down, n, hp_.n_ff);
+        mm(l.down, gate_, n, x_, d_act, nullptr, 1, true);   // x += down . swiglu
     }
 
     void moe_block(const dlayer& l, int64_t n) {
         const int64_t E = hp_.n_embd, F = hp_.n_ff_exp, K = hp_.n_expert_used;
-        cuda::rmsnorm(x_, l.ffn_norm, xn_, n, E, hp_.rms_eps, stream_);
-        mm(l.router, xn_, n, router_, false);
+        const auto fg = fmt(l.gate_exps);
+        bool g_act = norm(x_, l.ffn_norm, xn_, n, fg, act_);
+        // The router (F32 in the files llama.cpp writes: it reads xn_ and leaves act_ alone).
+        const auto fr = fmt(l.router);
+        mm(l.router, xn_, n, router_, g_act && fr == fg);
+        if (fr != quant::act_format::f32 && fr != fg) g_act = false;   // act_ was overwritten
         kernels::router_params rp;
         rp.n_expert = hp_.n_expert;
         rp.n_used = hp_.n_expert_used;
         rp.renormalize = hp_.expert_weights_norm;
         cuda::route_topk(rp, router_, n, ids_, ew_, stream_);
-        // Experts: pair p = (row p / K, rank p % K), each a one-row product with its expert.
-        mm(l.gate_exps, xn_, n * K, gate_, false, ids_, static_cast<int>(K));
-        mm(l.up_exps, xn_, n * K, up_, l.up_exps.type == l.gate_exps.type, ids_, static_cast<int>(K));
-        cuda::swiglu(gate_, up_, gate_, n * K * F, stream_);
-        mm(l.down_exps, gate_, n * K, ey_, false, ids_, 1);
-        cuda::moe_combine(ey_, ew_, static_cast<int>(K), n, E, out_buf_, stream_);
-        if (l.sh_inp) {
-            const int64_t S = hp_.n_ff_shexp;
-            mm(l.sh_gate, xn_, n, gate_, false);
-            mm(l.sh_up, xn_, n, up_, l.sh_up.type == l.sh_gate.type);
-            cuda::swiglu(gate_, up_, gate_, n * S, stream_);
-            mm(l.sh_down, gate_, n, shexp_, false);
-            mm(l.sh_inp, xn_, n, shgate_, false);
-            cuda::add_gated(out_buf_, shexp_, shgate_, n, E, stream_);
+        // Many pairs per expert (a prefill): group them by expert on the device, so each expert's
+        // weights are decoded once per 16 pairs instead of once per pair. The choice depends on
+        // the sizes only; either way every pair's bits are the same (E1).
+        grouped_ = n * K >= 2 * hp_.n_expert && hp_.n_expert <= cuda::k_group_max_experts;
+        if (grouped_) cuda::group_pairs(ids_, n * K, hp_.n_expert, perm_, tiles_, n_tiles_, stream_);
+        // Experts: pair p = (row p / K, rank p % K), each a one-row product with its expert (ids
+        // read on the device: every routed expert of the layer in one launch, gate and up together).
+        if (pairable(l.gate_exps, l.up_exps)) {
+            mm(l.gate_exps, xn_, n * K, gate_, g_act, ids_, static_cast<int>(K), false, &l.up_exps, up_);
+        } else {
+            mm(l.gate_exps, xn_, n * K, gate_, g_act, ids_, static_cast<int>(K));
+            mm(l.up_exps, xn_, n * K, up_, fg != quant::act_format::f32 && fmt(l.up_exps) == fg, ids_, static_cast<int>(K));
         }
+        const bool d_act = swiglu_for(l.down_exps, n * K, F);
+        mm(l.down_exps, gate_, n * K, ey_, d_act, ids_, 1);
+        grouped_ = false;
+        if (!l.sh_inp) {
+            cuda::moe_combine(ey_, ew_, static_cast<int>(K), n, E, x_, stream_, true);   // x += the rank-order sum
+            return;
+        }
+        cuda::moe_combine(ey_, ew_, static_cast<int>(K), n, E, out_buf_, stream_);
+        const int64_t S = hp_.n_ff_shexp;
+        mm(l.sh_gate, xn_, n, gate_, false);
+        mm(l.sh_up, xn_, n, up_, l.sh_up.type == l.sh_gate.type);
+        cuda::swiglu(gate_, up_, gate_, n * S, stream_);
+        mm(l.sh_down, gate_, n, shexp_, false);
+        mm(l.sh_inp, xn_, n, shgate_, false);
+        cuda::add_gated(out_buf_, shexp_, shgate_, n, E, stream_);
         cuda::add(x_, out_buf_, n * E, stream_);
     }
 
@@ -499,6 +586,8 @@ private:
     float *out_buf_ = nullptr, *gate_ = nullptr, *up_ = nullptr, *ey_ = nullptr, *shexp_ = nullptr;
     float *router_ = nullptr, *ew_ = nullptr, *shgate_ = nullptr, *logits_ = nullptr;
     int32_t* ids_ = nullptr;
+    int32_t *perm_ = nullptr, *tiles_ = nullptr, *n_tiles_ = nullptr;   // group_pairs' output: [RK], [max tiles][3], [1]
+    bool grouped_ = false;   // the expert matmuls being enqueued use the grouped pairs
     std::byte* act_ = nullptr;
     float* h_x_ = nullptr;        // pinned [max_rows_, n_embd]
     int32_t* h_pos_ = nullptr;    // pinned [1]: a graph step's position
@@ -526,6 +615,12 @@ void set_cuda_graphs(model& m, bool on) {
     c->set_graphs(on);
 }
 
+void set_cuda_programmatic_launch(model& m, bool on) {
+    auto* c = dynamic_cast<cuda_model*>(&m);
+    if (!c) fail("set_cuda_programmatic_launch: not a model made by load_model_cuda");
+    c->set_programmatic(on);
+}
+
 }  // namespace sluice
 
 #else  // no CUDA backend in this build
@@ -539,6 +634,7 @@ std::unique_ptr<model> load_model_cuda(const model_file&, const load_options&, i
 }
 
 void set_cuda_graphs(model&, bool) { fail("set_cuda_graphs: sluice was not built with CUDA"); }
+void set_cuda_programmatic_launch(model&, bool) { fail("set_cuda_programmatic_launch: sluice was not built with CUDA"); }
 
 }  // namespace sluice
 

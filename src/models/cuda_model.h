@@ -8,11 +8,15 @@
 #include "models/model.h"
 
 #include <memory>
+#include <string>
 
 namespace sluice {
 
 // True when this build has the CUDA backend and at least one device is visible.
 bool cuda_available();
+// True when load_model_cuda has a forward for general.architecture `arch` (llama, qwen3,
+// qwen3moe, qwen2moe; in any build).
+bool cuda_model_supports(const std::string& arch);
 
 // Loads f onto CUDA device `device`. The returned model's forward_batch keeps, per kv_cache
 // object passed in, a device copy of that cache (keyed by its address: a kv_cache must outlive
@@ -27,5 +31,12 @@ std::unique_ptr<model> load_model_cuda(const model_file& f, const load_options& 
 // Turns the decode-step graphs of a model made by load_model_cuda on or off (benchmarks compare
 // both); fails for any other model.
 void set_cuda_graphs(model& m, bool on);
+// Programmatic dependent launch (sm_90; src/kernels/cuda/launch.cuh) for every CUDA kernel of
+// the process, on or off (on by default on sm_90+ devices, unless SLUICE_CUDA_PDL=0): each
+// kernel waits for the one before it at its first instruction, so the bits are the same; only
+// launch latency overlaps. Drops m's captured graphs
+// (they are captured again with or without programmatic edges). Fails for a model not made by
+// load_model_cuda.
+void set_cuda_programmatic_launch(model& m, bool on);
 
 }  // namespace sluice

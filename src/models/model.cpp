@@ -13,6 +13,8 @@ std::unique_ptr<model> make_llama(const model_file& f, const load_options& o);
 std::unique_ptr<model> make_qwen3(const model_file& f, const load_options& o);
 std::unique_ptr<model> make_qwen3moe(const model_file& f, const load_options& o);
 std::unique_ptr<model> make_qwen2moe(const model_file& f, const load_options& o);
+std::unique_ptr<model> make_qwen3next(const model_file& f, const load_options& o);
+std::unique_ptr<model> make_qwen35moe(const model_file& f, const load_options& o);
 
 model::~model() = default;
 
@@ -32,7 +34,10 @@ std::unique_ptr<model> load_model(const model_file& f, const load_options& o) {
     if (arch == "qwen3") return make_qwen3(f, o);
     if (arch == "qwen3moe") return make_qwen3moe(f, o);
     if (arch == "qwen2moe") return make_qwen2moe(f, o);
-    fail("model: general.architecture '{}': expected one of llama, qwen3, qwen3moe, qwen2moe", arch);
+    if (arch == "qwen3next") return make_qwen3next(f, o);
+    if (arch == "qwen35moe") return make_qwen35moe(f, o);
+    fail("model: general.architecture '{}': expected one of llama, qwen3, qwen3moe, qwen2moe, qwen3next, qwen35moe",
+         arch);
 }
 
 forward_scratch model::make_scratch(int max_rows, thread_pool& pool) const {
@@ -64,7 +69,8 @@ forward_scratch model::make_scratch(int max_rows, thread_pool& pool) const {
     s.shexp_gate.resize(R);
     s.rope_cs.resize(static_cast<size_t>(hp.rope.n_rot));
     // f32 activations (a copy) are the largest form of an activation row: 4 bytes a value.
-    s.act.resize(R * 4 * std::max({E, nq, ff}));
+    s.act.resize(R * 4 * std::max({E, nq, ff, static_cast<size_t>(hp.ssm_d_inner)}));
+    s.arch.resize(R * static_cast<size_t>(hp.arch_floats_per_row));
     if (hp.n_expert > 0)
         s.experts = moe::make_expert_scratch(max_rows, hp.n_expert_used, hp.n_expert, hp.n_embd, hp.n_ff_exp);
     return s;
@@ -77,6 +83,7 @@ kv_shape model::kv_shape_for(int n_ctx) const {
     k.n_ctx = n_ctx;
     k.n_kv_head = hp.n_kv_head;
     k.head_dim = hp.head_dim;
+    if (hp.n_rec_layer > 0) k.rec = {hp.n_rec_layer, hp.rec_conv_floats, hp.rec_ssm_floats, k_recurrent_ckpt_rows};
     return k;
 }
 

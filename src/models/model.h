@@ -39,10 +39,25 @@ struct model_hparams {
     int n_ff_exp = 0;          // width of one routed expert
     int n_ff_shexp = 0;        // width of the shared expert (qwen2moe)
     bool expert_weights_norm = false;  // renormalise the chosen experts' probabilities
+    // Hybrid models (qwen3next, qwen35moe): Gated DeltaNet layers keep a recurrent state in the
+    // sequence's kv_cache (kv/recurrent_state.h). 0 for every other architecture.
+    int n_rec_layer = 0;            // recurrent layers
+    int ssm_d_inner = 0;            // value width of a DeltaNet layer (n_v_heads * head_v_dim)
+    int64_t rec_conv_floats = 0;    // conv state floats per recurrent layer
+    int64_t rec_ssm_floats = 0;     // DeltaNet state floats per recurrent layer
+    int64_t arch_floats_per_row = 0;  // forward_scratch::arch floats per row
 };
 
 struct load_options {
     int n_ctx = 0;   // 0: the model's training context, capped at 4096
+};
+
+// Sees each MoE layer's routed ids as the forward makes them (the routing profile's calibration
+// pass counts them, placement/routing_profile.h). Called from the hot loop: it must neither
+// throw nor allocate. ids: [n_rows * k_used] for layer `layer`.
+struct routing_observer {
+    void (*fn)(void* ctx, int layer, const int32_t* ids, int64_t n_ids) = nullptr;
+    void* ctx = nullptr;
 };
 
 // Every buffer a forward needs, allocated once for a maximum window of max_rows rows, so the
@@ -70,6 +85,8 @@ struct forward_scratch {
     std::vector<float> rope_cs;        // [n_rot] one position's cos/sin table
     std::vector<std::byte> act;        // activation rows for matmul: max_rows * 4 * max(n_in) bytes
     moe::expert_scratch experts;       // the CPU expert pool's buffers (MoE models; empty otherwise)
+    routing_observer on_route;         // optional: sees every MoE layer's routed ids
+    std::vector<float> arch;           // [max_rows, hp.arch_floats_per_row] architecture-specific rows
 };
 
 // One sequence's rows in a batched forward: tokens[i] at position pos0 + i of its own cache.
@@ -106,7 +123,10 @@ public:
     kv_shape kv_shape_for(int n_ctx) const;
 };
 
-// The registry: llama, qwen3, qwen3moe, qwen2moe. Throws naming the architecture otherwise.
+// Rows of a verify window a hybrid model's recurrent state can roll back (DESIGN: windows of 1..16).
+inline constexpr int k_recurrent_ckpt_rows = 16;
+
+// The registry: llama, qwen3, qwen3moe, qwen2moe, qwen3next, qwen35moe. Throws naming the architecture otherwise.
 std::unique_ptr<model> load_model(const model_file& f, const load_options& o);
 
 }  // namespace sluice

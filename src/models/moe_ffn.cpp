@@ -10,6 +10,7 @@ namespace sluice {
 
 moe_weights bind_moe(const weight_binder& b, const model_hparams& hp, int il, bool shared_expert) {
     moe_weights w;
+    w.layer = il;
     w.router = &b.matrix(blk(il, "ffn_gate_inp.weight"), hp.n_embd, hp.n_expert);
     w.gate_exps = &b.experts(blk(il, "ffn_gate_exps.weight"), hp.n_embd, hp.n_ff_exp, hp.n_expert);
     w.up_exps = &b.experts(blk(il, "ffn_up_exps.weight"), hp.n_embd, hp.n_ff_exp, hp.n_expert);
@@ -35,6 +36,7 @@ void moe_ffn_block(const std::vector<float>& norm, const moe_weights& w, const m
     rp.renormalize = hp.expert_weights_norm;
     for (int64_t r = 0; r < n; ++r)
         kernels::route_topk(rp, s.router.data() + r * hp.n_expert, s.expert_ids.data() + r * K, s.expert_w.data() + r * K);
+    if (s.on_route.fn) s.on_route.fn(s.on_route.ctx, w.layer, s.expert_ids.data(), n * K);
 
     // Routed experts on the CPU expert pool: the window's ids deduplicated (each expert's weights
     // read once for all rows routed to it), gate/up then down as flat batches of chunks, each

@@ -36,6 +36,13 @@ struct row_kernel {
     }
 };
 
+// Expert e's slice of one of the bank's matrices: from the tensor, or from e's arena blob.
+tensor_view expert_matrix(const expert_bank& b, const tensor_view& w, uint64_t blob_offset, int64_t e) {
+    tensor_view s = kernels::expert_slice(w, e);
+    if (b.blobs) s.data = b.blobs + static_cast<uint64_t>(e) * b.blob_stride + blob_offset;
+    return s;
+}
+
 }  // namespace
 
 expert_scratch make_expert_scratch(int max_rows, int k_used, int n_expert, int64_t n_embd, int64_t n_ff) {
@@ -120,7 +127,8 @@ void run_experts(thread_pool& pool, const expert_bank& bank, const float* x, con
             const int64_t c0 = (job % gate_chunks) * k_gate_cols, c1 = std::min(F, c0 + k_gate_cols);
             const int64_t e = s.active[static_cast<size_t>(u)];
             const int32_t p0 = s.start[static_cast<size_t>(u)], p1 = s.start[static_cast<size_t>(u) + 1];
-            const tensor_view wg = kernels::expert_slice(*bank.gate, e), wu = kernels::expert_slice(*bank.up, e);
+            const tensor_view wg = expert_matrix(bank, *bank.gate, bank.gate_offset, e),
+                              wu = expert_matrix(bank, *bank.up, bank.up_offset, e);
             for (int64_t j = c0; j < c1; ++j) {
                 const std::byte* rg = wg.row(j);
                 const std::byte* ru = wu.row(j);
@@ -151,7 +159,7 @@ void run_experts(thread_pool& pool, const expert_bank& bank, const float* x, con
         for (int64_t job = jb; job < je; ++job) {
             const int64_t c0 = job * k_down_cols, c1 = std::min(E, c0 + k_down_cols);
             for (int32_t u = 0; u < n_active; ++u) {
-                const tensor_view wd = kernels::expert_slice(*bank.down, s.active[static_cast<size_t>(u)]);
+                const tensor_view wd = expert_matrix(bank, *bank.down, bank.down_offset, s.active[static_cast<size_t>(u)]);
                 const int32_t p0 = s.start[static_cast<size_t>(u)], p1 = s.start[static_cast<size_t>(u) + 1];
                 for (int64_t j = c0; j < c1; ++j) {
                     const std::byte* rd = wd.row(j);

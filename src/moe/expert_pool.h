@@ -36,6 +36,12 @@ struct expert_bank {
     const tensor_view* gate = nullptr;   // [n_embd, n_ff, n_expert]
     const tensor_view* up = nullptr;     // [n_embd, n_ff, n_expert]
     const tensor_view* down = nullptr;   // [n_ff, n_embd, n_expert]
+    // Optional, the placement arena (placement/expert_arena.h): expert e's gate, up and down
+    // matrices live at blobs + e * blob_stride + {gate_offset, up_offset, down_offset}, each laid
+    // out as its slice of the tensor above (same format, rows and row size). Null: the slices of
+    // the tensors. Same bytes through the same kernels, so the same bits either way.
+    const std::byte* blobs = nullptr;
+    uint64_t blob_stride = 0, gate_offset = 0, up_offset = 0, down_offset = 0;
 };
 
 // Every buffer run_experts needs, for windows of up to max_rows rows with k_used experts each.

@@ -4,6 +4,7 @@
 // is the engine's own loop, with nothing of the tokenizer or the text stream around it.
 #include "sluice/bench.h"
 
+#include "core/cpu_count.h"
 #include "core/error.h"
 #include "io/model_file.h"
 #include "models/model.h"
@@ -121,10 +122,40 @@ void finish(bench_result& r, double tokens) {
     mean_sd(ts, r.tok_s, r.stddev_tok_s);
 }
 
-void set_ceiling(bench_result& r, double bandwidth_gb_s, double bytes_per_token) {
+// The ceiling is the smaller of the memory bound (bandwidth / bytes) and the compute bound
+// (peak / operations), of those that are known.
+void set_ceiling(bench_result& r, double bandwidth_gb_s, double bytes_per_token, double peak_ops_s,
+                 double ops_per_token) {
     r.bytes_per_token = bytes_per_token;
-    r.ceiling_tok_s = ceiling_tok_s(bandwidth_gb_s, bytes_per_token);
+    r.ops_per_token = ops_per_token;
+    const roofline_bound b =
+        bind_ceiling(ceiling_tok_s(bandwidth_gb_s, bytes_per_token), compute_ceiling_tok_s(peak_ops_s, ops_per_token));
+    r.memory_ceiling_tok_s = b.memory_tok_s;
+    r.compute_ceiling_tok_s = b.compute_tok_s;
+    r.ceiling_tok_s = b.ceiling_tok_s;
+    r.ceiling_bound = b.binds;
     r.ceiling_fraction = r.ceiling_tok_s > 0 ? r.tok_s / r.ceiling_tok_s : 0.0;
+}
+
+// Multiply-adds of one row from the tensor shapes: every 2-D (or wider) weight of the dense
+// groups, n_expert_used / n_expert of the routed expert tensors, and the embedding matrix again
+// when it is also the output projection (tied).
+void fill_compute_model(const inspect_report& ir, const model_hparams& hp, compute_model& cm, double& routed) {
+    routed = 0.0;
+    for (const auto& t : ir.tensors) {
+        if (t.shape.size() < 2) continue;   // norms, biases, gates of one value per row
+        double elems = 1.0;
+        for (int64_t d : t.shape) elems *= double(d);
+        if (t.group == "embeddings") {
+            if (ir.output_tied) cm.weight_macs_per_row += elems;
+        } else if (t.group == "routed experts") {
+            if (ir.expert_count > 0) routed += elems * double(ir.expert_used_count) / double(ir.expert_count);
+        } else {
+            cm.weight_macs_per_row += elems;
+        }
+    }
+    cm.weight_macs_per_row += routed;
+    cm.attn_macs_per_position = double(hp.n_layer) * 2.0 * double(hp.n_head) * double(hp.head_dim);
 }
 
 std::string human_bytes(double b) {
@@ -186,7 +217,7 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
     if (hp.n_expert > 0) rep.model += fmt::format(", {} experts ({} used) of {}", hp.n_expert, hp.n_expert_used, hp.n_ff_exp);
     rep.machine = machine_description();
     rep.backend = o.gpu >= 0 ? fmt::format("cuda:{}", o.gpu) : "cpu";
-    rep.threads = o.n_threads > 0 ? o.n_threads : int(std::max(1u, std::thread::hardware_concurrency()));
+    rep.threads = o.n_threads > 0 ? o.n_threads : usable_cpus();
     rep.chunk = o.chunk;
     rep.file_bytes = ir.total_bytes;
 
@@ -202,6 +233,11 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
     tm.kv_bytes_per_position = uint64_t(ks.n_layer) * 2 * uint64_t(ks.n_kv_head) * uint64_t(ks.head_dim) * sizeof(float);
     rep.bytes_per_token = ir.bytes_per_token;
     rep.kv_bytes_per_position = tm.kv_bytes_per_position;
+    rep.shared_bytes = tm.shared_bytes;
+    rep.embd_row_bytes = tm.embd_row_bytes;
+    rep.routed_bytes_total = tm.routed_bytes_total;
+    rep.n_expert = tm.n_expert;
+    rep.n_expert_used = tm.n_expert_used;
 
     session_options so;
     so.n_ctx = n_ctx;
@@ -218,6 +254,7 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
         rep.gpu_note = g.note;
         rep.pcie_h2d_gb_s = g.pcie_h2d_gb_s;
         rep.hbm_read_gb_s = g.hbm_read_gb_s;
+        rep.gpu_peak_ops_s = g.peak_int8_ops_s;
     } else {
         rep.gpu_note = "not probed";
     }
@@ -242,6 +279,31 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
     }
     if (rep.bandwidth_gb_s == 0) rep.bandwidth_source = "none (no probe): no ceilings";
     rep.ceiling_tok_s = ceiling_tok_s(rep.bandwidth_gb_s, double(rep.bytes_per_token));
+
+    // Compute peak: the device that computes the weights (the GPU's tensor cores with --gpu,
+    // else the CPU's int8 dot kernel, timed with the model's threads).
+    compute_model cm;
+    fill_compute_model(ir, hp, cm, rep.routed_macs_per_row);
+    rep.weight_macs_per_row = cm.weight_macs_per_row;
+    rep.attn_macs_per_position = cm.attn_macs_per_position;
+    if (o.probe_bandwidth) {
+        const cpu_peak_probe cp = measure_cpu_int8_peak(s.pool());
+        rep.cpu_peak_ops_s = cp.int8_ops_s;
+        rep.cpu_peak_isa = cp.isa;
+        say(fmt::format("compute: CPU int8 dot kernel ({}, {} threads) {:.1f} Gop/s", cp.isa, cp.threads,
+                        cp.int8_ops_s / 1e9));
+    }
+    if (o.gpu >= 0) {
+        rep.peak_ops_s = rep.gpu_peak_ops_s;
+        rep.peak_source = rep.gpu_peak_ops_s > 0 ? "gpu int8 tensor cores (device attributes x table)"
+                                                 : "none: no GPU peak for this device";
+    } else if (rep.cpu_peak_ops_s > 0) {
+        rep.peak_ops_s = rep.cpu_peak_ops_s;
+        rep.peak_source = fmt::format("cpu int8 dot kernel ({}), measured", rep.cpu_peak_isa);
+    } else {
+        rep.peak_source = "none (no probe): no compute bounds";
+    }
+    rep.compute_ceiling_tok_s = compute_ceiling_tok_s(rep.peak_ops_s, decode_ops_per_token(cm, 0, 1));
 
     // One token stream for every test: prompts of different lengths are prefixes of each other,
     // so a deeper cache fill continues a shallower one.
@@ -276,7 +338,8 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
             r.seconds.push_back(seconds_since(t0));
         }
         finish(r, p);
-        set_ceiling(r, rep.bandwidth_gb_s, prefill_bytes_per_token(tm, p, o.chunk));
+        set_ceiling(r, rep.bandwidth_gb_s, prefill_bytes_per_token(tm, p, o.chunk), rep.peak_ops_s,
+                    prefill_ops_per_token(cm, p));
         say(fmt::format("{}: {:.2f} tok/s", r.test, r.tok_s));
         rep.results.push_back(std::move(r));
     }
@@ -317,7 +380,8 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
                 s.truncate(len - 1);
             }
             finish(r, o.n_gen);
-            set_ceiling(r, rep.bandwidth_gb_s, decode_bytes_per_token(tm, len - 1, o.n_gen));
+            set_ceiling(r, rep.bandwidth_gb_s, decode_bytes_per_token(tm, len - 1, o.n_gen), rep.peak_ops_s,
+                        decode_ops_per_token(cm, len - 1, o.n_gen));
             say(fmt::format("{}: {:.2f} tok/s", r.test, r.tok_s));
             rep.results.insert(rep.results.begin() + std::ptrdiff_t(first_decode), std::move(r));
         }
@@ -343,7 +407,8 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
                 if (i > 0) r.seconds.push_back(secs);
             }
             finish(r, t);  // rows per second
-            set_ceiling(r, rep.bandwidth_gb_s, forward_bytes(tm, t, wlen) / t);
+            set_ceiling(r, rep.bandwidth_gb_s, forward_bytes(tm, t, wlen) / t, rep.peak_ops_s,
+                        forward_ops(cm, t, wlen) / t);
             say(fmt::format("{}: {:.2f} ms ({:.2f} rows/s)", r.test, r.mean_s * 1e3, r.tok_s));
             rep.results.push_back(std::move(r));
         }
@@ -384,7 +449,9 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
             r.expected_tokens_per_step = expected_window_tokens(t > 1 ? o.accept : 0.0, t);
             // A window reads forward_bytes(T, ~mid-run depth) and yields tokens_per_step tokens.
             const double window_bytes = forward_bytes(tm, t, wlen - 1 + spec_n / 2);
-            set_ceiling(r, rep.bandwidth_gb_s, r.tokens_per_step > 0 ? window_bytes / r.tokens_per_step : 0.0);
+            const double window_ops = forward_ops(cm, t, wlen - 1 + spec_n / 2);
+            set_ceiling(r, rep.bandwidth_gb_s, r.tokens_per_step > 0 ? window_bytes / r.tokens_per_step : 0.0,
+                        rep.peak_ops_s, r.tokens_per_step > 0 ? window_ops / r.tokens_per_step : 0.0);
             say(fmt::format("{}: {:.2f} tok/s, {:.2f} tokens per window{}", r.test, r.tok_s, r.tokens_per_step,
                             r.same_tokens ? "" : ", TOKENS DIFFER FROM SERIAL"));
             rep.results.push_back(std::move(r));
@@ -399,7 +466,9 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
         "by expected distinct experts under uniform routing, K/V f32 of every cached position",
         fmt::format("{:.1f}", rep.bandwidth_gb_s), rep.bandwidth_source));
     rep.notes.push_back(fmt::format(
-        "prefill is compute-bound: its memory ceiling (chunks of {} rows read the weights once) is loose", o.chunk));
+        "ceiling = min(memory bound, compute bound); compute bound: {} ops/s ({}) / 2 x multiply-adds per token "
+        "({:.3g} per row through the weights, {:.3g} per attended position)",
+        fmt::format("{:.3g}", rep.peak_ops_s), rep.peak_source, rep.weight_macs_per_row, rep.attn_macs_per_position));
     if (std::find(depths.begin(), depths.end(), 32768) == depths.end())
         rep.notes.push_back("decode depths run: the --ctx list (default 512,4096); add 32768 with --ctx when the "
                             "prefill time it costs is affordable");
@@ -429,8 +498,16 @@ std::string format_bench_text(const bench_report& r) {
                          r.bandwidth_source);
     else
         s += fmt::format("           {}\n", r.bandwidth_source);
+    s += fmt::format("compute:   {:.3g} multiply-adds per row through the weights, {:.3g} per attended position\n",
+                     r.weight_macs_per_row, r.attn_macs_per_position);
+    if (r.peak_ops_s > 0)
+        s += fmt::format("           peak {:.1f} Gop/s ({}); decode ceiling {:.1f} tok/s\n", r.peak_ops_s / 1e9,
+                         r.peak_source, r.compute_ceiling_tok_s);
+    else
+        s += fmt::format("           {}\n", r.peak_source);
     s += "\n";
-    s += fmt::format("{:<16} {:>18} {:>10} {:>11} {:>9}  {}\n", "test", "tok/s", "ms", "ceiling", "of ceil", "");
+    s += fmt::format("{:<16} {:>18} {:>10} {:>11} {:>9} {:>8} {:>11} {:>11}  {}\n", "test", "tok/s", "ms", "ceiling",
+                     "of ceil", "bound", "memory", "compute", "");
     for (const auto& x : r.results) {
         std::string extra;
         if (x.kind == "window") extra = "rows/s; ms per forward";
@@ -440,8 +517,10 @@ std::string format_bench_text(const bench_report& r) {
                                 x.same_tokens ? "tokens = serial" : "TOKENS DIFFER FROM SERIAL");
         const std::string ceil = x.ceiling_tok_s > 0 ? fmt::format("{:.1f}", x.ceiling_tok_s) : "-";
         const std::string frac = x.ceiling_tok_s > 0 ? fmt::format("{:.1f}%", 100.0 * x.ceiling_fraction) : "-";
-        s += fmt::format("{:<16} {:>9.2f} ± {:<6.2f} {:>10.2f} {:>11} {:>9}  {}\n", x.test, x.tok_s, x.stddev_tok_s,
-                         x.mean_s * 1e3, ceil, frac, extra);
+        auto bound = [](double v) { return v > 0 ? fmt::format("{:.1f}", v) : std::string("-"); };
+        s += fmt::format("{:<16} {:>9.2f} ± {:<6.2f} {:>10.2f} {:>11} {:>9} {:>8} {:>11} {:>11}  {}\n", x.test, x.tok_s,
+                         x.stddev_tok_s, x.mean_s * 1e3, ceil, frac, x.ceiling_bound,
+                         bound(x.memory_ceiling_tok_s), bound(x.compute_ceiling_tok_s), extra);
     }
     s += fmt::format("\nplacement: {}\n", r.placement_note);
     for (const auto& n : r.notes) s += fmt::format("note: {}\n", n);
@@ -470,7 +549,11 @@ std::string format_bench_json(const bench_report& r) {
                {"stddev_tok_s", x.stddev_tok_s},
                {"bytes_per_token", x.bytes_per_token},
                {"ceiling_tok_s", or_null(x.ceiling_tok_s)},
-               {"ceiling_fraction", x.ceiling_tok_s > 0 ? json(x.ceiling_fraction) : json(nullptr)}};
+               {"ceiling_fraction", x.ceiling_tok_s > 0 ? json(x.ceiling_fraction) : json(nullptr)},
+               {"ceiling_bound", x.ceiling_bound},
+               {"memory_ceiling_tok_s", or_null(x.memory_ceiling_tok_s)},
+               {"ops_per_token", x.ops_per_token},
+               {"compute_ceiling_tok_s", or_null(x.compute_ceiling_tok_s)}};
         if (x.kind == "spec") {
             j["accept"] = x.accept;
             j["acceptance"] = x.acceptance;
@@ -480,7 +563,10 @@ std::string format_bench_json(const bench_report& r) {
         }
         results.push_back(std::move(j));
     }
-    json gpu = r.gpu_present ? json{{"note", r.gpu_note}, {"pcie_h2d_gb_s", r.pcie_h2d_gb_s}, {"hbm_read_gb_s", r.hbm_read_gb_s}}
+    json gpu = r.gpu_present ? json{{"note", r.gpu_note},
+                                    {"pcie_h2d_gb_s", r.pcie_h2d_gb_s},
+                                    {"hbm_read_gb_s", r.hbm_read_gb_s},
+                                    {"peak_int8_ops_s", or_null(r.gpu_peak_ops_s)}}
                              : json(nullptr);
     json j{{"sluice_bench", 1},
            {"model", {{"path", r.model_path}, {"description", r.model}, {"file_bytes", r.file_bytes}}},
@@ -499,7 +585,23 @@ std::string format_bench_json(const bench_report& r) {
              {"bytes_per_token", r.bytes_per_token},
              {"kv_bytes_per_position", r.kv_bytes_per_position},
              {"ceiling_tok_s", or_null(r.ceiling_tok_s)},
-             {"groups", groups}}},
+             {"groups", groups},
+             {"weight_macs_per_row", r.weight_macs_per_row},
+             {"attn_macs_per_position", r.attn_macs_per_position},
+             {"routed_macs_per_row", r.routed_macs_per_row},
+             {"traffic",
+              {{"shared_bytes", r.shared_bytes},
+               {"embd_row_bytes", r.embd_row_bytes},
+               {"routed_bytes_total", r.routed_bytes_total},
+               {"n_expert", r.n_expert},
+               {"n_expert_used", r.n_expert_used},
+               {"kv_bytes_per_position", r.kv_bytes_per_position}}},
+             {"cpu_peak_ops_s", or_null(r.cpu_peak_ops_s)},
+             {"cpu_peak_isa", r.cpu_peak_isa},
+             {"gpu_peak_ops_s", or_null(r.gpu_peak_ops_s)},
+             {"peak_ops_s", or_null(r.peak_ops_s)},
+             {"peak_source", r.peak_source},
+             {"compute_ceiling_tok_s", or_null(r.compute_ceiling_tok_s)}}},
            {"results", results},
            {"placement", nullptr},
            {"placement_note", r.placement_note},

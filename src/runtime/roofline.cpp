@@ -2,8 +2,11 @@
 // roofline_cuda.cpp, compiled against the CUDA runtime only in SLUICE_HAVE_CUDA builds.
 #include "runtime/roofline.h"
 
+#include "core/cpu_count.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/dot.h"
+#include "quant/act.h"
 
 #include <fmt/core.h>
 
@@ -67,6 +70,114 @@ double expected_window_tokens(double accept, int rows) {
     double sum = 0.0, p = 1.0;
     for (int i = 0; i < rows; ++i, p *= accept) sum += p;
     return sum;
+}
+
+double forward_ops(const compute_model& m, int rows, int64_t depth) {
+    if (rows <= 0) return 0.0;
+    // Row i attends depth + i + 1 positions: the sum over rows is rows * depth + rows (rows + 1) / 2.
+    const double d = double(std::max<int64_t>(depth, 0)), r = double(rows);
+    const double positions = r * d + r * (r + 1.0) / 2.0;
+    return 2.0 * (m.weight_macs_per_row * r + m.attn_macs_per_position * positions);
+}
+
+double prefill_ops_per_token(const compute_model& m, int n_prompt) {
+    if (n_prompt <= 0) return 0.0;
+    return forward_ops(m, n_prompt, 0) / double(n_prompt);
+}
+
+double decode_ops_per_token(const compute_model& m, int64_t depth, int n_gen) {
+    if (n_gen <= 0) return 0.0;
+    // Token i of the run attends depth + i + 1 positions: the mean is depth + (n_gen + 1) / 2.
+    return forward_ops(m, n_gen, depth) / double(n_gen);
+}
+
+double compute_ceiling_tok_s(double peak_ops_s, double ops_per_token) {
+    if (!(peak_ops_s > 0.0) || !(ops_per_token > 0.0)) return 0.0;
+    return peak_ops_s / ops_per_token;
+}
+
+roofline_bound bind_ceiling(double memory_tok_s, double compute_tok_s) {
+    roofline_bound b;
+    b.memory_tok_s = memory_tok_s > 0.0 ? memory_tok_s : 0.0;
+    b.compute_tok_s = compute_tok_s > 0.0 ? compute_tok_s : 0.0;
+    if (b.memory_tok_s > 0.0 && (b.compute_tok_s == 0.0 || b.memory_tok_s <= b.compute_tok_s)) {
+        b.ceiling_tok_s = b.memory_tok_s;
+        b.binds = "memory";
+    } else if (b.compute_tok_s > 0.0) {
+        b.ceiling_tok_s = b.compute_tok_s;
+        b.binds = "compute";
+    }
+    return b;
+}
+
+cpu_peak_probe measure_cpu_int8_peak(thread_pool& pool, double seconds) {
+    if (!(seconds > 0.0) || seconds > 10.0) fail("cpu peak probe: seconds: expected (0, 10], got {}", seconds);
+    // One Q8_0 weight row of 4096 (4.3 kB) against 16 int8 activation rows (70 kB): L2-resident,
+    // the widest window dot_rows takes, so each weight block is decoded once for 16 rows.
+    constexpr int64_t k_n = 4096;
+    constexpr int k_rows = 16;
+    const kernels::isa isa = kernels::best_isa();
+    const dtype wt = dtype::q8_0;
+    const quant::act_format af = quant::act_format_for(wt);
+    const size_t act_bytes = quant::act_row_bytes(af, k_n);
+    const size_t w_bytes = size_t(*bytes_for(wt, uint64_t(k_n)));
+    const int nt = pool.n_threads();
+    struct alignas(64) per_thread {   // a cache line of its own: `out` is written every call
+        std::vector<std::byte> w, act;
+        float out[k_rows] = {};
+        int64_t calls = 0;
+    };
+    std::vector<per_thread> bufs(static_cast<size_t>(nt));
+    std::vector<float> x(static_cast<size_t>(k_n));
+    for (int t = 0; t < nt; ++t) {
+        per_thread& b = bufs[size_t(t)];
+        b.w.resize(w_bytes);
+        b.act.resize(act_bytes * k_rows);
+        // Weights: small fp16 scales (0x2C00 = 1/16) and int8 values in [-127, 127].
+        const size_t block = info(wt).block_bytes;
+        for (size_t i = 0; i < w_bytes; ++i)
+            b.w[i] = std::byte((i % block) == 0 ? 0x00 : (i % block) == 1 ? 0x2C : uint8_t((i * 37 + size_t(t)) % 255) ^ 0x80);
+        for (int r = 0; r < k_rows; ++r) {
+            for (int64_t i = 0; i < k_n; ++i) x[size_t(i)] = float((i * 13 + r * 7 + t) % 61) - 30.0f;
+            quant::quantize_act_row(af, x.data(), k_n, b.act.data() + size_t(r) * act_bytes);
+        }
+    }
+    const kernels::dot_rows_fn fn = kernels::resolve_dot_rows(isa, wt);
+    auto run = [&](per_thread& b) {
+        if (fn)
+            fn(b.w.data(), b.act.data(), act_bytes, k_rows, k_n, b.out);
+        else
+            kernels::dot_rows(isa, wt, b.w.data(), b.act.data(), act_bytes, k_rows, k_n, b.out);
+        ++b.calls;
+    };
+    for (per_thread& b : bufs) run(b);   // warm-up: caches, and the AVX-512 clock
+    for (per_thread& b : bufs) b.calls = 0;
+    // Every thread loops until the shared deadline; the rate is the calls made over the time.
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto deadline = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                   std::chrono::duration<double>(seconds));
+    pool.parallel_for(nt, 1, [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) {
+            per_thread& p = bufs[size_t(t)];
+            do {
+                for (int k = 0; k < 64; ++k) run(p);
+            } while (std::chrono::steady_clock::now() < deadline);
+        }
+    });
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    int64_t calls = 0;
+    float keep = 0.0f;
+    for (const per_thread& b : bufs) {
+        calls += b.calls;
+        keep += b.out[0];
+    }
+    asm volatile("" : : "r"(keep) : "memory");
+    cpu_peak_probe p;
+    p.threads = nt;
+    p.isa = std::string(kernels::name(isa));
+    p.seconds = secs;
+    p.int8_ops_s = secs > 0.0 ? 2.0 * double(k_n) * double(k_rows) * double(calls) / secs : 0.0;
+    return p;
 }
 
 namespace {
@@ -192,7 +303,7 @@ std::string machine_description() {
             }
             break;
         }
-    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    const unsigned cores = static_cast<unsigned>(usable_cpus());
     return fmt::format("{}, {} cores", model, cores);
 }
 

@@ -10,6 +10,14 @@
 // touches the expected number of distinct experts under uniform routing,
 // n_expert * (1 - (1 - n_expert_used / n_expert)^R). Skewed routing touches fewer, so for
 // windows and prefill the ceiling is a lower bound of the true one when routing is skewed.
+//
+// The compute bound: the same forward also costs arithmetic, 2 operations per multiply-add
+// (the usual "2 x active weights" per row, plus attention: a row at position p does QK^T and PV
+// over p + 1 positions in every layer). A row-heavy forward (prefill, on a GPU above all) can
+// run out of multiply-adds before it runs out of bandwidth, so the ceiling of a result is
+// min(bandwidth bound, compute bound), and the report names the bound that binds. Peaks: the
+// CPU's int8 dot-product rate measured with the engine's own dot kernel (measure_cpu_int8_peak),
+// the GPU's from its SM count and clock times a small per-architecture table of tensor-core rates.
 #pragma once
 
 #include <cstdint>
@@ -56,6 +64,63 @@ double ceiling_tok_s(double bandwidth_gb_s, double bytes_per_token);
 // is kept with probability `accept` given the ones before it were: 1 + a + ... + a^(rows-1).
 double expected_window_tokens(double accept, int rows);
 
+// ---- compute bound ----
+
+// Multiply-adds per row, from the tensor shapes (bench.cpp fills it from inspect's tensors).
+struct compute_model {
+    double weight_macs_per_row = 0.0;     // every matmul one row goes through: attention/dense and
+                                          // shared-expert projections, n_expert_used routed experts
+                                          // per MoE layer, the output projection (the embedding
+                                          // lookup is no matmul)
+    double attn_macs_per_position = 0.0;  // per row per attended position, all layers:
+                                          // n_layer * 2 * n_head * head_dim (QK^T and PV)
+};
+
+// Operations (2 per multiply-add) of one forward of `rows` rows after `depth` cached positions:
+// row i attends depth + i + 1 positions (causal).
+double forward_ops(const compute_model& m, int rows, int64_t depth);
+// Per token of a prefill of n_prompt tokens from an empty cache (the chunking changes no
+// arithmetic: the sum over rows is the same for any chunk).
+double prefill_ops_per_token(const compute_model& m, int n_prompt);
+// Per token of serial decoding of n_gen tokens after `depth` cached positions.
+double decode_ops_per_token(const compute_model& m, int64_t depth, int n_gen);
+// tokens/s = peak / ops per token; 0 when either is 0.
+double compute_ceiling_tok_s(double peak_ops_s, double ops_per_token);
+
+// Both bounds of one result and the one that binds: the smaller of those known (0 = unknown).
+struct roofline_bound {
+    double memory_tok_s = 0.0;
+    double compute_tok_s = 0.0;
+    double ceiling_tok_s = 0.0;   // min of the known bounds, 0 when neither is known
+    const char* binds = "none";   // "memory", "compute" or "none"
+};
+roofline_bound bind_ceiling(double memory_tok_s, double compute_tok_s);
+
+// The CPU's peak int8 rate: every pool thread runs the engine's dot kernel (kernels::dot_rows
+// at the best ISA) on a Q8_0 weight row against 16 activation rows, all in L1/L2, for about
+// `seconds`; ops = 2 per multiply-add. Measured, not assumed (cores x GHz x ops per cycle would
+// need the turbo clock under AVX-512 load, which no file states); it is the rate this kernel can
+// reach on this machine with nothing to wait for, so a real forward stays below it.
+struct cpu_peak_probe {
+    double int8_ops_s = 0.0;
+    int threads = 0;
+    std::string isa;           // "avx512", "avx2", "scalar"
+    double seconds = 0.0;      // measured
+};
+cpu_peak_probe measure_cpu_int8_peak(thread_pool& pool, double seconds = 0.2);
+
+// Tensor-core rates per SM per clock, dense (no sparsity), by compute capability; nullptr for an
+// architecture the table does not hold (then no GPU compute bound is reported).
+struct gpu_tensor_rate {
+    int cc_major = 0, cc_minor = 0;
+    double int8_ops_per_clk_sm = 0.0;   // 2 per int8 multiply-add
+    double fp16_flops_per_clk_sm = 0.0; // 2 per fp16 multiply-add, fp32 accumulate
+    const char* source = "";            // where the figure comes from
+};
+const gpu_tensor_rate* gpu_tensor_rate_for(int cc_major, int cc_minor);
+// SM count x clock (GHz) x rate per SM per clock, in operations per second.
+double gpu_peak_ops_s(int sm_count, double clock_ghz, double ops_per_clk_sm);
+
 // Memory read bandwidth with the pool's threads: each thread reads its own slice of a buffer
 // far larger than the last-level cache (first touched by the same thread), `reps` times; the
 // best pass is kept (the others saw interference). GB/s = 1e9 bytes/s.
@@ -80,6 +145,12 @@ struct gpu_probe {
     double pcie_h2d_gb_s = 0.0;
     double hbm_copy_gb_s = 0.0;  // device-to-device, bytes read + bytes written
     double hbm_read_gb_s = 0.0;  // the bandwidth a weight-reading kernel can approach (= the copy figure)
+    // The compute peak (device attributes x gpu_tensor_rate_for; 0 when the arch is not in the table).
+    int sm_count = 0, cc_major = 0, cc_minor = 0;
+    double clock_ghz = 0.0;          // the SM clock the device reports (its boost clock)
+    double peak_int8_ops_s = 0.0;    // int8 tensor-core operations per second, dense
+    double peak_fp16_flops_s = 0.0;  // fp16 tensor-core flops per second, dense
+    std::string peak_source;         // the table row's source, or why there is no peak
 };
 gpu_probe measure_gpu();
 

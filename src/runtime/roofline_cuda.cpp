@@ -18,6 +18,36 @@
 
 namespace sluice {
 
+// The tensor-rate table is here rather than in roofline.cpp so that the standalone probe program
+// (SLUICE_GPU_PROBE_MAIN, this file alone) has it too.
+const gpu_tensor_rate* gpu_tensor_rate_for(int cc_major, int cc_minor) {
+    // Dense tensor-core rates per SM per clock = the vendor's peak / (SMs x the clock it quotes):
+    //  8.0 A100 SXM: 624 TOPS int8, 312 TFLOPS fp16, 108 SMs at 1410 MHz (NVIDIA A100 Tensor Core
+    //      GPU Architecture whitepaper, 2020): 4096 and 2048.
+    //  8.6 A40: 299.3 TOPS int8, 149.7 TFLOPS fp16, 84 SMs at 1740 MHz (NVIDIA A40 datasheet):
+    //      2048 and 1024.
+    //  8.9 L40S: 733 TOPS int8, 362 TFLOPS fp16, 142 SMs at 2520 MHz (NVIDIA L40S datasheet):
+    //      2048 and 1024.
+    //  9.0 H100 SXM5: 1978.9 TOPS int8, 989.4 TFLOPS fp16, 132 SMs at 1830 MHz (NVIDIA H100 Tensor
+    //      Core GPU Architecture whitepaper, 2022); H200 is the same chip: 8192 and 4096.
+    // The device reports its highest boost clock (1980 MHz on H100/H200 SXM), above the clock the
+    // tensor figures are quoted at: the peak it gives is an upper bound, as a ceiling should be.
+    static const gpu_tensor_rate k_table[] = {
+        {8, 0, 4096.0, 2048.0, "A100 whitepaper: 624 TOPS int8 / (108 SMs x 1.41 GHz)"},
+        {8, 6, 2048.0, 1024.0, "A40 datasheet: 299.3 TOPS int8 / (84 SMs x 1.74 GHz)"},
+        {8, 9, 2048.0, 1024.0, "L40S datasheet: 733 TOPS int8 / (142 SMs x 2.52 GHz)"},
+        {9, 0, 8192.0, 4096.0, "H100 whitepaper: 1978.9 TOPS int8 / (132 SMs x 1.83 GHz)"},
+    };
+    for (const gpu_tensor_rate& r : k_table)
+        if (r.cc_major == cc_major && r.cc_minor == cc_minor) return &r;
+    return nullptr;
+}
+
+double gpu_peak_ops_s(int sm_count, double clock_ghz, double ops_per_clk_sm) {
+    if (sm_count <= 0 || !(clock_ghz > 0.0) || !(ops_per_clk_sm > 0.0)) return 0.0;
+    return double(sm_count) * clock_ghz * 1e9 * ops_per_clk_sm;
+}
+
 #ifndef SLUICE_HAVE_CUDA
 
 gpu_probe measure_gpu() {
@@ -64,6 +94,24 @@ gpu_probe measure_gpu() {
     cudaDeviceProp prop{};
     cudaGetDeviceProperties(&prop, 0);
     g.name = prop.name;
+    // The compute peak: attributes rather than cudaDeviceProp::clockRate, which CUDA 13 removed.
+    int sms = 0, clock_khz = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0);
+    cudaDeviceGetAttribute(&g.cc_major, cudaDevAttrComputeCapabilityMajor, 0);
+    cudaDeviceGetAttribute(&g.cc_minor, cudaDevAttrComputeCapabilityMinor, 0);
+    cudaGetLastError();
+    g.sm_count = sms;
+    g.clock_ghz = double(clock_khz) * 1e-6;
+    if (const gpu_tensor_rate* r = gpu_tensor_rate_for(g.cc_major, g.cc_minor)) {
+        g.peak_int8_ops_s = gpu_peak_ops_s(g.sm_count, g.clock_ghz, r->int8_ops_per_clk_sm);
+        g.peak_fp16_flops_s = gpu_peak_ops_s(g.sm_count, g.clock_ghz, r->fp16_flops_per_clk_sm);
+        g.peak_source = fmt::format("{} SMs x {:.3f} GHz x rate per SM per clock ({})", g.sm_count, g.clock_ghz,
+                                    r->source);
+    } else {
+        g.peak_source = fmt::format("compute capability {}.{} is not in the tensor-rate table: no compute bound",
+                                    g.cc_major, g.cc_minor);
+    }
     // 1 GiB copies: large enough that launch and setup cost vanish (GPU-MACHINE.md: 55 GB/s).
     const size_t bytes = size_t(1) << 30;
     void* host = nullptr;
@@ -105,8 +153,10 @@ gpu_probe measure_gpu() {
 int main() {
     const sluice::gpu_probe g = sluice::measure_gpu();
     std::printf("{\"present\": %s, \"name\": \"%s\", \"pcie_h2d_gb_s\": %.3f, \"hbm_copy_gb_s\": %.3f, "
-                "\"hbm_read_gb_s\": %.3f}\n",
-                g.present ? "true" : "false", g.name.c_str(), g.pcie_h2d_gb_s, g.hbm_copy_gb_s, g.hbm_read_gb_s);
+                "\"hbm_read_gb_s\": %.3f, \"sm_count\": %d, \"cc\": \"%d.%d\", \"clock_ghz\": %.3f, "
+                "\"peak_int8_ops_s\": %.6g, \"peak_fp16_flops_s\": %.6g}\n",
+                g.present ? "true" : "false", g.name.c_str(), g.pcie_h2d_gb_s, g.hbm_copy_gb_s, g.hbm_read_gb_s,
+                g.sm_count, g.cc_major, g.cc_minor, g.clock_ghz, g.peak_int8_ops_s, g.peak_fp16_flops_s);
     return g.present ? 0 : 1;
 }
 #endif

@@ -8,11 +8,19 @@
 // kept one are rolled back. Since every row's logits are the bits its solo run gives (E1), a
 // request's tokens are its solo run's tokens, whatever else shares its steps.
 //
+// Draft depth: a request with a drafter (and generate_params::adaptive_depth) chooses the drafts
+// of each window with its own depth_policy (src/spec/depth_policy.h), as `sluice run --spec`
+// does: the cost of windows of 1..16 rows is measured once per engine (before the first such
+// request's first window) and shared, and each request keeps its own acceptance, so a request
+// whose drafts stop paying runs serial windows until they pay again. The depth changes only the
+// rows of a step, never a token.
+//
 // After a request, its committed KV rows go to the prefix cache (src/kv/prefix_cache.h); a
 // request whose prompt shares a prefix with a checkpoint restores those rows and prefills only
 // the rest (E5).
 #include "sluice/serving.h"
 
+#include "core/cpu_count.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kv/kv_cache.h"
@@ -21,6 +29,7 @@
 #include "runtime/loaded_model.h"
 #include "runtime/sampler.h"
 #include "runtime/token_sha.h"
+#include "spec/depth_policy.h"
 #include "spec/draft_model_drafter.h"
 #include "spec/ngram_drafter.h"
 #include "spec/session_target.h"
@@ -60,6 +69,9 @@ struct request_state {
     std::unique_ptr<session> draft_session;         // the draft model's state (draft_model only)
     std::unique_ptr<session_target> draft_target;
     std::unique_ptr<drafter> drafts;                // null: serial decoding
+    depth_policy policy;            // this request's acceptance; the engine's window costs
+    bool use_policy = false;        // drafts and adaptive_depth: the policy picks each window's depth
+    std::vector<double> confidence; // [k_max_window] the drafter's chance of each draft being kept
     std::vector<int32_t> context;   // [n_prompt + max_tokens] prompt, then the generated ids
     std::vector<int32_t> rows;      // this step's rows: prompt rows, then the window
     std::vector<int32_t> proposal;  // [k_max_window] the drafter's proposal
@@ -130,6 +142,10 @@ struct serving_engine::impl {
     std::vector<std::unique_ptr<request_state>> active;
     std::vector<std::unique_ptr<request_state>> admitted;
     std::unique_ptr<prefix_cache> cache;
+    // Window costs of 1..16 rows, measured once (calibrate_costs) and then followed by the steps
+    // that carry one request's window alone (a shared step's time says nothing of one window).
+    depth_policy costs;
+    bool costs_measured = false;
 
     // Shared with the submitting threads, under mu.
     mutable std::mutex mu;
@@ -144,7 +160,73 @@ struct serving_engine::impl {
     bool admit(request_state& r);
     void finish(request_state& r, const char* finish_reason, const char* stop_reason, std::string error = {});
     void walk_window(request_state& r, const float* logits);
+    void calibrate_costs(int32_t token);
+    int32_t choose_drafts(request_state& r, int32_t cap);
 };
+
+namespace {
+
+// One sequence of the target model as a verify_target over a scratch KV cache, for the depth
+// policy's calibration: windows at position 0, never kept.
+class scratch_target final : public verify_target {
+public:
+    scratch_target(model& net, kv_cache& kv, forward_scratch& s) : net_(net), kv_(kv), s_(s) {}
+    int32_t n_vocab() const override { return net_.hparams().n_vocab; }
+    int32_t n_past() const override { return 0; }
+    void forward(std::span<const int32_t> tokens, float* logits) override {
+        net_.forward(tokens, 0, kv_, s_, logits);   // pos0 0 rolls back the last window's rows
+    }
+    void commit(int32_t) override { kv_.truncate(0); }   // calibration keeps nothing
+
+private:
+    model& net_;
+    kv_cache& kv_;
+    forward_scratch& s_;
+};
+
+}  // namespace
+
+// Times windows of 1..16 rows alone (median of interleaved rounds, src/spec/depth_policy.cpp) on
+// a KV cache of its own: nothing of it stays.
+void serving_engine::impl::calibrate_costs(int32_t token) {
+    const auto t0 = steady::now();
+    kv_cache kv(target.net->kv_shape_for(k_max_window));
+    scratch_target t(*target.net, kv, scratch);
+    costs.calibrate(t, std::span<float>(logits.data(), static_cast<size_t>(k_max_window) * static_cast<size_t>(n_vocab)),
+                    token);
+    costs_measured = true;
+    std::lock_guard<std::mutex> lk(mu);
+    m.depth_calibration_seconds = seconds(t0, steady::now());
+}
+
+// Drafts for this step's window of a decoding request, at most `cap` (> 0), written to
+// r.proposal; the verifier's choice (src/spec/verifier.cpp) with the request's own policy.
+int32_t serving_engine::impl::choose_drafts(request_state& r, int32_t cap) {
+    auto valid_prefix = [&](int32_t n, int32_t limit) {
+        n = std::clamp(n, 0, limit);
+        for (int32_t i = 0; i < n; ++i)
+            if (r.proposal[size_t(i)] < 0 || r.proposal[size_t(i)] >= n_vocab) return i;
+        return n;
+    };
+    if (!r.use_policy) return valid_prefix(r.drafts->propose(r.context, cap, r.proposal), cap);
+    r.policy.adopt_costs(costs);
+    if (r.drafts->cheap_proposals()) {
+        // The longest proposal, cut draft by draft from the drafter's confidence.
+        int32_t n_d = valid_prefix(r.drafts->propose(r.context, cap, r.proposal), cap);
+        if (n_d > 0) {
+            std::span<double> keep(r.confidence.data(), size_t(n_d));
+            n_d = r.drafts->confidence(keep) ? r.policy.choose_for(keep) : std::min(n_d, r.policy.choose());
+            if (n_d == 0) ++r.spec.steps_drafting_off;
+        }
+        return n_d;
+    }
+    const int32_t depth = std::min(cap, r.policy.choose());
+    if (depth == 0) {
+        ++r.spec.steps_drafting_off;
+        return 0;
+    }
+    return valid_prefix(r.drafts->propose(r.context, depth, r.proposal), depth);
+}
 
 serving_engine::serving_engine(std::unique_ptr<impl> p) : p_(std::move(p)) {}
 
@@ -172,7 +254,7 @@ std::unique_ptr<serving_engine> serving_engine::open(const serving_options& o) {
     for (int32_t id = 0; id < p->target.tok->n_vocab(); ++id)
         if (p->target.tok->is_end_of_generation(id)) p->eog.push_back(id);
 
-    const int threads = eo.n_threads > 0 ? eo.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int threads = eo.n_threads > 0 ? eo.n_threads : usable_cpus();
     p->pool = std::make_unique<thread_pool>(threads);
     const int window_rows = o.max_batch * k_max_window;
     p->scratch = p->target.net->make_scratch(o.prefill_rows_per_step + window_rows, *p->pool);
@@ -339,7 +421,10 @@ bool serving_engine::impl::admit(request_state& r) {
         // The KV holds every position a window can reach: the last generated token is never
         // forwarded and a window never drafts past max_tokens (n_prompt + max_tokens - 2).
         r.kv = std::make_unique<kv_cache>(target.net->kv_shape_for(r.n_prompt + std::max(r.max_tokens, 1)));
-        if (q.use_prefix_cache) r.result.cached_tokens = cache->restore(q.prompt, r.n_prompt - 1, *r.kv);
+        // Hybrid models (Gated DeltaNet layers) keep a recurrent state that the prefix cache does
+        // not checkpoint yet, so their prompts are always prefilled in full (and never stored).
+        if (q.use_prefix_cache && r.kv->recurrent().empty())
+            r.result.cached_tokens = cache->restore(q.prompt, r.n_prompt - 1, *r.kv);
         r.context.reserve(static_cast<size_t>(r.n_prompt + r.max_tokens + 1));
         r.context.assign(q.prompt.begin(), q.prompt.end());
         r.rows.reserve(static_cast<size_t>(opt.prefill_rows_per_step + k_max_window));
@@ -365,6 +450,12 @@ bool serving_engine::impl::admit(request_state& r) {
         if (r.drafts) {
             r.drafts->reset();
             r.drafts->reset_stats();
+            r.use_policy = p.adaptive_depth && opt.calibrate_depth_policy && p.max_window > 1;
+            if (r.use_policy) {
+                if (!costs_measured) calibrate_costs(q.prompt.back());
+                r.policy.reset_request();
+                r.confidence.resize(k_max_window);
+            }
         }
         r.spec.drafter_name = r.drafts && p.max_window > 1 ? std::string(r.drafts->name()) : "none";
         r.spec.prompt_rows = r.n_prompt - 1 - r.result.cached_tokens;
@@ -388,6 +479,7 @@ void serving_engine::impl::step() {
     batch.clear();
     in_batch.clear();
     int32_t budget = opt.prefill_rows_per_step;
+    int64_t off_windows = 0;   // windows the depth policy left without drafts this step
     for (auto& up : active) {
         request_state& r = *up;
         r.has_window = false;
@@ -403,16 +495,12 @@ void serving_engine::impl::step() {
             // The window: the pending token plus drafts, never more than the tokens still wanted
             // (a window emits at most drafts + 1), cut at the first id outside the vocabulary.
             r.has_window = true;
-            int32_t depth = r.drafts ? r.req.params.max_window - 1 : 0;
-            depth = std::min(depth, r.max_tokens - r.generated - 1);
-            if (depth > 0) {
-                int32_t n_d = std::min(depth, r.drafts->propose(r.context, depth, r.proposal));
-                for (int32_t i = 0; i < n_d; ++i)
-                    if (r.proposal[size_t(i)] < 0 || r.proposal[size_t(i)] >= n_vocab) {
-                        n_d = i;
-                        break;
-                    }
-                r.n_drafts = n_d;
+            int32_t cap = r.drafts ? r.req.params.max_window - 1 : 0;
+            cap = std::min(cap, r.max_tokens - r.generated - 1);
+            if (cap > 0) {
+                const int64_t off0 = r.spec.steps_drafting_off;
+                r.n_drafts = choose_drafts(r, cap);
+                off_windows += r.spec.steps_drafting_off - off0;
             }
             r.rows.push_back(r.context.back());
             r.rows.insert(r.rows.end(), r.proposal.begin(), r.proposal.begin() + r.n_drafts);
@@ -432,6 +520,11 @@ void serving_engine::impl::step() {
     const auto t1 = steady::now();
     int64_t rows = 0;
     for (const batch_segment& g : batch) rows += static_cast<int64_t>(g.tokens.size());
+
+    // A step that carried one request's window and nothing else timed that window: the shared
+    // costs follow the machine's load (depth_policy::record_cost clips each sample).
+    if (costs_measured && batch.size() == 1 && in_batch[0]->has_window && in_batch[0]->n_prefill == 0)
+        costs.record_cost(in_batch[0]->n_drafts + 1, seconds(t0, t1));
 
     int64_t gen = 0, drafted = 0, accepted = 0;
     size_t off = 0;   // logit rows used so far
@@ -456,6 +549,7 @@ void serving_engine::impl::step() {
     m.generated_tokens += gen;
     m.drafted += drafted;
     m.accepted += accepted;
+    m.windows_drafting_off += off_windows;
     m.decode_seconds += seconds(t0, t1);
 }
 
@@ -509,7 +603,11 @@ void serving_engine::impl::walk_window(request_state& r, const float* l) {
     // prompt rows before them); roll back the rest.
     r.kv->truncate(r.pos0 + r.n_prefill + emitted);
     r.spec.add_window(rows, r.n_drafts, accepted, emitted);
-    if (r.n_drafts > 0) r.drafts->observe(accepted, finish_reason ? accepted : r.n_drafts);
+    if (r.n_drafts > 0) {
+        // A window cut by a stop says nothing about the drafts after the cut.
+        r.drafts->observe(accepted, finish_reason ? accepted : r.n_drafts);
+        if (r.use_policy && !finish_reason) r.policy.record_acceptance(accepted, r.n_drafts);
+    }
     if (finish_reason) finish(r, finish_reason, stop);
 }
 
@@ -541,10 +639,15 @@ void serving_engine::impl::finish(request_state& r, const char* finish_reason, c
     st.tokens_per_step = r.spec.accepted_per_step();
     st.acceptance = r.spec.acceptance_rate();
     st.spec_summary = r.spec.summary();
+    res.drafts_proposed = r.spec.drafts_proposed;
+    res.drafts_accepted = r.spec.drafts_accepted;
+    res.windows_drafting_off = r.spec.steps_drafting_off;
+    res.rows_max = r.spec.rows_max;
     if (r.text) res.text_tail = r.text->flush();
 
     // The checkpoint: every committed row, keyed by the tokens it holds.
-    if (r.kv && r.req.use_prefix_cache && res.finish_reason != "error" && r.kv->n_pos() > 0) {
+    if (r.kv && r.req.use_prefix_cache && r.kv->recurrent().empty() && res.finish_reason != "error" &&
+        r.kv->n_pos() > 0) {
         const size_t n = static_cast<size_t>(r.kv->n_pos());
         cache->store(std::span<const int32_t>(r.context.data(), n), *r.kv);
     }

@@ -395,7 +395,7 @@ void http_server::impl::completion(const httplib::Request& req, httplib::Respons
         cr.params.repeat_penalty = r.repetition_penalty;
         cr.params.frequency_penalty = r.frequency_penalty;
         cr.params.presence_penalty = r.presence_penalty;
-        cr.params.drafter = o.drafter;
+        cr.params.drafter = r.speculative ? o.drafter : drafter_kind::none;  // "speculative": false
         cr.params.max_window = o.max_window;
         cr.logit_bias = r.logit_bias;
         cr.top_logprobs = r.logprobs ? r.top_logprobs : -1;

@@ -264,7 +264,7 @@ openai_request parse(endpoint kind, std::string_view body, const request_limits&
     static const std::set<std::string> common{"model", "stream", "stream_options", "max_tokens", "stop", "temperature",
                                               "top_p", "top_k", "min_p", "seed", "presence_penalty",
                                               "frequency_penalty", "repetition_penalty", "logit_bias", "logprobs", "n",
-                                              "user", "metadata", "store", "service_tier"};
+                                              "user", "metadata", "store", "service_tier", "speculative"};
     static const std::set<std::string> chat_only{"messages", "max_completion_tokens", "top_logprobs", "tools",
                                                  "tool_choice", "parallel_tool_calls", "response_format",
                                                  "chat_template_kwargs"};
@@ -318,6 +318,7 @@ openai_request parse(endpoint kind, std::string_view body, const request_limits&
     }
     if (auto v = field("logit_bias")) r.logit_bias = parse_logit_bias(*v, lim);
     if (auto v = field("n")) r.n = static_cast<int>(get_int(*v, "n", 1, lim.max_n));
+    if (auto v = field("speculative")) r.speculative = get_bool(*v, "speculative");
 
     if (chat) {
         if (auto v = field("logprobs")) r.logprobs = get_bool(*v, "logprobs");

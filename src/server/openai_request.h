@@ -74,6 +74,10 @@ struct openai_request {
     bool logprobs = false;
     int top_logprobs = 0;             // 0..20 alternatives per token (completions: `logprobs` N)
     int n = 1;
+    // sluice's extension "speculative": false serves this request without drafting when the
+    // server runs with --spec / --draft-model (true, or absent: the server's setting). Drafting
+    // changes the speed only: the tokens are the same either way.
+    bool speculative = true;
 };
 
 using parse_result = std::variant<openai_request, api_error>;

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 
 namespace sluice {
@@ -152,9 +154,59 @@ ojson openai_session::usage() const {
     u["prompt_tokens"] = c_.prompt_tokens;
     u["completion_tokens"] = completion;
     u["total_tokens"] = c_.prompt_tokens + completion;
-    // The prompt is the same for every choice; the first one's cache hit is the request's.
-    u["prompt_tokens_details"] = ojson{{"cached_tokens", choices_.empty() ? 0 : choices_[0].result.cached_tokens}};
+    u["prompt_tokens_details"] = ojson{{"cached_tokens", request_cached_tokens()}};
+    u["sluice"] = usage_sluice();
     return u;
+}
+
+int openai_session::request_cached_tokens() const {
+    // prompt_tokens counts the prompt once although each of the n choices is its own engine
+    // request with its own prefix-cache lookup (choices submitted together all miss a cache the
+    // first of them has not filled yet). A prompt token was served from cache for the request
+    // when no choice had to compute it: the smallest hit over the choices, never above
+    // prompt_tokens.
+    if (choices_.empty()) return 0;
+    int cached = choices_[0].result.cached_tokens;
+    for (const choice& ch : choices_) cached = std::min(cached, ch.result.cached_tokens);
+    return std::clamp(cached, 0, c_.prompt_tokens);
+}
+
+ojson openai_session::usage_sluice() const {
+    // The request's drafting over all its choices: windows, rows, drafts and tokens summed, the
+    // ratios taken of the sums (a choice of 3 windows weighs less than one of 300).
+    int64_t steps = 0, tokens = 0, proposed = 0, kept = 0, off = 0;
+    double rows = 0.0;
+    int32_t rows_min = 0, rows_max = 0;
+    bool drafting = false;
+    ojson shas = ojson::array();
+    for (const choice& ch : choices_) {
+        const completion_result& r = ch.result;
+        const generate_stats& st = r.stats;
+        shas.push_back(st.token_sha);
+        drafting = drafting || (!st.drafter.empty() && st.drafter != "none");
+        if (st.verify_steps > 0) {
+            rows_min = steps == 0 ? st.rows_min : std::min(rows_min, st.rows_min);
+            rows_max = std::max(rows_max, r.rows_max);
+        }
+        steps += st.verify_steps;
+        rows += st.rows_mean * double(st.verify_steps);
+        tokens += st.n_decoded;   // what the windows committed (an end-of-generation pick is not a token)
+        proposed += r.drafts_proposed;
+        kept += r.drafts_accepted;
+        off += r.windows_drafting_off;
+    }
+    ojson s = ojson::object();
+    s["token_sha"] = choices_.empty() ? std::string() : choices_[0].result.stats.token_sha;
+    s["token_shas"] = std::move(shas);
+    s["speculative"] = drafting;
+    s["verify_steps"] = steps;
+    s["rows_per_verify"] = ojson{{"min", rows_min}, {"mean", steps > 0 ? rows / double(steps) : 0.0}, {"max", rows_max}};
+    s["accepted_per_step"] = steps > 0 ? double(tokens) / double(steps) : 0.0;
+    s["acceptance"] = proposed > 0 ? double(kept) / double(proposed) : 0.0;
+    s["drafts_proposed"] = proposed;
+    s["drafts_accepted"] = kept;
+    s["windows_drafting_off"] = off;
+    return s;
 }
 
 ojson openai_session::chunk(ojson choices) const {

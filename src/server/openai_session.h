@@ -100,7 +100,10 @@ private:
 
     std::string finish_reason(const choice& c) const;
     nlohmann::ordered_json sluice_block(int i) const;
+    // OpenAI's usage, plus `sluice`: the request's drafting statistics over its choices.
     nlohmann::ordered_json usage() const;
+    nlohmann::ordered_json usage_sluice() const;
+    int request_cached_tokens() const;
     nlohmann::ordered_json chunk(nlohmann::ordered_json choices) const;
     nlohmann::ordered_json chat_logprobs(const std::vector<token_record>& t) const;
     nlohmann::ordered_json completion_logprobs(const std::vector<token_record>& t, size_t& offset) const;

@@ -212,7 +212,9 @@ constexpr const char* k_document = R"JSON({
           "user": {"type": "string", "nullable": true},
           "metadata": {"type": "object", "nullable": true},
           "store": {"type": "boolean", "nullable": true},
-          "service_tier": {"type": "string", "nullable": true}
+          "service_tier": {"type": "string", "nullable": true},
+          "speculative": {"type": "boolean", "nullable": true,
+                          "description": "sluice extension: false serves this request without drafting when the server runs with --spec or --draft-model (absent or true: the server's setting). Drafting changes the speed only, never the tokens: usage.sluice.token_sha is the same either way"}
         }
       },
       "CompletionRequest": {
@@ -246,7 +248,9 @@ constexpr const char* k_document = R"JSON({
           "user": {"type": "string", "nullable": true},
           "metadata": {"type": "object", "nullable": true},
           "store": {"type": "boolean", "nullable": true},
-          "service_tier": {"type": "string", "nullable": true}
+          "service_tier": {"type": "string", "nullable": true},
+          "speculative": {"type": "boolean", "nullable": true,
+                          "description": "sluice extension: false serves this request without drafting when the server runs with --spec or --draft-model (absent or true: the server's setting). Drafting changes the speed only, never the tokens: usage.sluice.token_sha is the same either way"}
         }
       },
       "Usage": {
@@ -254,7 +258,27 @@ constexpr const char* k_document = R"JSON({
         "properties": {"prompt_tokens": {"type": "integer"}, "completion_tokens": {"type": "integer"},
                        "total_tokens": {"type": "integer"},
                        "prompt_tokens_details": {"type": "object", "required": ["cached_tokens"],
-                                                 "properties": {"cached_tokens": {"type": "integer"}}}}
+                                                 "properties": {"cached_tokens": {"type": "integer", "minimum": 0,
+                                                   "description": "prompt tokens served from the prefix cache for the request: with n > 1, those no choice had to compute (the smallest hit over the choices)"}}},
+                       "sluice": {"$ref": "#/components/schemas/UsageSluice"}}
+      },
+      "UsageSluice": {
+        "type": "object",
+        "description": "sluice extension: the request's speculative decoding over all its choices",
+        "required": ["token_sha", "token_shas", "speculative", "verify_steps", "rows_per_verify", "accepted_per_step", "acceptance"],
+        "properties": {
+          "token_sha": {"type": "string", "description": "SHA-256 of the first choice's generated token ids (little-endian u32)"},
+          "token_shas": {"type": "array", "items": {"type": "string"}, "description": "each choice's token_sha"},
+          "speculative": {"type": "boolean", "description": "whether the request was served with a drafter"},
+          "verify_steps": {"type": "integer", "description": "verify windows forwarded (serial decoding: one per token)"},
+          "rows_per_verify": {"type": "object", "required": ["min", "mean", "max"],
+                              "properties": {"min": {"type": "integer"}, "mean": {"type": "number"}, "max": {"type": "integer"}}},
+          "accepted_per_step": {"type": "number", "description": "tokens committed per verify window (1.0: serial)"},
+          "acceptance": {"type": "number", "description": "drafts kept / drafts proposed (0 when none were proposed)"},
+          "drafts_proposed": {"type": "integer"},
+          "drafts_accepted": {"type": "integer"},
+          "windows_drafting_off": {"type": "integer", "description": "windows the draft-depth policy ran without drafts because they did not pay"}
+        }
       },
       "Sluice": {
         "type": "object", "required": ["token_sha", "exact", "seed", "spec"],

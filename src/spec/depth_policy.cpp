@@ -199,6 +199,14 @@ int32_t depth_policy::choose_for(std::span<const double> keep) {
     return best;
 }
 
+void depth_policy::adopt_costs(const depth_policy& other) {
+    shape_ = other.shape_;
+    smooth_ = other.smooth_;
+    scale_ = other.scale_;
+    draft_cost_ = other.draft_cost_;
+    calibrated_ = other.calibrated_;
+}
+
 void depth_policy::reset_request() {
     successes_ = 0.0;
     trials_ = 0.0;

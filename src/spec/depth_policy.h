@@ -63,6 +63,10 @@ public:
     int32_t choose_for(std::span<const double> keep);
     // Start of a request: acceptance back to the prior and drafting on; costs are kept.
     void reset_request();
+    // Takes `other`'s window costs (measured shape, load factor, draft cost, calibrated) and
+    // keeps this policy's acceptance: the serving engine measures the costs once and gives every
+    // request a policy of its own for its acceptance. No allocation (fixed arrays).
+    void adopt_costs(const depth_policy& other);
 
     double acceptance() const;
     // Seconds: the measured shape (made non-decreasing in rows; sizes not measured interpolated

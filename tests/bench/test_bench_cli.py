@@ -58,6 +58,25 @@ def test_bench_json_reports_every_test_with_its_ceiling(report, tiny_model):
             assert 1.0 <= r["tokens_per_step"] <= r["rows"]
 
 
+def test_ceiling_is_the_smaller_of_the_memory_and_compute_bounds(report):
+    rl = report["roofline"]
+    # The CPU's int8 peak was measured (the dot kernel), and the compute model came from the shapes.
+    assert rl["cpu_peak_ops_s"] > 1e8 and rl["peak_ops_s"] == rl["cpu_peak_ops_s"]
+    assert "measured" in rl["peak_source"]
+    assert rl["weight_macs_per_row"] > rl["routed_macs_per_row"] > 0 and rl["attn_macs_per_position"] > 0
+    for r in report["results"]:
+        mem, comp = r["memory_ceiling_tok_s"], r["compute_ceiling_tok_s"]
+        assert mem > 0 and comp > 0 and r["ops_per_token"] > 0, r
+        assert r["ceiling_tok_s"] == pytest.approx(min(mem, comp))
+        assert r["ceiling_bound"] == ("memory" if mem <= comp else "compute")
+        assert r["compute_ceiling_tok_s"] == pytest.approx(rl["peak_ops_s"] / r["ops_per_token"])
+    # Prefill reads the weights once per chunk of 16 rows but computes every row: its
+    # operations per byte are far above decode's.
+    pp = next(r for r in report["results"] if r["kind"] == "prefill")
+    tg = next(r for r in report["results"] if r["test"] == "tg6@d0")
+    assert pp["bytes_per_token"] / pp["ops_per_token"] < tg["bytes_per_token"] / tg["ops_per_token"] / 4
+
+
 def test_bench_bytes_per_token_is_inspects(report, sluice_bin, tiny_model):
     ins = json.loads(subprocess.run([str(sluice_bin), "inspect", str(tiny_model), "--json"], capture_output=True,
                                     text=True, check=True).stdout)
@@ -104,8 +123,17 @@ def test_record_py_writes_documented_rows_and_ratios(report, tmp_path):
     rows = [json.loads(x) for x in jsonl.read_text().splitlines()]
     keys = ["date", "commit", "machine", "scenario", "model", "metric", "value", "peer", "peer_value", "ratio",
             "command"]
-    # The standard keys in order, then each engine's fraction of its ceiling.
-    assert all(list(r) == keys + ["ceiling_fraction", "peer_ceiling_fraction"] for r in rows)
+    # The standard keys in order, then each engine's fraction of its ceiling, then (extra fields)
+    # both bounds of each engine's placement and the one that binds.
+    bound_keys = ["memory_ceiling_tok_s", "compute_ceiling_tok_s", "ceiling_bound"]
+    assert all(list(r) == keys + ["ceiling_fraction", "peer_ceiling_fraction"] + bound_keys +
+               ["peer_" + k for k in bound_keys] for r in rows)
+    for r in rows:
+        known = [v for v in (r["memory_ceiling_tok_s"], r["compute_ceiling_tok_s"]) if v]
+        assert r["ceiling_bound"] in ("memory", "compute")
+        ceiling = r[r["ceiling_bound"] + "_ceiling_tok_s"]
+        assert ceiling == min(known)
+        assert r["ceiling_fraction"] == pytest.approx(r["value"] / ceiling, rel=1e-4)
     speed = {r["scenario"]: r for r in rows if r["metric"] in ("prefill", "decode")}
     assert set(speed) == {"test/tiny/pp48", "test/tiny/tg6@d0"}
     assert all(r["ratio"] == pytest.approx(2.0, abs=1e-3) for r in speed.values())
@@ -113,6 +141,40 @@ def test_record_py_writes_documented_rows_and_ratios(report, tmp_path):
     assert all(r["ceiling_fraction"] == pytest.approx(2 * r["peer_ceiling_fraction"], rel=1e-3) for r in rows)
     assert "| pp48 | sluice |" in md.read_text()
     assert p.stdout.rstrip().splitlines()[-1].startswith("recorded: 2 rows")
+
+
+def test_record_py_holds_a_peer_to_its_own_micro_batch(report, tmp_path):
+    sys.path.insert(0, str(ROOT / "bench"))
+    import record  # noqa: E402
+    pp = next(r for r in report["results"] if r["test"] == "pp48")
+    traffic = report["roofline"]["traffic"]
+    # The Python traffic model is the C++ one: at sluice's chunk it gives sluice's bytes.
+    assert record.prefill_bytes_per_token(traffic, 48, report["chunk"]) == pytest.approx(pp["bytes_per_token"])
+    # One forward of all 48 rows reads the weights once: fewer bytes per token, a higher bound.
+    whole = record.at_chunk(report, pp, 48)
+    assert whole["bytes_per_token"] < pp["bytes_per_token"]
+    b16 = record.bounds(report, pp, "cpu")
+    b48 = record.bounds(report, pp, "cpu", chunk=48)
+    assert b48["memory"] > b16["memory"] and b48["compute"] == b16["compute"]
+    assert b48["ceiling"] == min(b48["memory"], b48["compute"])
+    # Decode is one row per forward whatever the batch size.
+    tg = next(r for r in report["results"] if r["test"] == "tg6@d0")
+    assert record.bounds(report, tg, "cpu", chunk=48) == record.bounds(report, tg, "cpu")
+    # Through the manifest: a llama-bench row with n_ubatch 48 gets that bound.
+    (tmp_path / "sluice.json").write_text(json.dumps(report))
+    (tmp_path / "peer.json").write_text(json.dumps([
+        {"n_prompt": 48, "n_gen": 0, "n_depth": 0, "n_ubatch": 48, "avg_ts": pp["tok_s"], "stddev_ts": 0.0}]))
+    rec = [sys.executable, str(ROOT / "bench" / "record.py")]
+    m = str(tmp_path / "m.json")
+    subprocess.run(rec + ["add", m, "--name", "sluice", "--engine", "sluice", "--file", "sluice.json"], check=True)
+    subprocess.run(rec + ["add", m, "--name", "peer", "--engine", "llama.cpp", "--file", "peer.json"], check=True)
+    subprocess.run(rec + ["compare", m, "sluice", "peer"], check=True)
+    jsonl = tmp_path / "r.jsonl"
+    subprocess.run(rec + ["report", m, "--model", "tiny", "--scenario", "t", "--record", "--jsonl", str(jsonl),
+                          "--md", str(tmp_path / "R.md"), "--commit", "abc1234"], capture_output=True, check=True)
+    row = json.loads(jsonl.read_text().splitlines()[0])
+    assert row["peer_memory_ceiling_tok_s"] == pytest.approx(b48["memory"], rel=1e-5)
+    assert row["memory_ceiling_tok_s"] == pytest.approx(b16["memory"], rel=1e-5)
 
 
 def test_run_scripts_parse_and_plan_both_engines_with_the_same_threads(tmp_path):

@@ -64,6 +64,7 @@ int check(quant::act_format f, const char* name, int64_t n_rows, int64_t n, uint
 }  // namespace
 
 int main() {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);   // lines reach the log even if a deadline kills us
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
         std::printf("SKIP: no CUDA device\n");

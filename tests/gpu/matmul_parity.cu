@@ -96,6 +96,13 @@ float emulate_dot(const uint8_t* w_row, const uint8_t* act_row, int64_t n, const
             int8_t q[8];
             int sc, mn;
             cuda::decode_piece<T>(b, p, tb, q, sc, mn);
+            // The packed form the kernel uses (word loads for Q4_K/Q5_K) must be these bytes.
+            for (bool aligned : {true, false}) {
+                int32_t q0, q1;
+                int sc2, mn2;
+                cuda::decode_piece_packed<T>(b, p, tb, aligned, q0, q1, sc2, mn2);
+                if (q0 != cuda::pack4(q) || q1 != cuda::pack4(q + 4) || sc2 != sc || mn2 != mn) return std::nanf("1");
+            }
             int32_t dot = 0, sx = 0;
             for (int e = 0; e < 8; ++e) {
                 const int8_t x = static_cast<int8_t>(ab[4 + 8 * p + e]);
@@ -161,8 +168,9 @@ struct dev_buf {
     T* as() const { return static_cast<T*>(p); }
 };
 
-int gpu_parity(dtype t) {
-    const int64_t n_in = 2048, n_out = 99, n_pre = 100;
+// n_in 2048 is one chunk of the kernel's shared-memory staging; 2816 is two, the second partial.
+int gpu_parity(dtype t, int64_t n_in) {
+    const int64_t n_out = 99, n_pre = 100;
     const auto w = make_weights(t, n_in, n_out, 21);
     const auto a = make_act(t, n_in, n_pre, 22);
     const size_t wrb = *bytes_for(t, n_in), arb = quant::act_row_bytes(quant::act_format_for(t), n_in);
@@ -212,6 +220,41 @@ int gpu_parity(dtype t) {
         }
         bad_windows += bad ? 1 : 0;
     }
+    // Two matrices in one launch, both accumulating (y += w . x): w itself and its first
+    // n_out - 2 rows as the second matrix, 7 rows; each output must be init + dot_ref, the sum
+    // a separate add would make.
+    int bad_pair = 0;
+    {
+        const int nr = 7;
+        const int64_t n_out2 = n_out - 2;
+        std::vector<float> init(static_cast<size_t>(nr * n_out)), init2(static_cast<size_t>(nr * n_out2));
+        for (size_t i = 0; i < init.size(); ++i) init[i] = static_cast<float>(static_cast<int>(i % 13) - 6) * 0.37f;
+        for (size_t i = 0; i < init2.size(); ++i) init2[i] = static_cast<float>(static_cast<int>(i % 11) - 5) * 0.53f;
+        dev_buf dy1(init.size() * 4), dy2(init2.size() * 4);
+        CK(cudaMemcpy(dy1.p, init.data(), init.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dy2.p, init2.data(), init2.size() * 4, cudaMemcpyHostToDevice));
+        cuda::mm_args m2 = m;
+        m2.act = da.as<std::byte>() + 3 * arb;
+        m2.n_rows = nr;
+        m2.y = dy1.as<float>();
+        m2.accumulate = true;
+        m2.w2 = dw.as<std::byte>();
+        m2.n_out2 = n_out2;
+        m2.y2 = dy2.as<float>();
+        m2.y2_stride = n_out2;
+        cuda::matmul(m2, nullptr);
+        CK(cudaDeviceSynchronize());
+        std::vector<float> g1(init.size()), g2(init2.size());
+        CK(cudaMemcpy(g1.data(), dy1.p, g1.size() * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(g2.data(), dy2.p, g2.size() * 4, cudaMemcpyDeviceToHost));
+        for (int r = 0; r < nr; ++r) {
+            for (int64_t j = 0; j < n_out; ++j)
+                bad_pair += f2u(g1[r * n_out + j]) != f2u(init[r * n_out + j] + ref[(3 + r) * n_out + j]);
+            for (int64_t j = 0; j < n_out2; ++j)
+                bad_pair += f2u(g2[r * n_out2 + j]) != f2u(init2[r * n_out2 + j] + ref[(3 + r) * n_out + j]);
+        }
+        if (bad_pair) std::printf("  %s paired + accumulate: %d values differ\n", std::string(name(t)).c_str(), bad_pair);
+    }
     // Prefill: all rows at once.
     m.act = da.as<std::byte>();
     m.n_rows = n_pre;
@@ -241,10 +284,45 @@ int gpu_parity(dtype t) {
         for (int64_t j = 0; j < n_out; ++j)
             if (f2u(got[p * n_out + j]) != f2u(ref[(p / 2) * n_out + j]) && bad_exp++ == 0)
                 std::printf("  %s expert pair %d col %lld differs\n", std::string(name(t)).c_str(), p, static_cast<long long>(j));
-    const bool ok = bad_windows == 0 && bad_pre == 0 && bad_exp == 0;
-    std::printf("%s gpu %-8s: windows 1..16 %s, prefill %lld rows %s, expert mode %s\n", ok ? "PASS" : "FAIL",
-                std::string(name(t)).c_str(), bad_windows ? "DIFFER" : "bit-identical", static_cast<long long>(n_pre),
-                bad_pre ? "DIFFER" : "bit-identical", bad_exp ? "DIFFER" : "bit-identical");
+    // Grouped expert mode (int8 formats): 60 pairs over the 3 experts (20 each: tiles of 16 and
+    // 4), grouped on the device by group_pairs; every pair must equal dot_ref of its token.
+    int bad_grp = 0;
+    const bool is_float = t == dtype::f32 || t == dtype::f16 || t == dtype::bf16;
+    if (!is_float) {
+        const int g_pairs = 60;
+        std::vector<int32_t> gids(g_pairs);
+        for (int p = 0; p < g_pairs; ++p) gids[static_cast<size_t>(p)] = (p * 7) % n_exp;
+        const int64_t max_tiles = cuda::group_tiles_max(g_pairs, n_exp);
+        dev_buf dgids(g_pairs * 4), dperm(g_pairs * 4), dtiles(static_cast<size_t>(max_tiles) * 12), dnt(4),
+            dyg(static_cast<size_t>(g_pairs * n_out) * 4);
+        CK(cudaMemcpy(dgids.p, gids.data(), gids.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemset(dyg.p, 0xff, static_cast<size_t>(g_pairs * n_out) * 4));   // NaNs: an unwritten output fails
+        cuda::group_pairs(dgids.as<int32_t>(), g_pairs, n_exp, dperm.as<int32_t>(), dtiles.as<int32_t>(), dnt.as<int32_t>(),
+                          nullptr);
+        cuda::mm_args mg = m;
+        mg.ids = dgids.as<int32_t>();
+        mg.n_rows = g_pairs;
+        mg.y = dyg.as<float>();
+        mg.perm = dperm.as<int32_t>();
+        mg.tiles = dtiles.as<int32_t>();
+        mg.n_tiles = dnt.as<int32_t>();
+        mg.max_tiles = max_tiles;
+        cuda::matmul(mg, nullptr);
+        CK(cudaDeviceSynchronize());
+        std::vector<float> gg(static_cast<size_t>(g_pairs * n_out));
+        CK(cudaMemcpy(gg.data(), dyg.p, gg.size() * 4, cudaMemcpyDeviceToHost));
+        for (int p = 0; p < g_pairs; ++p)
+            for (int64_t j = 0; j < n_out; ++j)
+                if (f2u(gg[p * n_out + j]) != f2u(ref[(p / 2) * n_out + j]) && bad_grp++ == 0)
+                    std::printf("  %s grouped pair %d col %lld differs\n", std::string(name(t)).c_str(), p, static_cast<long long>(j));
+    }
+    const bool ok = bad_windows == 0 && bad_pre == 0 && bad_exp == 0 && bad_pair == 0 && bad_grp == 0;
+    std::printf("%s gpu %-8s n_in %5lld: windows 1..16 %s, prefill %lld rows %s, expert mode %s, grouped %s, paired + "
+                "accumulate %s\n",
+                ok ? "PASS" : "FAIL", std::string(name(t)).c_str(), static_cast<long long>(n_in),
+                bad_windows ? "DIFFER" : "bit-identical", static_cast<long long>(n_pre), bad_pre ? "DIFFER" : "bit-identical",
+                bad_exp ? "DIFFER" : "bit-identical", is_float ? "n/a" : (bad_grp ? "DIFFER" : "bit-identical"),
+                bad_pair ? "DIFFER" : "bit-identical");
     return ok ? 0 : 1;
 }
 
@@ -297,9 +375,71 @@ void bench(dtype t, int64_t n_in, int64_t n_out, int n_copies, int n_rows, const
     cudaEventDestroy(e1);
 }
 
+// The decode shape of a MoE layer: K experts of one token in one launch (expert mode, ids on the
+// device), gate and up as two matrices of the launch when `paired`; the ids move on each launch
+// over n_exp experts so the weights come from HBM.
+void bench_experts(dtype t, int64_t n_in, int64_t n_out, int n_exp, int K, bool paired, const char* what) {
+    const size_t wrb = *bytes_for(t, n_in), mat = wrb * static_cast<size_t>(n_out);
+    const int64_t uniq = n_out < 256 ? n_out : 256;
+    const auto w0 = make_weights(t, n_in, uniq, 41);
+    std::vector<std::byte> w(mat);
+    for (int64_t j = 0; j < n_out; ++j) std::memcpy(w.data() + j * wrb, w0.data() + (j % uniq) * wrb, wrb);
+    const auto a = make_act(t, n_in, 1, 42);
+    const int n_sets = 16;
+    std::vector<int32_t> ids(static_cast<size_t>(n_sets * K));
+    for (int i = 0; i < n_sets * K; ++i) ids[static_cast<size_t>(i)] = (i * 37 + i / K) % n_exp;
+    dev_buf dw(mat * n_exp), dw2(paired ? mat * n_exp : 1), da(a.size()), dy(static_cast<size_t>(n_out * K) * 4),
+        dy2(static_cast<size_t>(n_out * K) * 4), dids(ids.size() * 4);
+    for (int e = 0; e < n_exp; ++e) {
+        CK(cudaMemcpy(dw.as<std::byte>() + e * mat, w.data(), mat, cudaMemcpyHostToDevice));
+        if (paired) CK(cudaMemcpy(dw2.as<std::byte>() + e * mat, w.data(), mat, cudaMemcpyHostToDevice));
+    }
+    CK(cudaMemcpy(da.p, a.data(), a.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dids.p, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+    cuda::mm_args m;
+    m.type = t;
+    m.w = dw.as<std::byte>();
+    m.row_bytes = wrb;
+    m.n_in = n_in;
+    m.n_out = n_out;
+    m.expert_stride = mat;
+    m.act = da.as<std::byte>();
+    m.act_stride = quant::act_row_bytes(quant::act_format_for(t), n_in);
+    m.act_div = K;
+    m.n_rows = K;
+    m.y = dy.as<float>();
+    m.y_stride = n_out;
+    if (paired) {
+        m.w2 = dw2.as<std::byte>();
+        m.n_out2 = n_out;
+        m.y2 = dy2.as<float>();
+        m.y2_stride = n_out;
+    }
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    const int iters = 200;
+    for (int i = 0; i < iters + 20; ++i) {
+        if (i == 20) CK(cudaEventRecord(e0));
+        m.ids = dids.as<int32_t>() + (i % n_sets) * K;
+        cuda::matmul(m, nullptr);
+    }
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0.0f;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    const double us = 1000.0 * ms / iters, bytes = static_cast<double>(mat) * K * (paired ? 2 : 1);
+    std::printf("BENCH %-8s %-14s %6lld x %-6lld x %d experts%s: %8.2f us/launch, %7.1f GB/s of weights (%.2f MB)\n",
+                std::string(name(t)).c_str(), what, static_cast<long long>(n_in), static_cast<long long>(n_out), K,
+                paired ? " x 2 matrices" : "", us, bytes / (us * 1e3), bytes / 1e6);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);   // lines reach the log even if a deadline kills us
     const bool do_bench = !(argc > 1 && std::strcmp(argv[1], "--no-bench") == 0);
     int failures = host_emulation();
     int devices = 0;
@@ -311,7 +451,7 @@ int main(int argc, char** argv) {
     CK(cudaGetDeviceProperties(&prop, 0));
     std::printf("device: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
     cuda::upload_tables();
-    for (dtype t : k_formats) failures += gpu_parity(t);
+    for (dtype t : k_formats) failures += gpu_parity(t, 2048) + gpu_parity(t, 2816);
     if (do_bench && failures == 0) {
         for (dtype t : {dtype::q4_k, dtype::q8_0, dtype::q4_0, dtype::q6_k, dtype::iq4_xs, dtype::mxfp4}) {
             bench(t, 2048, 768, 128, 1, "expert");
@@ -321,6 +461,10 @@ int main(int argc, char** argv) {
         bench(dtype::q4_k, 8192, 8192, 4, 8, "dense");
         bench(dtype::q4_k, 8192, 8192, 4, 16, "dense");
         bench(dtype::f32, 2048, 128, 64, 1, "router");
+        // A Qwen3-30B-A3B layer's routed experts for one token: gate + up (one launch), down.
+        bench_experts(dtype::q4_k, 2048, 768, 128, 8, true, "gate+up");
+        bench_experts(dtype::q4_k, 768, 2048, 128, 8, false, "down");
+        bench_experts(dtype::q6_k, 768, 2048, 128, 8, false, "down");
     }
     std::printf("%s: %d failures\n", failures ? "FAIL" : "PASS", failures);
     return failures ? 1 : 0;

@@ -100,6 +100,7 @@ int run_fixture(const fs::path& path, thread_pool& pool) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);   // lines reach the log even if a deadline kills us
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
         std::printf("SKIP: no CUDA device\n");
@@ -129,16 +130,25 @@ int main(int argc, char** argv) {
         files.insert(files.end(), found.begin(), found.end());
     }
     thread_pool pool(4);
-    int failures = 0;
+    int failures = 0, skipped = 0;
     for (const auto& f : files) {
         try {
+            // Architectures without a CUDA forward yet (the hybrid DeltaNet models) are listed,
+            // not compared.
+            if (const std::string arch = model_file::open(f)->architecture(); !cuda_model_supports(arch)) {
+                std::printf("SKIP %-40s %-9s no CUDA forward for this architecture yet\n",
+                            (f.parent_path().filename() / f.filename()).string().c_str(), arch.c_str());
+                ++skipped;
+                continue;
+            }
             failures += run_fixture(f, pool);
         } catch (const std::exception& e) {
             std::printf("FAIL %s: %s\n", f.string().c_str(), e.what());
             ++failures;
         }
     }
-    std::printf("%s: %d of %zu fixtures differ\n", failures ? "FAIL" : "PASS", failures, files.size());
+    std::printf("%s: %d of %zu fixtures differ (%d skipped: architecture without a CUDA forward)\n",
+                failures ? "FAIL" : "PASS", failures, files.size() - static_cast<size_t>(skipped), skipped);
     return failures ? 1 : 0;
 }
 

@@ -2,7 +2,9 @@
 // (src/kernels/cpu), bit for bit, on random inputs: RMSNorm (model rows and per-head rows),
 // RoPE (normal, NeoX, YaRN) from the host's rope_table, attention (decode, a verify window,
 // a whole prefill; GQA; head_dim 128, 64 and 80), the router's softmax + top-k (with ties),
-// SwiGLU, the MoE rank-order combine and the shared-expert gate. Also E1 for attention on the
+// SwiGLU, the MoE rank-order combine and the shared-expert gate; the fused forms the CUDA
+// model runs (rmsnorm + int8 activation rows, SwiGLU + int8 activation rows, combine + residual)
+// against the CPU's two steps (kernels::rmsnorm / swiglu, then quant::quantize_act_row). Also E1 for attention on the
 // GPU: a window's rows equal the same rows computed one at a time.
 // Before the GPU: (host) the router's one-row function that the device runs
 // (src/kernels/cuda/router.cuh) equals kernels::route_topk on the host.
@@ -13,6 +15,7 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/math.h"
+#include "quant/act.h"
 
 #include <cuda_runtime.h>
 
@@ -254,9 +257,123 @@ int test_elementwise() {
     return f;
 }
 
+// The activation rows the CPU makes from float rows x [rows, n].
+std::vector<std::byte> cpu_act(quant::act_format f, const std::vector<float>& x, int64_t rows, int64_t n) {
+    const size_t rb = quant::act_row_bytes(f, n);
+    std::vector<std::byte> a(rb * static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) quant::quantize_act_row(f, x.data() + r * n, n, a.data() + r * rb);
+    return a;
+}
+
+int report_bytes(const std::string& what, const std::vector<std::byte>& cpu, const std::byte* dev) {
+    std::vector<std::byte> got(cpu.size());
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(got.data(), dev, got.size(), cudaMemcpyDeviceToHost));
+    size_t bad = 0;
+    for (size_t i = 0; i < cpu.size(); ++i) bad += cpu[i] != got[i];
+    std::printf("%s %-40s %zu of %zu bytes differ\n", bad ? "FAIL" : "PASS", what.c_str(), bad, cpu.size());
+    return bad ? 1 : 0;
+}
+
+int test_fused() {
+    int f = 0;
+    for (auto fmt : {quant::act_format::q8_32, quant::act_format::q8_256})
+        for (auto [rows, n] : {std::pair<int64_t, int64_t>{5, 2048}, {3, 768}}) {
+            const std::string tag = std::string(fmt == quant::act_format::q8_32 ? "q8_32 " : "q8_256 ") + std::to_string(rows) +
+                                    "x" + std::to_string(n);
+            auto x = rnd(static_cast<size_t>(rows * n), 21, 3.0f), w = rnd(static_cast<size_t>(n), 22);
+            x[5] = 0.0f;   // a zero, and a block of zeros (dx = 0)
+            for (int i = 0; i < 32; ++i) x[static_cast<size_t>(n + 64 + i)] = 0.0f;
+            std::vector<float> cpu(x.size());
+            for (int64_t r = 0; r < rows; ++r) kernels::rmsnorm(x.data() + r * n, w.data(), cpu.data() + r * n, n, 1e-6f);
+            const auto act = cpu_act(fmt, cpu, rows, n);
+            dvec dx(x), dw(w), dout(x.size());
+            std::byte* da = nullptr;
+            CK(cudaMalloc(&da, act.size()));
+            cuda::rmsnorm_quant(dx.p, dw.p, dout.p, rows, n, 1e-6f, fmt, da, nullptr);
+            f += report("rmsnorm_quant out " + tag, cpu, dout.get());
+            f += report_bytes("rmsnorm_quant act " + tag, act, da);
+            // SwiGLU + quantise: the same rows as gate, x as up.
+            std::vector<float> sw(x.size());
+            kernels::swiglu(cpu.data(), x.data(), sw.data(), rows * n);
+            const auto act2 = cpu_act(fmt, sw, rows, n);
+            CK(cudaMemset(da, 0, act2.size()));
+            cuda::swiglu_quant(dout.p, dx.p, rows, n, fmt, da, nullptr);
+            f += report_bytes("swiglu_quant act " + tag, act2, da);
+            cudaFree(da);
+        }
+    // q/k head norms + RoPE + cache store in one launch against the CPU's rmsnorm per head,
+    // rope_apply and copies: with norms (NeoX, partial) and without (normal).
+    for (int with_norm = 0; with_norm < 2; ++with_norm) {
+        kernels::rope_params rp;
+        rp.mode = with_norm ? kernels::rope_mode::neox : kernels::rope_mode::normal;
+        rp.n_rot = with_norm ? 96 : 128;
+        rp.freq_base = 1e6f;
+        const int n_head = 6, n_kv = 2, hd = 128, rows = 5;
+        const int32_t pos0 = 300, n_ctx = pos0 + rows + 3;
+        std::vector<float> table(static_cast<size_t>(n_ctx) * rp.n_rot);
+        for (int p = 0; p < n_ctx; ++p) kernels::rope_table(rp, p, table.data() + static_cast<size_t>(p) * rp.n_rot);
+        auto q = rnd(static_cast<size_t>(rows * n_head * hd), 40, 2.0f), k = rnd(static_cast<size_t>(rows * n_kv * hd), 41, 2.0f);
+        auto v = rnd(static_cast<size_t>(rows * n_kv * hd), 42);
+        auto qn = rnd(static_cast<size_t>(hd), 43), kn = rnd(static_cast<size_t>(hd), 44);
+        std::vector<float> cq = q, ck = k, kcache(static_cast<size_t>(n_ctx * n_kv * hd), 0.0f), vcache = kcache;
+        for (int r = 0; r < rows; ++r) {
+            float* qr = cq.data() + static_cast<size_t>(r) * n_head * hd;
+            float* kr = ck.data() + static_cast<size_t>(r) * n_kv * hd;
+            if (with_norm) {
+                std::vector<float> tmp(static_cast<size_t>(hd));
+                for (int h = 0; h < n_head; ++h) {
+                    kernels::rmsnorm(qr + h * hd, qn.data(), tmp.data(), hd, 1e-6f);
+                    std::memcpy(qr + h * hd, tmp.data(), static_cast<size_t>(hd) * 4);
+                }
+                for (int h = 0; h < n_kv; ++h) {
+                    kernels::rmsnorm(kr + h * hd, kn.data(), tmp.data(), hd, 1e-6f);
+                    std::memcpy(kr + h * hd, tmp.data(), static_cast<size_t>(hd) * 4);
+                }
+            }
+            const float* cs = table.data() + static_cast<size_t>(pos0 + r) * rp.n_rot;
+            kernels::rope_apply(rp, cs, qr, n_head, hd);
+            kernels::rope_apply(rp, cs, kr, n_kv, hd);
+            std::memcpy(kcache.data() + static_cast<size_t>(pos0 + r) * n_kv * hd, kr, static_cast<size_t>(n_kv * hd) * 4);
+            std::memcpy(vcache.data() + static_cast<size_t>(pos0 + r) * n_kv * hd, v.data() + static_cast<size_t>(r) * n_kv * hd,
+                        static_cast<size_t>(n_kv * hd) * 4);
+        }
+        dvec dt(table), dq(q), dk(k), dv(v), dqn(qn), dkn(kn), dkc(kcache.size()), dvc(vcache.size());
+        CK(cudaMemset(dkc.p, 0, kcache.size() * 4));
+        CK(cudaMemset(dvc.p, 0, vcache.size() * 4));
+        int32_t* dpos = nullptr;   // the position from device memory, as in a graph replay
+        CK(cudaMalloc(&dpos, 4));
+        CK(cudaMemcpy(dpos, &pos0, 4, cudaMemcpyHostToDevice));
+        cuda::qk_norm_rope_store(rp, dt.p, 0, dq.p, dk.p, dv.p, with_norm ? dqn.p : nullptr, with_norm ? dkn.p : nullptr, 1e-6f,
+                                 rows, n_head, n_kv, hd, dkc.p, dvc.p, nullptr, dpos);
+        const std::string tag = with_norm ? " (head norms, neox 96)" : " (normal)";
+        f += report("qk_norm_rope_store q" + tag, cq, dq.get());
+        f += report("qk_norm_rope_store k" + tag, ck, dk.get());
+        f += report("qk_norm_rope_store k cache" + tag, kcache, dkc.get());
+        f += report("qk_norm_rope_store v cache" + tag, vcache, dvc.get());
+        cudaFree(dpos);
+    }
+    // Combine with the residual add: x + (rank-order sum).
+    const int rows = 3, K = 8, E = 300;
+    auto ey = rnd(static_cast<size_t>(rows * K * E), 30), w = rnd(static_cast<size_t>(rows * K), 31, 0.3f);
+    auto x = rnd(static_cast<size_t>(rows * E), 32);
+    std::vector<float> ref(x.size());
+    for (int r = 0; r < rows; ++r)
+        for (int i = 0; i < E; ++i) {
+            float o = 0.0f;
+            for (int k = 0; k < K; ++k) o = o + w[static_cast<size_t>(r * K + k)] * ey[static_cast<size_t>((r * K + k) * E + i)];
+            ref[static_cast<size_t>(r * E + i)] = x[static_cast<size_t>(r * E + i)] + o;
+        }
+    dvec dey(ey), dw(w), dx(x);
+    cuda::moe_combine(dey.p, dw.p, K, rows, E, dx.p, nullptr, true);
+    f += report("moe combine + residual", ref, dx.get());
+    return f;
+}
+
 }  // namespace
 
 int main() {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);   // lines reach the log even if a deadline kills us
     const int host_failures = host_router();
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -264,7 +381,7 @@ int main() {
         return host_failures ? 1 : 77;
     }
     thread_pool pool(4);
-    int failures = host_failures + test_rmsnorm() + test_rope() + test_attention(pool) + test_router() + test_elementwise();
+    int failures = host_failures + test_rmsnorm() + test_rope() + test_attention(pool) + test_router() + test_elementwise() + test_fused();
     std::printf("%s: %d failures\n", failures ? "FAIL" : "PASS", failures);
     return failures ? 1 : 0;
 }

@@ -45,7 +45,7 @@ class DevTools:
         # ends there (no preexec_fn, which is unsafe with threads; not dash, which only
         # redirects single-digit descriptors).
         args = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--no-first-run", "--no-default-browser-check", "--disable-extensions",
+                "--no-first-run", "--no-default-browser-check", "--disable-extensions", "--no-proxy-server",
                 "--remote-debugging-pipe", f"--user-data-dir={self.profile}",
                 f"--window-size={width},{height}", "about:blank"]
         with open(log_path, "wb") as log:

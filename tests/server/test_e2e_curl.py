@@ -161,7 +161,7 @@ def test_client_hangup_mid_stream_is_cancelled_and_the_server_keeps_serving(slui
     assert solo[0] == 200
     # A 2000-token stream (seconds to minutes of decoding); curl is killed after its first event.
     generated_before = metric(sluice_server, "sluice_generated_tokens_total")
-    cmd = [curl, "-sS", "-N", "-H", "Content-Type: application/json", "--data-binary",
+    cmd = [curl, "-sS", "-N", "--max-time", "120", "-H", "Content-Type: application/json", "--data-binary",
            json.dumps({"prompt": COUNT_PROMPT, "max_tokens": 2000, "temperature": 0, "stream": True}),
            sluice_server.base_url + "/v1/completions"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)

@@ -248,14 +248,18 @@ def test_prompt_longer_than_the_context_says_both_counts(server):
 
 
 def test_a_client_that_disconnects_is_cancelled(server):
-    sock = socket.create_connection(("127.0.0.1", server.port))
+    # Bounded: a server that answers with an error, or stops writing, fails here instead of
+    # leaving the loop waiting for events that never come.
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=60)
     body = json.dumps({"prompt": "Once upon a time", "max_tokens": 1000, "stream": True, "temperature": 0.8,
                        "seed": 11}).encode()
     sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
     got = b""
     while got.count(b"data: ") < 3:
-        got += sock.recv(65536)
+        chunk = sock.recv(65536)
+        assert chunk, f"the server closed the stream after {got[:2000]!r}"
+        got += chunk
     sock.close()
     closed_at = server.metric("sluice_generated_tokens_total")
     # Generation stops within a step or two of the close: the token count stops growing long

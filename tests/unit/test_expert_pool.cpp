@@ -199,6 +199,25 @@ TEST(thread_pool, back_to_back_calls_and_sleeping_workers_lose_nothing) {
     }
 }
 
+// Calls whose chunk counts alternate between few and many, with more threads than CPUs: a
+// worker left holding a finished call's word must never claim a chunk against the next call's
+// larger count (that ran a chunk twice and made the caller wait for ever on 2 cores).
+TEST(thread_pool, a_late_worker_never_claims_a_chunk_of_a_finished_call) {
+    for (int spin : {0, 1000}) {
+        thread_pool_options o;
+        o.spin_us = spin;
+        thread_pool pool(3, o);
+        std::vector<int> hits(101, 0);
+        for (int call = 0; call < 20000; ++call) {
+            const int64_t n = call % 2 ? 2 : 101;
+            pool.parallel_for(n, 1, [&](int64_t b, int64_t e) {
+                for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+            });
+        }
+        for (size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i], i < 2 ? 20000 : 10000) << "index " << i << ", spin_us " << spin;
+    }
+}
+
 TEST(thread_pool, bad_options_are_rejected) {
     EXPECT_THROW(thread_pool(0), std::exception);
     thread_pool_options o;

@@ -159,6 +159,15 @@ struct legacy_ops {
         return uns ? dot32_u(aw, x) : dot32_u(aw, _mm256_sign_epi8(x, q));
     }
     [[gnu::always_inline]] __m256i summ(const std::byte* ab) const { return dot32_u(_mm256_set1_epi8(1), loadu256(ab + 4)); }
+    // Rows r < R at ab + r * stride: vi[r] = sumi, vm[r] = summ (zero without a min).
+    template <int R>
+    [[gnu::always_inline]] void sums(const std::byte* ab, int64_t stride, __m256i* vi, __m256i* vm) const {
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            vi[r] = sumi(ab + r * stride);
+            vm[r] = has_min(wt) ? summ(ab + r * stride) : _mm256_setzero_si256();
+        }
+    }
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -178,6 +187,47 @@ void set_scale(kblock& k, int j, int sub_w, int sc) {
     else _mm_store_si128(reinterpret_cast<__m128i*>(k.scp + 8 * j), _mm_set1_epi16(static_cast<int16_t>(sc)));
 }
 void store_q(kblock& k, int chunk, __m256i v) { _mm256_store_si256(reinterpret_cast<__m256i*>(k.q + 32 * chunk), v); }
+
+// The K-quant sub-block scales, decoded in registers (no per-scale scalar code): the SIMD form
+// of get_scale_min_k4 and of the 16-scale formats, then kblock::scp filled with vpshufb.
+
+// Q4_K/Q5_K: the 12 packed scale bytes at s (16 bytes are read; the block's quants follow) ->
+// bytes 0-7 the 6-bit scales of sub-blocks 0-7, bytes 8-15 their 6-bit mins, as
+// get_scale_min_k4 gives them: j < 4: sc = s[j] & 63, m = s[j+4] & 63; j >= 4:
+// sc = (s[j+4] & 15) | (s[j-4] >> 6) << 4, m = (s[j+4] >> 4) | (s[j] >> 6) << 4.
+[[gnu::always_inline]] inline __m128i k4_scales_mins(const std::byte* s) {
+    const __m128i v = loadu128(s);
+    const __m128i lo = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m128i hi = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    const __m128i a = _mm_and_si128(lo, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0));
+    const __m128i b = _mm_and_si128(_mm_srli_epi16(lo, 4), _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15));
+    // (x >> 6) << 4 == (x & 0xC0) >> 2; the 16-bit shift moves no bit across bytes after the mask.
+    const __m128i c = _mm_srli_epi16(_mm_and_si128(hi, _mm_set1_epi8(static_cast<char>(0xC0))), 2);
+    return _mm_or_si128(_mm_or_si128(a, b), c);
+}
+
+// 32-wide sub-blocks: sc8 holds 8 int16 scales; chunk j (32 elements, 16 pairs) gets scale j.
+[[gnu::always_inline]] inline void set_scales32(kblock& k, __m128i sc8) {
+    const __m256i s = _mm256_broadcastsi128_si256(sc8);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j)
+        _mm256_store_si256(reinterpret_cast<__m256i*>(k.scp + 16 * j),
+                           _mm256_shuffle_epi8(s, _mm256_set1_epi16(static_cast<int16_t>((2 * j + 1) << 8 | 2 * j))));
+}
+
+// 16-wide sub-blocks: sc16 holds 16 int16 scales; chunk c's low 128 bits (elements 32c..32c+15)
+// get scale 2c, its high 128 bits scale 2c + 1. vpshufb stays inside 128-bit lanes, so chunks
+// 0-3 shuffle a copy of scales 0-7 in both lanes and chunks 4-7 one of scales 8-15.
+[[gnu::always_inline]] inline void set_scales16(kblock& k, __m256i sc16) {
+    const __m256i lo = _mm256_permute2x128_si256(sc16, sc16, 0x00), hi = _mm256_permute2x128_si256(sc16, sc16, 0x11);
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+        const int i = 4 * (c % 4);   // byte of scale 2c within its copy
+        const __m256i ctrl = _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>((i + 3) << 8 | (i + 2))),
+                                              _mm_set1_epi16(static_cast<int16_t>((i + 1) << 8 | i)));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(k.scp + 16 * c), _mm256_shuffle_epi8(c < 4 ? lo : hi, ctrl));
+    }
+}
 
 // Applies sign byte sg (bit e set: element e negative) to 8 grid magnitudes g into q.
 void signed8(int8_t* q, const uint8_t* g, unsigned sg) {
@@ -251,13 +301,10 @@ template <dtype wt>
         constexpr int qs_off = wt == dtype::q4_k ? 16 : 48;
         k.d = f16_at(b);
         k.dmin = f16_at(b + 2);
-        const auto* scales = reinterpret_cast<const uint8_t*>(b + 4);
-        for (int j = 0; j < 8; ++j) {
-            int sc, mn;
-            get_scale_min_k4(j, scales, sc, mn);
-            set_scale(k, j, 32, sc);
-            k.mn[2 * j] = k.mn[2 * j + 1] = static_cast<int16_t>(mn);
-        }
+        const __m128i sm = k4_scales_mins(b + 4);
+        const __m128i mn8 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));   // mins of sub-blocks 0-7
+        _mm256_store_si256(reinterpret_cast<__m256i*>(k.mn), _mm256_set_m128i(_mm_unpackhi_epi16(mn8, mn8), _mm_unpacklo_epi16(mn8, mn8)));
+        set_scales32(k, _mm_cvtepu8_epi16(sm));
         const __m256i hb = wt == dtype::q5_k ? loadu256(b + 16) : _mm256_setzero_si256();
         for (int h = 0; h < 4; ++h) {
             const __m256i v = loadu256(b + qs_off + 32 * h);
@@ -277,11 +324,9 @@ template <dtype wt>
         // Stored biased: q + 32 in [0, 63] (unsigned, no sign transfer); k_ops::sumi subtracts
         // 32 * sum_j sc_j * bsum_j, so the block's integer sum is unchanged (exact).
         k.d = f16_at(b + 208);
-        const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
-        for (int j = 0; j < 16; ++j) {
-            set_scale(k, j, 16, scales[j]);
-            k.mn[j] = scales[j];
-        }
+        const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(b + 192));   // 16 int8 scales, sign-extended
+        _mm256_store_si256(reinterpret_cast<__m256i*>(k.mn), sc16);
+        set_scales16(k, sc16);
         for (int h = 0; h < 2; ++h) {
             const __m256i qh = loadu256(b + 128 + 32 * h);
             const __m256i ql0 = loadu256(b + 64 * h), ql1 = loadu256(b + 64 * h + 32);
@@ -301,11 +346,11 @@ template <dtype wt>
         if constexpr (wt == dtype::q2_k) {
             k.d = f16_at(b + 80);
             k.dmin = f16_at(b + 82);
-            const auto* scales = reinterpret_cast<const uint8_t*>(b);
-            for (int j = 0; j < 16; ++j) {
-                set_scale(k, j, 16, scales[j] & 0x0F);
-                k.mn[j] = static_cast<int16_t>(scales[j] >> 4);
-            }
+            // scales[16]: low nibble the scale, high nibble the min of each 16-element sub-block.
+            const __m128i s = loadu128(b);
+            const __m128i lo = _mm_and_si128(s, _mm_set1_epi8(0x0F)), hi = _mm_and_si128(_mm_srli_epi16(s, 4), _mm_set1_epi8(0x0F));
+            _mm256_store_si256(reinterpret_cast<__m256i*>(k.mn), _mm256_cvtepu8_epi16(hi));
+            set_scales16(k, _mm256_cvtepu8_epi16(lo));
         } else {
             k.d = f16_at(b + 108);
             const auto* scales = reinterpret_cast<const uint8_t*>(b + 96);
@@ -402,7 +447,58 @@ struct k_ops {
         const __m256i bs = loadu256(ab + offsetof(act_block256, bsums));
         return _mm256_madd_epi16(bs, _mm256_load_si256(reinterpret_cast<const __m256i*>(k.mn)));
     }
+    // sumi and summ of rows r < R at ab + r * stride, chunk by chunk: each chunk's weights and
+    // scales are loaded once for the R rows (one activation load per row and chunk instead of
+    // three loads), the register blocking that makes a window's extra rows cheap.
+    template <int R>
+    [[gnu::always_inline]] void sums(const std::byte* ab, int64_t stride, __m256i* vi, __m256i* vm) const {
+        constexpr bool uns = decoded_unsigned(wt);
+        __m256i acc[R];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; ++c) {
+            const __m256i qv = _mm256_load_si256(reinterpret_cast<const __m256i*>(k.q + 32 * c));
+            const __m256i av = uns ? qv : _mm256_load_si256(reinterpret_cast<const __m256i*>(k.aw + 32 * c));
+            const __m256i sc = _mm256_load_si256(reinterpret_cast<const __m256i*>(k.scp + 16 * c));
+#pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+                const __m256i xv = loadu256(ab + r * stride + 4 + 32 * c);
+                const __m256i p = _mm256_maddubs_epi16(av, uns ? xv : _mm256_sign_epi8(xv, qv));
+#if SLUICE_DOT_WIDE
+                acc[r] = _mm256_dpwssd_epi32(acc[r], p, sc);
+#else
+                acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p, sc));
+#endif
+            }
+        }
+        const __m256i mn = _mm256_load_si256(reinterpret_cast<const __m256i*>(k.mn));
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            vi[r] = acc[r];
+            vm[r] = _mm256_setzero_si256();
+            if constexpr (has_min(wt) || wt == dtype::q6_k) {
+                const __m256i sb = _mm256_madd_epi16(loadu256(ab + r * stride + offsetof(act_block256, bsums)), mn);
+                // Q6_K's bias: sum_j sc_j * dot(q_j + 32, x_j) - 32 * sum_j sc_j * bsum_j (|.| < 2^25).
+                if constexpr (wt == dtype::q6_k) vi[r] = _mm256_sub_epi32(acc[r], _mm256_slli_epi32(sb, 5));
+                else vm[r] = sb;
+            }
+        }
+    }
 };
+
+// sums of m rows (m >= 1) at ab + r * stride into vi[r], vm[r]: batches of 4, then the rest.
+template <class ops>
+[[gnu::always_inline]] inline void sums_n(const ops& o, const std::byte* ab, int64_t stride, int m, __m256i* vi, __m256i* vm) {
+    int r = 0;
+    for (; r + 4 <= m; r += 4) o.template sums<4>(ab + r * stride, stride, vi + r, vm + r);
+    switch (m - r) {
+    case 3: o.template sums<3>(ab + r * stride, stride, vi + r, vm + r); break;
+    case 2: o.template sums<2>(ab + r * stride, stride, vi + r, vm + r); break;
+    case 1: o.template sums<1>(ab + r * stride, stride, vi + r, vm + r); break;
+    default: break;
+    }
+}
 
 // Eight 8-lane partial vectors -> one vector whose lane r is the total of v[r].
 __m256i reduce8(const __m256i* v) {
@@ -420,6 +516,8 @@ float term1(float d, float m, float dx, int32_t sumi, int32_t summ) {
     else if constexpr (is_legacy(wt)) return a + (m * dx) * static_cast<float>(summ);
     else return a - (m * dx) * static_cast<float>(summ);
 }
+// The same term for 8 blocks (or 8 rows), one per lane: A = (d * dx) * float(sumi), then + or -
+// (m * dx) * float(summ), each operation rounded on its own.
 template <dtype wt>
 __m256 term8(__m256 d, __m256 m, __m256 dx, __m256i sumi, __m256i summ) {
     const __m256 a = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(sumi));
@@ -429,70 +527,87 @@ __m256 term8(__m256 d, __m256 m, __m256 dx, __m256i sumi, __m256i summ) {
     else return _mm256_sub_ps(a, b);
 }
 
-// A window of 2..16 rows: lane r of y[g] is row 8g + r (NG groups of 8, kept in registers).
-// act_stride < 2^27 (dot_dispatch.cpp checks) so the rows' dx can be gathered with int32 offsets.
-template <dtype wt, class ops, int NG>
-void rows_window(ops& o, const std::byte* w, const std::byte* a, size_t stride, int nr, int64_t nb, float* out) {
+// Blocks go 8 at a time (a group), each decoded once into o[0..7] for every row; a row's y folds
+// dot_ref's terms in block order, one fp32 lane per term, whichever of two layouts computes it:
+//   - rows in whole groups of 8 (windows of 8..16): one lane per row. For each block, the 8
+//     rows' integer partials reduce together (reduce8), the 8 terms come out of one term8, and
+//     lane r folds y_r = y_r + t_r;
+//   - the other rows (0..7 of them; all of a 1..7-row window): one lane per block. For each row,
+//     the 8 blocks' partials reduce together, term8 gives the row's 8 terms, folded in order in
+//     scalar code.
+// Either way a row costs its integer sums and 1/8 of a reduce8 and a term8 per block: a window
+// of T rows costs one decode plus T of these, with no lanes spent on rows that are not there.
+// act_stride < 2^27 (dot_dispatch.cpp checks) so the rows' dx gather with int32 offsets.
+template <dtype wt, class ops, bool full>
+[[gnu::always_inline]] inline void block_group(ops& o, const std::byte* w, const std::byte* a, size_t stride, int nr,
+                                               int64_t ib, int kb_rt, __m256i row_ix, __m256i blk_ix, __m256* yv,
+                                               float* ys) {
     constexpr int64_t ab_bytes = static_cast<int64_t>(ops::act_bytes);
-    __m256 y[NG];
-    __m256i idx[NG];
-    __m256 mask[NG];
-    for (int g = 0; g < NG; ++g) {
-        y[g] = _mm256_setzero_ps();
-        const int rows = nr - 8 * g < 8 ? nr - 8 * g : 8;
-        alignas(32) int32_t ix[8], mk[8];
-        for (int r = 0; r < 8; ++r) {
-            ix[r] = r < rows ? static_cast<int32_t>(r * stride) : 0;
-            mk[r] = r < rows ? -1 : 0;
-        }
-        idx[g] = _mm256_load_si256(reinterpret_cast<const __m256i*>(ix));
-        mask[g] = _mm256_castsi256_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(mk)));
-    }
-    for (int64_t ib = 0; ib < nb; ++ib) {
-        o.decode(w, ib);
-        const __m256 d = _mm256_set1_ps(o.d), m = _mm256_set1_ps(o.m);
-#pragma GCC unroll 2
-        for (int g = 0; g < NG; ++g) {
-            const int rows = nr - 8 * g < 8 ? nr - 8 * g : 8;   // lanes past it stay 0, unused
-            const std::byte* base = a + 8 * g * static_cast<int64_t>(stride) + ib * ab_bytes;
-            __m256i vi[8], vm[8];
+    const int64_t st = static_cast<int64_t>(stride);
+    const int kb = full ? 8 : kb_rt;   // blocks in this group
+    const int nv = nr / 8;              // row groups of 8 (lane = row)
+    const int m = nr - 8 * nv;          // the other rows (lane = block)
+    const std::byte* rows0 = a + 8 * nv * st + ib * ab_bytes;
+    // The other rows' integer sums, [block][row], for the per-row reductions after the loop.
+    // One decoded block (o) is reused: measured on this Xeon, decoding 8 K-quant blocks into 8
+    // kblocks first made one row 40% slower than decoding each into the same (hot) kblock.
+    __m256i sb_i[8][7], sb_m[8][7];
+    alignas(32) float ds[8] = {}, ms[8] = {};
 #pragma GCC unroll 8
-            for (int r = 0; r < 8; ++r) {
-                vi[r] = vm[r] = _mm256_setzero_si256();
-                if (r >= rows) continue;
-                const std::byte* ab = base + r * static_cast<int64_t>(stride);
-                vi[r] = o.sumi(ab);
-                if constexpr (has_min(wt)) vm[r] = o.summ(ab);
-            }
-            const __m256 dx = _mm256_mask_i32gather_ps(_mm256_setzero_ps(), reinterpret_cast<const float*>(base), idx[g], mask[g], 1);
+    for (int k = 0; k < kb; ++k) {
+        o.decode(w, ib + k);
+        ds[k] = o.d;
+        ms[k] = o.m;
+        for (int g = 0; g < nv; ++g) {
+            const std::byte* bk = a + 8 * g * st + (ib + k) * ab_bytes;
+            __m256i vi[8], vm[8];
+            o.template sums<4>(bk, st, vi, vm);
+            o.template sums<4>(bk + 4 * st, st, vi + 4, vm + 4);
+            const __m256 dx = _mm256_i32gather_ps(reinterpret_cast<const float*>(bk), row_ix, 1);
             const __m256i summ = has_min(wt) ? reduce8(vm) : _mm256_setzero_si256();
-            const __m256 t = term8<wt>(d, m, dx, reduce8(vi), summ);
-            y[g] = ib == 0 ? t : _mm256_add_ps(y[g], t);
+            const __m256 t = term8<wt>(_mm256_set1_ps(o.d), _mm256_set1_ps(o.m), dx, reduce8(vi), summ);
+            yv[g] = ib + k == 0 ? t : _mm256_add_ps(yv[g], t);
         }
+        if (m > 0) sums_n(o, rows0 + k * ab_bytes, st, m, sb_i[k], sb_m[k]);
     }
-    for (int g = 0; g < NG; ++g) {
-        alignas(32) float l[8];
-        _mm256_store_ps(l, y[g]);
-        for (int r = 0; r < 8 && 8 * g + r < nr; ++r) out[8 * g + r] = l[r];
+    if (m == 0) return;
+    if (!full)
+        for (int k = kb; k < 8; ++k)
+            for (int r = 0; r < m; ++r) sb_i[k][r] = sb_m[k][r] = _mm256_setzero_si256();
+    // Lanes past kb (a row's last, partial group) hold zero terms: never folded.
+    const __m256 dv = _mm256_load_ps(ds), mv = _mm256_load_ps(ms);
+    const __m256 live = full ? _mm256_castsi256_ps(_mm256_set1_epi32(-1))
+                             : _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(kb), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+    for (int i = 0; i < m; ++i) {
+        const std::byte* base = rows0 + i * st;
+        __m256i vi[8], vm[8];
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) {
+            vi[k] = sb_i[k][i];
+            vm[k] = sb_m[k][i];
+        }
+        const __m256 dx = full ? _mm256_i32gather_ps(reinterpret_cast<const float*>(base), blk_ix, 1)
+                               : _mm256_mask_i32gather_ps(_mm256_setzero_ps(), reinterpret_cast<const float*>(base), blk_ix, live, 1);
+        const __m256i summ = has_min(wt) ? reduce8(vm) : _mm256_setzero_si256();
+        alignas(32) float ts[8];
+        _mm256_store_ps(ts, term8<wt>(dv, mv, dx, reduce8(vi), summ));
+        float y = ys[i];
+        for (int k = 0; k < kb; ++k) y = ib + k == 0 ? ts[k] : y + ts[k];   // y = t0, then y + t in block order
+        ys[i] = y;
     }
 }
 
-// For each block in order: decode once, then every row's exact integer sums and dot_ref's term.
-// The terms are computed 8 at a time, one fp32 lane each, with dot_ref's expression lane by
-// lane: one row takes 8 consecutive blocks per vector, then folds the 8 terms in order in
-// scalar code; a window of rows takes one lane per row (groups of 8), so each lane folds its
-// own row's terms in block order. Eight integer partial vectors reduce in one reduce8 either way.
 template <dtype wt, class ops>
 void quant_rows_with(const std::byte* w, const std::byte* a, size_t stride, int nr, int64_t n, float* out) {
     constexpr int64_t qk = is_legacy(wt) ? 32 : 256;
-    constexpr int64_t ab_bytes = static_cast<int64_t>(ops::act_bytes);
+    constexpr int32_t ab_bytes = static_cast<int32_t>(ops::act_bytes);
     const int64_t nb = n / qk;
     if (nb == 0) {
         for (int r = 0; r < nr; ++r) out[r] = 0.0f;   // dot_ref's empty row
         return;
     }
     ops o;
-    if (nr == 1) {
+    if (nr == 1) {   // one row: blocks decoded in place, 8 terms per term8 (measured fastest for decode)
         float y = 0.0f;
         int64_t ib = 0;
         for (; ib + 8 <= nb; ib += 8) {
@@ -525,8 +640,18 @@ void quant_rows_with(const std::byte* w, const std::byte* a, size_t stride, int 
         out[0] = y;
         return;
     }
-    if (nr <= 8) rows_window<wt, ops, 1>(o, w, a, stride, nr, nb, out);
-    else rows_window<wt, ops, 2>(o, w, a, stride, nr, nb, out);
+    const int32_t st = static_cast<int32_t>(stride);
+    const __m256i row_ix = _mm256_setr_epi32(0, st, 2 * st, 3 * st, 4 * st, 5 * st, 6 * st, 7 * st);
+    const __m256i blk_ix = _mm256_setr_epi32(0, ab_bytes, 2 * ab_bytes, 3 * ab_bytes, 4 * ab_bytes, 5 * ab_bytes,
+                                             6 * ab_bytes, 7 * ab_bytes);
+    __m256 yv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    float ys[8] = {};
+    int64_t ib = 0;
+    for (; ib + 8 <= nb; ib += 8) block_group<wt, ops, true>(o, w, a, stride, nr, ib, 8, row_ix, blk_ix, yv, ys);
+    if (ib < nb) block_group<wt, ops, false>(o, w, a, stride, nr, ib, static_cast<int>(nb - ib), row_ix, blk_ix, yv, ys);
+    const int nv = nr / 8;
+    for (int g = 0; g < nv; ++g) _mm256_storeu_ps(out + 8 * g, yv[g]);
+    for (int r = 8 * nv; r < nr; ++r) out[r] = ys[r - 8 * nv];
 }
 
 // ---------------------------------------------------------------------------------------------

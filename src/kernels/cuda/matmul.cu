@@ -2,9 +2,10 @@
 //
 // One warp computes one output column j (one weight row) for up to 16 activation rows (a
 // verify window shares each decoded weight block between its rows), or for one (token, expert)
-// pair in expert mode. A block of QK elements is split into QK/8 pieces of 8 elements
-// (quant_decode.cuh): a legacy block (QK 32) takes 4 lanes, so a warp step covers 8 blocks; a
-// K-quant/I-quant super-block (QK 256) takes the whole warp. Per row:
+// pair in expert mode (the expert id read on the device: all routed experts of a layer are one
+// launch, grid (column block, pair)). A block of QK elements is split into QK/8 pieces of 8
+// elements (quant_decode.cuh): a legacy block (QK 32) takes 4 lanes, so a warp step covers 8
+// blocks; a K-quant/I-quant super-block (QK 256) takes the whole warp. Per row:
 //   - each lane: si = sc * dot(q, qx) and sm = mn * sum(qx) over its piece (dp4a, integers);
 //   - the block's lanes add their si / sm (integer adds: exact in any order);
 //   - every lane of the block computes the block's fp32 term with dot_ref's expression
@@ -13,12 +14,22 @@
 //     each lane reading them by shuffle, so every lane holds the same y.
 // A row's bits depend only on its own data: no split of the reduction depends on the row count.
 //
-// Float weights (F32/F16/BF16): dot_f32_ref's rule, 16 lanes (a half warp), lane l accumulating
-// __fmaf_rn(w[i], x[i], acc) for i % 16 == l in index order, then the pairwise fold 8, 4, 2, 1.
+// Memory: the reduction is a serial chain per column, so a warp that fetched each block's bytes
+// when it reached it paid one global-memory latency per block (~10 us for a 2048 x 768 expert,
+// 2% of HBM, measured 2026-11-29). Instead the row is staged in chunks of k_chunk_elems
+// elements: each warp copies its weight row's chunk into shared memory with 16-byte loads (all
+// of them in flight at once), the block copies the chunk of its activation rows (shared by its
+// warps) the same way, and the decode then reads shared memory. The arithmetic and its order
+// are unchanged.
+//
+// Float weights (F32/F16/BF16): dot_f32_ref's rule, 16 lanes (a half warp) per output column
+// and row, lane l accumulating __fmaf_rn(w[i], x[i], acc) for i % 16 == l in index order, then
+// the pairwise fold 8, 4, 2, 1.
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/quant_decode.cuh"
 
 #include "core/error.h"
+#include "kernels/cuda/launch.cuh"
 #include "quant/iq_tables.h"
 
 #include <cuda_fp16.h>
@@ -42,13 +53,40 @@ __device__ inline iq_tables device_tables() {
     return iq_tables{g_ksigns, g_iq2xxs, g_iq2xs, g_iq2s, g_iq3xxs, g_iq3s, g_kv_iq4nl, g_kv_mxfp4};
 }
 
-constexpr int k_warps = 4;      // warps (output columns) per thread block
-constexpr int k_max_rows = 16;  // activation rows per warp (a verify window)
+constexpr int k_warps = 4;            // warps (output columns) per thread block (mm_float_kernel, windows)
+constexpr int k_warps_max = 8;        // mm_quant_kernel: 4 or 8 warps a block (the launch picks)
+constexpr int k_max_rows = 16;        // activation rows per warp (a verify window)
+constexpr int k_chunk_elems = 2048;   // elements of a row staged in shared memory at a time
 
-__device__ inline int32_t pack4(const int8_t* q) {
-    return static_cast<int32_t>(static_cast<uint8_t>(q[0]) | (static_cast<uint32_t>(static_cast<uint8_t>(q[1])) << 8) |
-                                (static_cast<uint32_t>(static_cast<uint8_t>(q[2])) << 16) |
-                                (static_cast<uint32_t>(static_cast<uint8_t>(q[3])) << 24));
+// Bytes of shared memory that hold `len` bytes copied from any address by stage() below.
+constexpr int stage_region(int len) { return ((len + 15) / 16 + 1) * 16; }
+
+template <dtype T>
+struct stage_sizes {
+    static constexpr int blocks = k_chunk_elems / fmt_traits<T>::qk;                  // per chunk
+    static constexpr int w_region = stage_region(blocks * fmt_traits<T>::block_bytes);  // per warp
+    static constexpr int a_region = stage_region(blocks * fmt_traits<T>::act_bytes);    // per row
+    static_assert(blocks % (32 / (fmt_traits<T>::qk / 8)) == 0, "a chunk is whole warp steps");
+};
+
+// Copies bytes [src, src + len) into dst (16-byte aligned, stage_region(len) bytes) as the
+// aligned 16-byte words that cover them, threads tid, tid + n, ... each taking words; returns
+// where src[0] landed (dst + src % 16). The words may reach up to 15 bytes outside [src, src +
+// len), never outside an aligned 16-byte granule holding one of its bytes (same page, same
+// allocation granule).
+__device__ inline const uint8_t* stage(const uint8_t* src, int len, uint4* dst, int tid, int n) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(src);
+    const uint4* s = reinterpret_cast<const uint4*>(a & ~static_cast<uintptr_t>(15));
+    const int o = static_cast<int>(a & 15);
+    const int words = (o + len + 15) / 16;
+    for (int i = tid; i < words; i += n) dst[i] = __ldg(s + i);
+    return reinterpret_cast<const uint8_t*>(dst) + o;
+}
+
+// Shared memory of one block of mm_quant_kernel<T> for up to `rows` activation rows.
+template <dtype T>
+size_t quant_smem_bytes(int rows, int warps) {
+    return static_cast<size_t>(warps) * stage_sizes<T>::w_region + static_cast<size_t>(rows) * stage_sizes<T>::a_region;
 }
 
 // Integer sum over the L lanes of a block (L = 4 or 32; lanes of a block are consecutive).
@@ -62,80 +100,139 @@ __device__ inline int32_t group_sum(int32_t v) {
     }
 }
 
-template <dtype T>
-__global__ void __launch_bounds__(k_warps * 32)
+// grid (ceil(n_out / warps), row groups), blocks of `warps` = blockDim.x / 32 warps (4 or 8);
+// dynamic shared memory quant_smem_bytes<T>(rows of a group, warps): the warps' weight regions,
+// then one activation region per row. MAXR: the most rows a block takes, k_max_rows, or 1 for
+// one-row launches (a decode step's matmuls and every expert-mode launch): the same code for
+// row 0, with registers for one accumulator instead of 16, so more blocks fit on an SM (those
+// launches are latency-bound), and two blocks' integer work unrolled side by side (the fold
+// still takes the terms in block order). Launch bounds: 4 blocks of 8 warps per SM for one row
+// (64 registers, what it needs; 6 blocks would spill ~100 bytes), 3 for windows (~80).
+template <dtype T, int MAXR>
+__global__ void __launch_bounds__(k_warps_max * 32, MAXR == 1 ? 4 : 3)
     mm_quant_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_blocks, int64_t n_out,
                     const int32_t* __restrict__ ids, size_t expert_stride, const uint8_t* __restrict__ act,
-                    size_t act_stride, int act_div, int64_t n_rows, float* __restrict__ y, int64_t y_stride) {
+                    size_t act_stride, int act_div, int64_t n_rows, float* __restrict__ y, int64_t y_stride,
+                    bool accumulate, int64_t n_cb1, const uint8_t* __restrict__ w2, int64_t n_out2,
+                    float* __restrict__ y2, int64_t y2_stride, const int32_t* __restrict__ tiles,
+                    const int32_t* __restrict__ n_tiles, const int32_t* __restrict__ perm) {
+    wait_prior_grids();   // first: see launch.cuh
+    // Column blocks [0, n_cb1) are the first matrix's, the rest the second's.
+    int64_t bx = blockIdx.x;
+    if (bx >= n_cb1) {
+        bx -= n_cb1;
+        w = w2;
+        n_out = n_out2;
+        y = y2;
+        y_stride = y2_stride;
+    }
     using tr = fmt_traits<T>;
+    using ss = stage_sizes<T>;
     constexpr int L = tr::qk / 8;       // lanes per block
     constexpr int BPW = 32 / L;         // blocks per warp step
     constexpr int AB = tr::act_bytes;   // bytes per activation block
-    const int lane = static_cast<int>(threadIdx.x & 31);
-    const int64_t j = static_cast<int64_t>(blockIdx.x) * k_warps + threadIdx.x / 32;
-    if (j >= n_out) return;   // whole warps leave together
-    int64_t r0;
+    constexpr int BB = tr::block_bytes;
+    constexpr int CB = ss::blocks;      // blocks per chunk
+    extern __shared__ uint4 smem[];
+    const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x & 31);
+    const int nw = static_cast<int>(blockDim.x / 32);
+    const int64_t j = bx * nw + warp;
+    // Warps past the last column still help stage the activations (every thread reaches the
+    // block barriers); they decode nothing and write nothing.
+    const bool live = j < n_out;
+    uint4* sw = smem + warp * (ss::w_region / 16);
+    uint4* sa = smem + nw * (ss::w_region / 16);
+    // The block's rows: r0 + r (plain windows), one (token, expert) pair (expert mode), or
+    // rows[r] (grouped expert mode: up to 16 pairs of one expert, a tile made by group_pairs).
+    int64_t r0 = 0;
     int nr;
+    const int32_t* rows = nullptr;
     const uint8_t* wrow;
-    if (ids) {
+    if (tiles) {
+        const int64_t t = blockIdx.y;
+        if (t >= *n_tiles) return;   // the whole block, before any barrier
+        rows = perm + tiles[3 * t];
+        nr = tiles[3 * t + 1];
+        wrow = w + static_cast<size_t>(tiles[3 * t + 2]) * expert_stride + static_cast<size_t>(live ? j : 0) * row_bytes;
+    } else if (ids) {
         r0 = blockIdx.y;
         nr = 1;
-        wrow = w + static_cast<size_t>(ids[r0]) * expert_stride + static_cast<size_t>(j) * row_bytes;
+        wrow = w + static_cast<size_t>(ids[r0]) * expert_stride + static_cast<size_t>(live ? j : 0) * row_bytes;
     } else {
         r0 = static_cast<int64_t>(blockIdx.y) * k_max_rows;
         nr = static_cast<int>(n_rows - r0 < k_max_rows ? n_rows - r0 : k_max_rows);
-        wrow = w + static_cast<size_t>(j) * row_bytes;
+        wrow = w + static_cast<size_t>(live ? j : 0) * row_bytes;
     }
+    if (nr > MAXR) nr = MAXR;   // never: the launch picks MAXR >= the rows of a group
     const iq_tables tb = device_tables();
     const int g = lane / L, piece = lane % L;
-    float acc[k_max_rows];
+    float acc[MAXR];
 #pragma unroll
-    for (int r = 0; r < k_max_rows; ++r) acc[r] = 0.0f;
+    for (int r = 0; r < MAXR; ++r) acc[r] = 0.0f;
 
-    // Unrolled so that the next blocks' weight loads are in flight while this one is reduced
-    // (one warp per column leaves few warps per SM on expert-sized matrices).
-#pragma unroll 2
-    for (int64_t ib0 = 0; ib0 < n_blocks; ib0 += BPW) {
-        const int64_t ib = ib0 + g;
-        const bool valid = ib < n_blocks;
-        int8_t q[8];
-        int sc = 0, mn = 0;
-        float d = 0.0f, dmin = 0.0f;
-        if (valid) {
-            const uint8_t* b = wrow + static_cast<size_t>(ib) * tr::block_bytes;
-            decode_piece<T>(b, piece, tb, q, sc, mn);
-            decode_scales<T>(b, d, dmin);
-        } else {
-            for (int e = 0; e < 8; ++e) q[e] = 0;
+    for (int64_t cb = 0; cb < n_blocks; cb += CB) {
+        const int nb = static_cast<int>(n_blocks - cb < CB ? n_blocks - cb : CB);
+        __syncthreads();   // the previous chunk is consumed
+        const uint8_t* wc = nullptr;
+        if (live) wc = stage(wrow + static_cast<size_t>(cb) * BB, nb * BB, sw, lane, 32);
+        // Row r's chunk lands at sa_r + 4 * ((ao >> 2r) & 3): activation rows start at multiples
+        // of 4 bytes, so two bits per row keep where (one register instead of 16 pointers).
+        uint32_t ao = 0;
+        for (int r = 0; r < nr; ++r) {
+            const int64_t row = rows ? rows[r] : r0 + r;
+            const uint8_t* p = stage(act + static_cast<size_t>(row / act_div) * act_stride + static_cast<size_t>(cb) * AB,
+                                     nb * AB, sa + r * (ss::a_region / 16), static_cast<int>(threadIdx.x), nw * 32);
+            ao |= static_cast<uint32_t>((p - reinterpret_cast<const uint8_t*>(sa + r * (ss::a_region / 16))) / 4) << (2 * r);
         }
-        const int32_t q0 = pack4(q), q1 = pack4(q + 4);
-#pragma unroll
-        for (int r = 0; r < k_max_rows; ++r) {
-            if (r >= nr) break;   // uniform across the warp
-            const uint8_t* ab = act + static_cast<size_t>((r0 + r) / act_div) * act_stride + static_cast<size_t>(ib) * AB;
-            int32_t si = 0, sm = 0;
-            float dx = 0.0f;
+        __syncthreads();
+        if (!live) continue;
+        // Word loads of the staged blocks need 4-byte alignment (every block of the chunk has it
+        // when the first has and the block size is a multiple of 4).
+        const bool w_aligned = (reinterpret_cast<uintptr_t>(wc) & 3) == 0 && BB % 4 == 0;
+#pragma unroll(MAXR == 1 ? 2 : 1)
+        for (int ib0 = 0; ib0 < nb; ib0 += BPW) {
+            const int ib = ib0 + g;   // block within the chunk
+            const bool valid = ib < nb;
+            int32_t q0 = 0, q1 = 0;
+            int sc = 0, mn = 0;
+            float d = 0.0f, dmin = 0.0f;
             if (valid) {
-                const int32_t x0 = *reinterpret_cast<const int32_t*>(ab + 4 + 8 * piece);
-                const int32_t x1 = *reinterpret_cast<const int32_t*>(ab + 8 + 8 * piece);
-                si = sc * __dp4a(q1, x1, __dp4a(q0, x0, 0));
-                if constexpr (tr::kind != term_kind::sym) sm = mn * __dp4a(x1, 0x01010101, __dp4a(x0, 0x01010101, 0));
-                dx = *reinterpret_cast<const float*>(ab);
+                const uint8_t* b = wc + ib * BB;
+                decode_piece_packed<T>(b, piece, tb, w_aligned, q0, q1, sc, mn);
+                decode_scales<T>(b, d, dmin);
             }
-            si = group_sum<L>(si);
-            if constexpr (tr::kind != term_kind::sym) sm = group_sum<L>(sm);
-            const float t = block_term<tr::kind>(d, dmin, dx, si, sm);
 #pragma unroll
-            for (int gg = 0; gg < BPW; ++gg) {
-                const float tg = __shfl_sync(0xffffffffu, t, gg * L);
-                if (ib0 + gg < n_blocks) acc[r] = ib0 + gg == 0 ? tg : __fadd_rn(acc[r], tg);
+            for (int r = 0; r < MAXR; ++r) {
+                if (r >= nr) break;   // uniform across the block
+                int32_t si = 0, sm = 0;
+                float dx = 0.0f;
+                if (valid) {
+                    const uint8_t* ab = reinterpret_cast<const uint8_t*>(sa + r * (ss::a_region / 16)) +
+                                        4 * ((ao >> (2 * r)) & 3u) + ib * AB;
+                    const int32_t x0 = *reinterpret_cast<const int32_t*>(ab + 4 + 8 * piece);
+                    const int32_t x1 = *reinterpret_cast<const int32_t*>(ab + 8 + 8 * piece);
+                    si = sc * __dp4a(q1, x1, __dp4a(q0, x0, 0));
+                    if constexpr (tr::kind != term_kind::sym) sm = mn * __dp4a(x1, 0x01010101, __dp4a(x0, 0x01010101, 0));
+                    dx = *reinterpret_cast<const float*>(ab);
+                }
+                si = group_sum<L>(si);
+                if constexpr (tr::kind != term_kind::sym) sm = group_sum<L>(sm);
+                const float t = block_term<tr::kind>(d, dmin, dx, si, sm);
+#pragma unroll
+                for (int gg = 0; gg < BPW; ++gg) {
+                    const float tg = __shfl_sync(0xffffffffu, t, gg * L);
+                    if (ib0 + gg < nb) acc[r] = cb + ib0 + gg == 0 ? tg : __fadd_rn(acc[r], tg);
+                }
             }
         }
     }
-    if (lane == 0) {
+    if (live && lane == 0) {
 #pragma unroll
-        for (int r = 0; r < k_max_rows; ++r)
-            if (r < nr) y[(r0 + r) * y_stride + j] = acc[r];
+        for (int r = 0; r < MAXR; ++r)
+            if (r < nr) {
+                float* yy = y + (rows ? rows[r] : r0 + r) * y_stride + j;
+                *yy = accumulate ? __fadd_rn(*yy, acc[r]) : acc[r];
+            }
     }
 }
 
@@ -150,41 +247,118 @@ __device__ inline float load_w(const uint8_t* row, int64_t i) {
     }
 }
 
-// Float weights: a warp per output column, each half warp one activation row at a time.
+constexpr int k_float_cols = k_warps * 2;   // half warps (output columns) per block of mm_float_kernel
+constexpr int k_float_unroll = 32;          // loads in flight per lane before their FMAs
+
+// Float weights: a half warp per output column, the rows of its group one after the other.
+// The loads of k_float_unroll consecutive steps of a lane are issued before their FMAs (the
+// FMA chain itself stays in index order: the same bits).
 template <dtype T>
 __global__ void __launch_bounds__(k_warps * 32)
     mm_float_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
                     const int32_t* __restrict__ ids, size_t expert_stride, const uint8_t* __restrict__ act,
-                    size_t act_stride, int act_div, int64_t n_rows, float* __restrict__ y, int64_t y_stride) {
-    const int lane = static_cast<int>(threadIdx.x & 31);
-    const int64_t j = static_cast<int64_t>(blockIdx.x) * k_warps + threadIdx.x / 32;
-    if (j >= n_out) return;
+                    size_t act_stride, int act_div, int64_t n_rows, float* __restrict__ y, int64_t y_stride,
+                    bool accumulate, int64_t n_cb1, const uint8_t* __restrict__ w2, int64_t n_out2,
+                    float* __restrict__ y2, int64_t y2_stride) {
+    wait_prior_grids();   // first: see launch.cuh
+    // Column blocks [0, n_cb1) are the first matrix's, the rest the second's.
+    int64_t bx = blockIdx.x;
+    if (bx >= n_cb1) {
+        bx -= n_cb1;
+        w = w2;
+        n_out = n_out2;
+        y = y2;
+        y_stride = y2_stride;
+    }
+    const int l = static_cast<int>(threadIdx.x & 15);
+    const int64_t j = bx * (blockDim.x / 16) + threadIdx.x / 16;   // blockDim.x / 16 columns per block
+    const bool live = j < n_out;   // every lane stays for the shuffles
     int64_t r0;
     int nr;
     const uint8_t* wrow;
     if (ids) {
         r0 = blockIdx.y;
         nr = 1;
-        wrow = w + static_cast<size_t>(ids[r0]) * expert_stride + static_cast<size_t>(j) * row_bytes;
+        wrow = w + static_cast<size_t>(ids[r0]) * expert_stride + static_cast<size_t>(live ? j : 0) * row_bytes;
     } else {
         r0 = static_cast<int64_t>(blockIdx.y) * k_max_rows;
         nr = static_cast<int>(n_rows - r0 < k_max_rows ? n_rows - r0 : k_max_rows);
-        wrow = w + static_cast<size_t>(j) * row_bytes;
+        wrow = w + static_cast<size_t>(live ? j : 0) * row_bytes;
     }
-    const int half = lane / 16, l = lane % 16;
-    for (int rr = 0; rr < nr; rr += 2) {
-        const int r = rr + half;
+    for (int r = 0; r < nr; ++r) {   // nr is uniform across the block
         float a = 0.0f;
-        if (r < nr) {
+        if (live) {
             const float* x = reinterpret_cast<const float*>(act + static_cast<size_t>((r0 + r) / act_div) * act_stride);
-            for (int64_t i = l; i < n_in; i += 16) a = __fmaf_rn(load_w<T>(wrow, i), x[i], a);
+            int64_t i = l;
+            for (; i + 16 * (k_float_unroll - 1) < n_in; i += 16 * k_float_unroll) {
+                float wv[k_float_unroll], xv[k_float_unroll];
+#pragma unroll
+                for (int u = 0; u < k_float_unroll; ++u) {
+                    wv[u] = load_w<T>(wrow, i + 16 * u);
+                    xv[u] = __ldg(x + i + 16 * u);
+                }
+#pragma unroll
+                for (int u = 0; u < k_float_unroll; ++u) a = __fmaf_rn(wv[u], xv[u], a);
+            }
+            for (; i < n_in; i += 16) a = __fmaf_rn(load_w<T>(wrow, i), x[i], a);
         }
         // acc[l] += acc[l + s] for s = 8, 4, 2, 1, within each half warp.
         for (int s = 8; s >= 1; s >>= 1) {
             const float o = __shfl_down_sync(0xffffffffu, a, s, 16);
             a = __fadd_rn(a, o);
         }
-        if (l == 0 && r < nr) y[(r0 + r) * y_stride + j] = a;
+        if (live && l == 0) {
+            float* yy = y + (r0 + r) * y_stride + j;
+            *yy = accumulate ? __fadd_rn(*yy, a) : a;
+        }
+    }
+}
+
+// One block: counts per expert (shared-memory atomics), offsets by a serial scan, tiles of up
+// to k_max_rows pairs per expert, then each pair placed into its expert's range. The order of
+// pairs inside an expert's range depends on the atomics' order, which changes nothing: every
+// row's result depends on that row alone (E1).
+__global__ void group_pairs_kernel(const int32_t* ids, int n_pairs, int n_expert, int32_t* perm, int32_t* tiles,
+                                   int32_t* n_tiles) {
+    wait_prior_grids();   // first: see launch.cuh
+    extern __shared__ int32_t gsh[];
+    int32_t* cnt = gsh;                 // [n_expert]
+    int32_t* off = gsh + n_expert;      // [n_expert]
+    int32_t* fill = off + n_expert;     // [n_expert]: first tile, then the pairs placed
+    const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+    for (int e = tid; e < n_expert; e += nt) cnt[e] = 0;
+    __syncthreads();
+    for (int p = tid; p < n_pairs; p += nt) {
+        const int e = ids[p];
+        if (e >= 0 && e < n_expert) atomicAdd(&cnt[e], 1);
+    }
+    __syncthreads();
+    if (tid == 0) {
+        int o = 0, tb = 0;
+        for (int e = 0; e < n_expert; ++e) {
+            off[e] = o;
+            fill[e] = tb;
+            o += cnt[e];
+            tb += (cnt[e] + k_max_rows - 1) / k_max_rows;
+        }
+        *n_tiles = tb;
+    }
+    __syncthreads();
+    for (int e = tid; e < n_expert; e += nt) {
+        const int tb = fill[e];
+        for (int i = 0; i * k_max_rows < cnt[e]; ++i) {
+            const int rest = cnt[e] - i * k_max_rows;
+            tiles[3 * (tb + i)] = off[e] + i * k_max_rows;
+            tiles[3 * (tb + i) + 1] = rest < k_max_rows ? rest : k_max_rows;
+            tiles[3 * (tb + i) + 2] = e;
+        }
+    }
+    __syncthreads();
+    for (int e = tid; e < n_expert; e += nt) fill[e] = 0;
+    __syncthreads();
+    for (int p = tid; p < n_pairs; p += nt) {
+        const int e = ids[p];
+        if (e >= 0 && e < n_expert) perm[off[e] + atomicAdd(&fill[e], 1)] = p;
     }
 }
 
@@ -194,16 +368,41 @@ bool g_tables_done[64] = {};
 template <dtype T>
 void launch_quant(const mm_args& a, dim3 grid, cudaStream_t s) {
     const int64_t nb = a.n_in / fmt_traits<T>::qk;
-    mm_quant_kernel<T><<<grid, k_warps * 32, 0, s>>>(reinterpret_cast<const uint8_t*>(a.w), a.row_bytes, nb, a.n_out,
-                                                     a.ids, a.expert_stride, reinterpret_cast<const uint8_t*>(a.act),
-                                                     a.act_stride, a.act_div, a.n_rows, a.y, a.y_stride);
+    const int rows = a.tiles ? k_max_rows : a.ids ? 1 : static_cast<int>(a.n_rows < k_max_rows ? a.n_rows : k_max_rows);
+    // At most 4 x 2.2 KB of weights + 16 x 2.4 KB of activations (windows), or 8 x 2.2 KB + 2.4 KB
+    // (one row): within the default 48 KB.
+    static_assert(k_warps * stage_sizes<T>::w_region + k_max_rows * stage_sizes<T>::a_region <= 48 * 1024,
+                  "shared memory within the default limit");
+    static_assert(k_warps_max * stage_sizes<T>::w_region + stage_sizes<T>::a_region <= 48 * 1024,
+                  "shared memory within the default limit");
+    // One-row launches: 8 columns a block (the activation chunk staged once for 8 weight rows)
+    // where that still leaves 4 blocks per SM of an H200 (132 SMs), else 4; windows: 4.
+    const int64_t cols = a.n_out + (a.w2 ? a.n_out2 : 0);
+    const int warps = rows == 1 && (cols / k_warps_max) * static_cast<int64_t>(grid.y) >= 4 * 132 ? k_warps_max : k_warps;
+    const int64_t cb1 = (a.n_out + warps - 1) / warps, cb2 = a.w2 ? (a.n_out2 + warps - 1) / warps : 0;
+    grid.x = static_cast<unsigned>(cb1 + cb2);
+    auto kernel = rows == 1 ? mm_quant_kernel<T, 1> : mm_quant_kernel<T, k_max_rows>;
+    launch(kernel, dim3(grid), dim3(warps * 32), quant_smem_bytes<T>(rows, warps), s,
+           reinterpret_cast<const uint8_t*>(a.w), a.row_bytes, nb, a.n_out, a.ids, a.expert_stride,
+           reinterpret_cast<const uint8_t*>(a.act), a.act_stride, a.act_div, a.n_rows, a.y, a.y_stride, a.accumulate,
+           cb1, reinterpret_cast<const uint8_t*>(a.w2), a.n_out2, a.y2, a.y2_stride, a.tiles, a.n_tiles, a.perm);
 }
 
 template <dtype T>
 void launch_float(const mm_args& a, dim3 grid, cudaStream_t s) {
-    mm_float_kernel<T><<<grid, k_warps * 32, 0, s>>>(reinterpret_cast<const uint8_t*>(a.w), a.row_bytes, a.n_in, a.n_out,
-                                                     a.ids, a.expert_stride, reinterpret_cast<const uint8_t*>(a.act),
-                                                     a.act_stride, a.act_div, a.n_rows, a.y, a.y_stride);
+    // A small grid (the router: 128 columns, one row) would leave most SMs idle with 8 columns a
+    // block: then one warp (2 columns) a block, 4x the blocks pulling weights at once. Each
+    // column's arithmetic is the same either way.
+    const int64_t groups = grid.y;
+    int cols = k_float_cols;
+    if (((a.n_out + (a.w2 ? a.n_out2 : 0)) / k_float_cols) * groups < 4 * 132) cols = 2;
+    const int64_t cb1 = (a.n_out + cols - 1) / cols;
+    const int64_t cb2 = a.w2 ? (a.n_out2 + cols - 1) / cols : 0;
+    grid.x = static_cast<unsigned>(cb1 + cb2);
+    launch(mm_float_kernel<T>, dim3(grid), dim3(cols * 16), 0, s, reinterpret_cast<const uint8_t*>(a.w), a.row_bytes,
+           a.n_in, a.n_out, a.ids, a.expert_stride, reinterpret_cast<const uint8_t*>(a.act), a.act_stride, a.act_div,
+           a.n_rows, a.y, a.y_stride, a.accumulate, cb1, reinterpret_cast<const uint8_t*>(a.w2), a.n_out2, a.y2,
+           a.y2_stride);
 }
 
 }  // namespace
@@ -219,6 +418,17 @@ bool has_matmul(dtype t) {
     default:
         return false;
     }
+}
+
+int64_t group_tiles_max(int64_t n_pairs, int n_expert) { return (n_pairs + k_max_rows - 1) / k_max_rows + n_expert; }
+
+void group_pairs(const int32_t* ids, int64_t n_pairs, int n_expert, int32_t* perm, int32_t* tiles, int32_t* n_tiles,
+                 void* stream) {
+    if (n_pairs < 1 || n_pairs > 65535 || n_expert < 1 || n_expert > k_group_max_experts)
+        fail("cuda: group_pairs: {} pairs (1..65535), {} experts (1..{})", n_pairs, n_expert, k_group_max_experts);
+    launch(group_pairs_kernel, dim3(1), dim3(1024), static_cast<size_t>(n_expert) * 3 * 4,
+           static_cast<cudaStream_t>(stream), ids, static_cast<int>(n_pairs), n_expert, perm, tiles, n_tiles);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) fail("cuda: group_pairs: launch failed: {}", cudaGetErrorString(e));
 }
 
 void upload_tables() {
@@ -251,10 +461,21 @@ void matmul(const mm_args& a, void* stream) {
     if (a.n_out <= 0 || a.n_rows < 0 || a.y_stride < a.n_out || a.act_div < 1)
         fail("cuda: matmul: bad sizes (n_out {}, n_rows {}, y_stride {}, act_div {})", a.n_out, a.n_rows, a.y_stride, a.act_div);
     if (a.n_rows == 0) return;
+    // Activation blocks are read as 4-byte words (d, then the int8 values four at a time).
+    if (a.type != dtype::f32 && a.type != dtype::f16 && a.type != dtype::bf16 &&
+        ((reinterpret_cast<uintptr_t>(a.act) | a.act_stride) & 3) != 0)
+        fail("cuda: matmul: activation rows at {} with stride {}: expected 4-byte alignment", static_cast<const void*>(a.act),
+             a.act_stride);
     if (a.ids && a.n_rows > 65535) fail("cuda: matmul: {} expert rows exceed one launch (65535)", a.n_rows);
-    const int64_t row_groups = a.ids ? a.n_rows : (a.n_rows + k_max_rows - 1) / k_max_rows;
+    const bool is_float = a.type == dtype::f32 || a.type == dtype::f16 || a.type == dtype::bf16;
+    if (a.tiles && (!a.ids || !a.perm || !a.n_tiles || a.max_tiles < 1 || is_float))
+        fail("cuda: matmul: grouped expert mode needs ids, perm, tiles, n_tiles, max_tiles and an int8 format");
+    const int64_t row_groups = a.tiles ? a.max_tiles : a.ids ? a.n_rows : (a.n_rows + k_max_rows - 1) / k_max_rows;
     if (row_groups > 65535) fail("cuda: matmul: {} rows exceed one launch ({})", a.n_rows, 65535 * k_max_rows);
-    const dim3 grid(static_cast<unsigned>((a.n_out + k_warps - 1) / k_warps), static_cast<unsigned>(row_groups));
+    if (a.w2 && (a.n_out2 <= 0 || !a.y2 || a.y2_stride < a.n_out2))
+        fail("cuda: matmul: second matrix: bad sizes (n_out2 {}, y2_stride {})", a.n_out2, a.y2_stride);
+    if ((a.n_out + (a.w2 ? a.n_out2 : 0)) / k_warps + 2 > 0x7fffffff) fail("cuda: matmul: {} columns exceed one launch", a.n_out);
+    dim3 grid(1, static_cast<unsigned>(row_groups));   // x: set by the launcher (column blocks)
     auto s = static_cast<cudaStream_t>(stream);
     switch (a.type) {
     case dtype::f32: launch_float<dtype::f32>(a, grid, s); break;

@@ -13,6 +13,11 @@ namespace sluice::cuda {
 // True when matmul supports weight format t (every format kernels::dot_ref has).
 bool has_matmul(dtype t);
 
+// Programmatic dependent launch for every kernel of src/kernels/cuda (launch.cuh), off by
+// default; graphs captured while it is on keep it.
+bool programmatic_launch();
+void set_programmatic_launch(bool on);
+
 // Copies the I-quant grids and 4-bit level tables to the current device (once per device;
 // later calls return at once). Call before the first matmul on a device, outside any stream
 // capture (load_model_cuda does).
@@ -37,7 +42,33 @@ struct mm_args {
     int64_t n_rows = 0;
     float* y = nullptr;               // device [n_rows, y_stride]
     int64_t y_stride = 0;             // floats between output rows (>= n_out)
+    // y[r, j] = y[r, j] + dot instead of y[r, j] = dot (a residual add in the same launch; the
+    // sum is the one a separate add would make).
+    bool accumulate = false;
+    // A second matrix computed in the same launch from the same activation rows (gate and up,
+    // k and v): same type, n_in, row_bytes, ids and expert_stride; its own n_out and output.
+    const std::byte* w2 = nullptr;    // device, or nullptr for none
+    int64_t n_out2 = 0;
+    float* y2 = nullptr;              // device [n_rows, y2_stride]
+    int64_t y2_stride = 0;
+    // Grouped expert mode (int8 formats, with ids): the pairs as group_pairs tiled them, so a
+    // warp takes up to 16 pairs of one expert and decodes each weight block once for all of them
+    // (prefill). Pair p still reads activation row p / act_div and writes y row p: the same bits
+    // as one pair at a time (E1).
+    const int32_t* perm = nullptr;    // device [n_rows]: pairs in expert order
+    const int32_t* tiles = nullptr;   // device [max_tiles][3]: (first index into perm, count, expert)
+    const int32_t* n_tiles = nullptr; // device [1]
+    int64_t max_tiles = 0;            // group_tiles_max(n_rows, n_expert): the launch's grid rows
 };
+
+// Experts that group_pairs handles (its shared memory: 12 bytes per expert).
+inline constexpr int k_group_max_experts = 4096;
+// Tiles group_pairs can make for n_pairs pairs over n_expert experts (the grid's upper bound).
+int64_t group_tiles_max(int64_t n_pairs, int n_expert);
+// Groups the pairs of ids [n_pairs] by expert: perm [n_pairs], tiles [group_tiles_max][3],
+// *n_tiles, all device memory, enqueued on `stream` (no host round trip).
+void group_pairs(const int32_t* ids, int64_t n_pairs, int n_expert, int32_t* perm, int32_t* tiles, int32_t* n_tiles,
+                 void* stream);
 // Enqueues the product on `stream` (a cudaStream_t). Fails on an unsupported format or bad
 // sizes (a caller bug, checked before the launch).
 void matmul(const mm_args& a, void* stream);

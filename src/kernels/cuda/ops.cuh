@@ -8,6 +8,7 @@
 #pragma once
 
 #include "kernels/cpu/ops.h"
+#include "quant/act.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -18,11 +19,27 @@ namespace sluice::cuda {
 // x, out: [n_rows, n] (may alias); w: [n] or nullptr.
 void rmsnorm(const float* x, const float* w, float* out, int64_t n_rows, int64_t n, float eps, void* stream);
 
+// rmsnorm (as above) and, in the same launch, the int8 activation rows of its output for a
+// matmul (cuda::quantize_act_rows' bits): out [n_rows, n] f32 and act [n_rows,
+// act_row_bytes(f, n)]. f is q8_32 or q8_256, n a multiple of its block width. x may alias out.
+void rmsnorm_quant(const float* x, const float* w, float* out, int64_t n_rows, int64_t n, float eps,
+                   quant::act_format f, std::byte* act, void* stream);
+
 // kernels::rope_apply for rows at positions pos0..pos0+n_rows-1. cs_table: [n_pos, n_rot]
 // rows made by kernels::rope_table on the host (uploaded), row p for position p.
 // x: [n_rows, n_head, head_dim], in place.
 void rope(const kernels::rope_params& p, const float* cs_table, int32_t pos0, float* x, int64_t n_rows, int n_head,
           int head_dim, void* stream, const int32_t* pos_dev = nullptr);
+
+// What attention needs after the q/k/v matmuls, in one launch, per row at positions pos0..:
+// the per-head RMSNorm of q and k (when q_norm / k_norm are given: rmsnorm over head_dim with
+// those weights), RoPE on q and k (rope above), and k, v stored into the cache (kv_store below).
+// The same operations as those calls in that order, so the same bits.
+//   q: [n_rows, n_head, head_dim], k, v: [n_rows, n_kv_head, head_dim] (q, k in place);
+//   kc, vc: [n_ctx, n_kv_head, head_dim].
+void qk_norm_rope_store(const kernels::rope_params& p, const float* cs_table, int32_t pos0, float* q, float* k, const float* v,
+                        const float* q_norm, const float* k_norm, float eps, int64_t n_rows, int n_head, int n_kv_head,
+                        int head_dim, float* kc, float* vc, void* stream, const int32_t* pos_dev = nullptr);
 
 // Copies rows k, v [n_rows, row_floats] into the cache kc, vc [n_ctx, row_floats] at pos0.
 void kv_store(const float* k, const float* v, float* kc, float* vc, int32_t pos0, int64_t n_rows, int64_t row_floats,
@@ -41,13 +58,19 @@ void route_topk(const kernels::router_params& p, float* logits, int64_t n_rows, 
 
 // out[i] = silu(gate[i]) * up[i] (kernels::swiglu); out may alias gate or up.
 void swiglu(const float* gate, const float* up, float* out, int64_t n, void* stream);
+// The int8 activation rows of swiglu(gate, up) (rows of n values; f q8_32 or q8_256), without
+// writing the float product: the same bits as swiglu then quantize_act_rows.
+void swiglu_quant(const float* gate, const float* up, int64_t n_rows, int64_t n, quant::act_format f, std::byte* act,
+                  void* stream);
 // y[i] = y[i] + b[i].
 void add(float* y, const float* b, int64_t n, void* stream);
 // y[r, i] = y[r, i] + b[i] for r < n_rows, i < n (biases).
 void add_rows(float* y, const float* b, int64_t n_rows, int64_t n, void* stream);
 // out[r, i] = ((0 + w[r,0] * ey[r*K+0, i]) + w[r,1] * ey[r*K+1, i]) + ... (moe_ffn.cpp's
 // rank-order sum). ey: [n_rows * K, n]; w: [n_rows, K]; out: [n_rows, n].
-void moe_combine(const float* ey, const float* w, int K, int64_t n_rows, int64_t n, float* out, void* stream);
+// accumulate: out[r, i] = out[r, i] + (that sum) instead (the residual add in the same launch).
+void moe_combine(const float* ey, const float* w, int K, int64_t n_rows, int64_t n, float* out, void* stream,
+                 bool accumulate = false);
 // out[r, i] = out[r, i] + sigmoid(gate[r]) * sh[r, i] (qwen2moe's shared expert).
 void add_gated(float* out, const float* sh, const float* gate, int64_t n_rows, int64_t n, void* stream);
 

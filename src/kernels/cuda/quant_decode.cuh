@@ -276,6 +276,53 @@ SLUICE_HD inline void decode_piece(const uint8_t* b, int p, const iq_tables& tb,
     }
 }
 
+// q[0..4) as one word, byte e = q[e] (the operand of dp4a).
+SLUICE_HD inline int32_t pack4(const int8_t* q) {
+    return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint8_t>(q[0])) |
+                                (static_cast<uint32_t>(static_cast<uint8_t>(q[1])) << 8) |
+                                (static_cast<uint32_t>(static_cast<uint8_t>(q[2])) << 16) |
+                                (static_cast<uint32_t>(static_cast<uint8_t>(q[3])) << 24));
+}
+
+// A little-endian word at p, 4-byte aligned (one load on the device; bytes on the host).
+SLUICE_HD inline uint32_t ld_u32_aligned(const uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+    return *reinterpret_cast<const uint32_t*>(p);
+#else
+    return ld_u32(p);
+#endif
+}
+
+// Piece p as the kernel consumes it: q0 = pack4(q), q1 = pack4(q + 4) of decode_piece's q, with
+// its sc and mn. Q4_K and Q5_K build the words from whole-word loads (four nibbles, and Q5_K's
+// high bits, per operation) when `aligned` (b is 4-byte aligned: their nibble and high-bit
+// offsets are multiples of 8 in the block); every other format, or an unaligned block, packs
+// decode_piece's bytes. The same integers either way (matmul_parity checks it on the host).
+template <dtype T>
+SLUICE_HD inline void decode_piece_packed(const uint8_t* b, int p, const iq_tables& tb, bool aligned, int32_t& q0,
+                                          int32_t& q1, int& sc, int& mn) {
+    if constexpr (T == dtype::q4_k || T == dtype::q5_k) {
+        if (aligned) {
+            const int j = p / 4, l0 = 8 * (p % 4);
+            const uint8_t* qs = b + (T == dtype::q4_k ? 16 : 48) + 32 * (j / 2) + l0;
+            const int sh = 4 * (j % 2);
+            uint32_t w0 = (ld_u32_aligned(qs) >> sh) & 0x0F0F0F0Fu, w1 = (ld_u32_aligned(qs + 4) >> sh) & 0x0F0F0F0Fu;
+            if constexpr (T == dtype::q5_k) {   // qh at 16: bit j of byte l0 + e is bit 4 of q[e]
+                w0 |= ((ld_u32_aligned(b + 16 + l0) >> j) & 0x01010101u) << 4;
+                w1 |= ((ld_u32_aligned(b + 16 + l0 + 4) >> j) & 0x01010101u) << 4;
+            }
+            q0 = static_cast<int32_t>(w0);
+            q1 = static_cast<int32_t>(w1);
+            scale_min_k4(j, b + 4, sc, mn);
+            return;
+        }
+    }
+    int8_t q[8];
+    decode_piece<T>(b, p, tb, q, sc, mn);
+    q0 = pack4(q);
+    q1 = pack4(q + 4);
+}
+
 // dot_ref.cpp's block_term: A = (d * dx) * float(sumi), then + or - (dmin * dx) * float(summ),
 // each operation rounded on its own (the host build has -ffp-contract=off, nvcc --fmad=false;
 // the device path names the rounding explicitly).

@@ -13,16 +13,9 @@
 
 namespace sluice::cuda {
 
-// x: [n_expert] logits, overwritten with the probabilities; id, wt: [n_used].
-SLUICE_HD inline void route_topk_row(int n_expert, int n_used, bool renormalize, float* x, int32_t* id, float* wt) {
-    float mx = x[0];
-    for (int i = 1; i < n_expert; ++i) mx = x[i] > mx ? x[i] : mx;
-    float sum = 0.0f;
-    for (int i = 0; i < n_expert; ++i) {
-        x[i] = kernels::exp_f32(x[i] - mx);
-        sum = sum + x[i];
-    }
-    for (int i = 0; i < n_expert; ++i) x[i] = x[i] / sum;
+// The selection half of route_topk_row: top-n_used of the probabilities x by repeated argmax
+// (strict '>', ties to the lower id), then the optional renormalisation.
+SLUICE_HD inline void route_select_row(int n_expert, int n_used, bool renormalize, const float* x, int32_t* id, float* wt) {
     for (int k = 0; k < n_used; ++k) {
         int best = -1;
         for (int e = 0; e < n_expert; ++e) {
@@ -39,6 +32,19 @@ SLUICE_HD inline void route_topk_row(int n_expert, int n_used, bool renormalize,
         for (int k = 0; k < n_used; ++k) s = s + wt[k];
         for (int k = 0; k < n_used; ++k) wt[k] = wt[k] / s;
     }
+}
+
+// x: [n_expert] logits, overwritten with the probabilities; id, wt: [n_used].
+SLUICE_HD inline void route_topk_row(int n_expert, int n_used, bool renormalize, float* x, int32_t* id, float* wt) {
+    float mx = x[0];
+    for (int i = 1; i < n_expert; ++i) mx = x[i] > mx ? x[i] : mx;
+    float sum = 0.0f;
+    for (int i = 0; i < n_expert; ++i) {
+        x[i] = kernels::exp_f32(x[i] - mx);
+        sum = sum + x[i];
+    }
+    for (int i = 0; i < n_expert; ++i) x[i] = x[i] / sum;
+    route_select_row(n_expert, n_used, renormalize, x, id, wt);
 }
 
 }  // namespace sluice::cuda

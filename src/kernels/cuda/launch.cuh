@@ -1,0 +1,59 @@
+// Kernel launches with optional programmatic dependent launch (PDL, sm_90): with it on, a
+// kernel's blocks may be scheduled while the kernel before it in the stream is still running,
+// so the launch latency between the ~700 dependent kernels of a decode step overlaps the work.
+// Every kernel of src/kernels/cuda calls wait_prior_grids() as its FIRST statement: it returns
+// only when the previous kernel has completed and its memory is visible (griddepcontrol.wait
+// waits for the prerequisite grid's completion and memory flush, not for its trigger), so the
+// order of every memory access, and the bits, are those of a plain launch. Right after that
+// wait, each block signals griddepcontrol.launch_dependents: once every block of a kernel has
+// passed its wait, the next kernel's blocks may be launched and sit in their own wait, so the
+// launch latency hides behind the running kernel (the dependents still wait for completion).
+// On by default on sm_90+ devices (off on older ones, and when the environment has
+// SLUICE_CUDA_PDL=0); set_programmatic_launch switches it (graphs captured after that use
+// programmatic edges or not). Include only from .cu files.
+#pragma once
+
+#include "core/error.h"
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+namespace sluice::cuda {
+
+bool programmatic_launch();
+void set_programmatic_launch(bool on);
+
+__device__ __forceinline__ void wait_prior_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), with the PDL attribute when it is on; fails
+// (throws) when the launch is refused.
+template <class... KArgs, class... Args>
+void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+    static_assert(sizeof...(KArgs) == sizeof...(Args), "one argument per kernel parameter");
+    if (!programmatic_launch()) {
+        kernel<<<grid, block, smem, stream>>>(static_cast<KArgs>(std::forward<Args>(args))...);
+        if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) fail("cuda: kernel launch: {}", cudaGetErrorString(e));
+        return;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(std::forward<Args>(args))...);
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e != cudaSuccess) fail("cuda: kernel launch (programmatic): {}", cudaGetErrorString(e));
+}
+
+}  // namespace sluice::cuda

@@ -1,0 +1,47 @@
+// What the placement did (issue 10, "metrics"): cache hits and misses, the PCIe share and bytes,
+// the CPU expert time and each lane's predicted and measured seconds. Accumulated from the layer
+// plans of a run; printed by `sluice bench` (JSON) and /metrics (Prometheus text).
+#pragma once
+
+#include "placement/plan.h"
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace sluice::placement {
+
+struct lane_seconds {
+    double predicted = 0.0;   // the cost model's figure, summed over layers
+    double measured = 0.0;    // wall time the lane took, summed (0 when not measured)
+};
+
+struct placement_metrics {
+    uint64_t layer_plans = 0;      // (layer, window) plans counted
+    uint64_t experts = 0;          // unique routed experts over those plans
+    uint64_t hits = 0;             // on the GPU lane from the VRAM cache
+    uint64_t pcie = 0;             // misses copied over PCIe
+    uint64_t cpu = 0;              // misses computed by the CPU pool
+    uint64_t pcie_bytes = 0, cpu_bytes = 0, gpu_bytes = 0;
+    uint64_t swaps = 0;            // cache swaps made
+    lane_seconds gpu_lane, pcie_lane, cpu_lane;
+    double makespan_predicted = 0.0;
+
+    uint64_t misses() const { return pcie + cpu; }
+    double hit_rate() const { return experts ? static_cast<double>(hits) / static_cast<double>(experts) : 0.0; }
+    // Share of the misses sent over PCIe (0 when there were none).
+    double pcie_share() const { return misses() ? static_cast<double>(pcie) / static_cast<double>(misses()) : 0.0; }
+
+    // Adds one layer plan (its predicted lane times included).
+    void add(const layer_plan& p);
+    // Adds measured seconds of each lane for one layer.
+    void add_measured(double gpu_s, double pcie_s, double cpu_s);
+    void merge(const placement_metrics& o);
+
+    nlohmann::json to_json() const;
+    // Prometheus text exposition lines (sluice_expert_* metrics, with HELP and TYPE).
+    std::string to_prometheus() const;
+};
+
+}  // namespace sluice::placement
