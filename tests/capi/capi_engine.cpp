@@ -15,6 +15,8 @@ struct engine_handle {
     std::unique_ptr<sluice::engine> eng;
     std::string error;
     sluice::generate_stats last;
+    // generate_params::adaptive_depth for every generation (sluice_engine_set_adaptive_depth).
+    bool adaptive_depth = true;
 };
 
 std::string g_open_error;
@@ -42,6 +44,9 @@ void* sluice_engine_open(const char* model, const char* draft_model, int n_threa
 const char* sluice_engine_open_error() { return g_open_error.c_str(); }
 const char* sluice_engine_error(void* h) { return static_cast<engine_handle*>(h)->error.c_str(); }
 void sluice_engine_close(void* h) { delete static_cast<engine_handle*>(h); }
+// 0: every window drafts up to max_window rows whatever the measured costs (the exactness tests
+// must verify drafts on any machine, also one where the depth policy would stop drafting).
+void sluice_engine_set_adaptive_depth(void* h, int on) { static_cast<engine_handle*>(h)->adaptive_depth = on != 0; }
 
 // drafter: 0 none, 1 ngram, 2 draft model. Returns the number of generated tokens.
 int sluice_engine_generate(void* hv, const char* prompt, int chat, int n_predict, float temperature, int top_k,
@@ -62,6 +67,7 @@ int sluice_engine_generate(void* hv, const char* prompt, int chat, int n_predict
                     : drafter == 2 ? sluice::drafter_kind::draft_model
                                    : sluice::drafter_kind::none;
         p.max_window = max_window;
+        p.adaptive_depth = h->adaptive_depth;
         h->last = h->eng->generate(prompt, p, nullptr);
         return static_cast<int>(h->last.tokens.size());
     } catch (const std::exception& e) {

@@ -42,7 +42,7 @@ N_PREDICT = 24
 
 
 class Engine:
-    def __init__(self, capi, model, draft=None, threads=2):
+    def __init__(self, capi, model, draft=None, threads=2, adaptive_depth=True):
         capi.sluice_engine_open.restype = ctypes.c_void_p
         capi.sluice_engine_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
         capi.sluice_engine_open_error.restype = ctypes.c_char_p
@@ -63,6 +63,11 @@ class Engine:
         self.h = capi.sluice_engine_open(str(model).encode(), str(draft or "").encode(), threads, 1024)
         if not self.h:
             pytest.fail(f"engine open failed: {capi.sluice_engine_open_error().decode()}")
+        # adaptive_depth=False: every window drafts to max_window, so drafts are verified on any
+        # machine (the depth policy rightly stops drafting where a draft costs as much as a row,
+        # as SmolLM2 drafting for itself does, and that depends on measured timings).
+        capi.sluice_engine_set_adaptive_depth.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        capi.sluice_engine_set_adaptive_depth(self.h, int(adaptive_depth))
 
     def generate(self, prompt, chat, drafter=0, temperature=0.0, seed=0, repeat_penalty=1.0, n=N_PREDICT,
                  max_window=16):
@@ -111,7 +116,7 @@ def check_all_drafters(eng, prompts, chat_of, drafters):
 def test_drafted_equals_serial_smollm2(capi, smollm2_gguf):
     # The draft model is SmolLM2 itself: same tokenizer by construction, and a draft model whose
     # picks equal the target's (acceptance near 1) exercises long windows.
-    eng = Engine(capi, smollm2_gguf, draft=smollm2_gguf)
+    eng = Engine(capi, smollm2_gguf, draft=smollm2_gguf, adaptive_depth=False)
     try:
         mean_tps = check_all_drafters(eng, PROMPTS, lambda i: i not in RAW, drafters=[1, 2])
     finally:
