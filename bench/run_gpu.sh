@@ -188,6 +188,15 @@ for f in flags:
 if out: print(" ".join(out))
 EOF
   chmod +x "$bundle/bin/pkg-config"
+  # GoogleTest (headers and Debian's static libraries, 2.2 MB) for bench/gpu/second_call.sh, which
+  # runs the CPU unit tests on the GPU machine's Xeon: its AVX-512 kernels have no other test
+  # machine (this one may have AVX2 only). CMake's FindGTest reads them with -DGTEST_ROOT.
+  for h in gtest gmock; do
+    [ -d "/usr/include/$h" ] && cp -r "/usr/include/$h" "$bundle/include/"
+  done
+  for f in "$lib"/libgtest.a "$lib"/libgtest_main.a "$lib"/libgmock.a "$lib"/libgmock_main.a; do
+    [ -e "$f" ] && cp "$f" "$bundle/lib/"
+  done
   # The llama.cpp source (slim tarball) and the gguf wheel (numpy, pyyaml, tqdm are in the image).
   if [ ! -f "$root/.peers/llama.cpp-slim.tar.gz" ]; then
     "$root/tools/peers/build_llama_cpp.sh" --pack "$root/.peers/llama.cpp-slim.tar.gz"

@@ -11,7 +11,7 @@ jobs=$(nproc)
 
 apt_packages=(build-essential cmake pkg-config git python3 python3-pip
   libfmt-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libgtest-dev libgmock-dev
-  libcpp-httplib-dev libnuma-dev clang libclang-rt-14-dev
+  libcpp-httplib-dev clang libclang-rt-14-dev
   curl chromium fonts-dejavu-core)   # the last three: the server's end-to-end tests (curl, headless page)
 
 install_debian() {

@@ -28,6 +28,9 @@ import tempfile
 
 import numpy as np
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from gguf_vocab import gguf_vocab  # noqa: E402,F401  (also used as mg.gguf_vocab by tools/peers)
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "golden" / "fixtures"
 
@@ -128,22 +131,6 @@ def load_or_train_tokenizer(retrain: bool) -> pathlib.Path:
         train_tokenizer().save(str(path))
         (tdir / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(), indent=2) + "\n")
     return tdir
-
-
-def gguf_vocab(tokenizer_json: pathlib.Path):
-    """tokenizer.ggml.* as convert_hf_to_gguf writes a BPE vocabulary: tokens by id, types, merges."""
-    tj = json.loads(tokenizer_json.read_text())
-    vocab = dict(tj["model"]["vocab"])
-    for added in tj["added_tokens"]:
-        vocab[added["content"]] = added["id"]
-    tokens = [None] * len(vocab)
-    for text, idx in vocab.items():
-        tokens[idx] = text
-    assert all(t is not None for t in tokens), "tokenizer ids are not contiguous"
-    specials = {a["content"] for a in tj["added_tokens"] if a["special"]}
-    types = [3 if t in specials else 1 for t in tokens]  # 1 NORMAL, 3 CONTROL
-    merges = [m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]]
-    return tokens, types, merges, vocab
 
 
 # ----------------------------------------------------------------------------------------------

@@ -5,6 +5,10 @@ model, filled with valid random quantised blocks, so speed can be measured witho
     python3 tools/make_synthetic.py --shape qwen3-30b-a3b --mix q4_k_m -o /tmp/q30.gguf
     python3 tools/make_synthetic.py --shape qwen3-235b-a22b --mix q4_k_m --layers 8 -o /tmp/q235-8l.gguf
     python3 tools/make_synthetic.py --shape qwen3-30b-a3b --mix q8_0 --tiny --layers 2 -o /tmp/t.gguf
+    python3 tools/make_synthetic.py --shape qwen3-next-80b-a3b --mix q4_k_m --layers 8 -o /tmp/qn-8l.gguf
+    python3 tools/make_synthetic.py --shape qwen3.6-35b-a3b --mix q4_k_m -o /tmp/q36.gguf
+
+The hybrid shapes (qwen3next, qwen35moe) carry their MTP block after the --layers trunk layers.
 
 Speed: a pool of random blocks is made once per (block type, weight scale) with numpy; each
 tensor is then written as chunks of that pool taken at random block offsets (a per-tensor
@@ -73,6 +77,15 @@ def _raw_blocks(qtype: Q, n: int, rng: np.random.Generator) -> tuple[np.ndarray,
         b[:, 0:2] = one
         b[:, 2:4] = _f16(np.full(n, 7.5, dtype=np.float32))
         return b, 0
+    if qtype == Q.Q5_K:  # d f16 | dmin f16 | scales 12 | qh 32 | qs 128: as Q4_K, 5-bit q centred at 15.5
+        v = rng.integers(16, 64, size=(n, 8), dtype=np.uint8)
+        lo, hi = v[:, :4], v[:, 4:]
+        b[:, 4:8] = (lo & 0x3F) | ((hi >> 4) << 6)
+        b[:, 8:12] = (lo & 0x3F) | ((hi >> 4) << 6)
+        b[:, 12:16] = (hi & 0x0F) | ((hi & 0x0F) << 4)
+        b[:, 0:2] = one
+        b[:, 2:4] = _f16(np.full(n, 15.5, dtype=np.float32))
+        return b, 0
     if qtype == Q.Q6_K:  # ql 128 | qh 64 | scales int8[16] | d f16
         b[:, 208:210] = one
         return b, 208
@@ -100,6 +113,8 @@ def make_pool(qtype: Q, std: float, rng: np.random.Generator, pool_bytes: int = 
         b[:, d_off:d_off + 2] = _f16(scale)
         if qtype == Q.Q4_K:
             b[:, 2:4] = _f16(scale * 7.5)
+        elif qtype == Q.Q5_K:
+            b[:, 2:4] = _f16(scale * 15.5)
     else:  # MXFP4: the scale is 2^(e-127) (halved by ggml); round log2 of the needed factor
         e = 127 + np.rint(np.log2(std / unit_std * jitter))
         b[:, 0] = np.clip(e, 1, 254).astype(np.uint8)
@@ -137,8 +152,9 @@ class Writer:
         w.add_quantization_version(gguf.GGML_QUANT_VERSION)
         w.add_context_length(s.n_ctx_train)
         w.add_embedding_length(s.n_embd)
-        w.add_feed_forward_length(s.n_ff)
-        w.add_block_count(s.n_layer)
+        if s.n_ff:  # the qwen35moe converter writes no dense FFN length
+            w.add_feed_forward_length(s.n_ff)
+        w.add_block_count(s.n_layer + s.n_nextn)   # llama.cpp counts the MTP layers in
         w.add_head_count(s.n_head)
         w.add_head_count_kv(s.n_head_kv)
         w.add_key_length(s.head_dim)
@@ -148,6 +164,8 @@ class Writer:
         w.add_expert_count(s.n_expert)
         w.add_expert_used_count(s.n_expert_used)
         w.add_expert_feed_forward_length(s.n_ff_exp)
+        if s.hybrid:
+            self.add_hybrid_metadata(w)
         tokens, types, merges = S.make_vocab(s.n_vocab)
         w.add_tokenizer_model("gpt2")
         w.add_tokenizer_pre("qwen2")
@@ -168,6 +186,24 @@ class Writer:
         w.add_float32("sluice.synthetic.router.locality", a.router_locality)
         w.add_uint32("sluice.synthetic.router.seed", a.router_seed)
 
+    def add_hybrid_metadata(self, w: gguf.GGUFWriter) -> None:
+        """The keys llama.cpp's Qwen3NextModel / Qwen3_5MoeTextModel converters add (written by
+        name: gguf-py's helper methods for them vary between versions)."""
+        s, a = self.shape, self.shape.arch
+        n_all = s.n_layer + s.n_nextn
+        w.add_uint32(f"{a}.expert_shared_feed_forward_length", s.n_ff_shexp)
+        w.add_uint32(f"{a}.nextn_predict_layers", s.n_nextn)
+        w.add_uint32(f"{a}.ssm.conv_kernel", s.ssm_d_conv)
+        w.add_uint32(f"{a}.ssm.state_size", s.ssm_head)
+        w.add_uint32(f"{a}.ssm.group_count", s.ssm_n_k)
+        w.add_uint32(f"{a}.ssm.time_step_rank", s.ssm_n_v)
+        w.add_uint32(f"{a}.ssm.inner_size", s.ssm_head * s.ssm_n_v)
+        w.add_array(f"{a}.attention.recurrent_layers", [s.recurrent(il) for il in range(n_all)])
+        w.add_uint32(f"{a}.full_attention_interval", s.full_attn_interval)
+        w.add_uint32(f"{a}.rope.dimension_count", s.n_rot or s.head_dim)
+        if s.rope_sections:
+            w.add_array(f"{a}.rope.dimension_sections", list(s.rope_sections))
+
     def pool(self, qtype: Q, std: float) -> np.ndarray:
         key = (qtype, round(std, 9))
         if key not in self.pools:
@@ -185,6 +221,16 @@ class Writer:
             rank = S.expert_ranks(self.args.router_seed, layer, n_expert)
             rows = rng.standard_normal((n_expert, n_in)) / np.sqrt(n_in)
             return (rows * self.row_scales[rank][:, None]).astype(np.float32)
+        if spec.role == "router_shexp":  # the shared expert's gate row
+            return (rng.standard_normal(spec.ne[::-1]) / np.sqrt(spec.ne[0])).astype(np.float32)
+        if spec.role == "ssm_a":  # -exp(A_log) with A uniform in [1, 16] (HF's init), as converted
+            return (-np.exp(rng.uniform(0.0, np.log(16.0), spec.ne))).astype(np.float32)
+        if spec.role == "ssm_dt":  # inverse softplus of dt uniform (log scale) in [1e-3, 0.1]
+            dt = np.exp(rng.uniform(np.log(1e-3), np.log(0.1), spec.ne))
+            return (dt + np.log(-np.expm1(-dt))).astype(np.float32)
+        if spec.role == "ssm_conv1d":  # [channels rows of d_conv]
+            d_conv, ch = spec.ne
+            return (rng.standard_normal((ch, d_conv)) / np.sqrt(d_conv)).astype(np.float32)
         raise ValueError(f"{spec.name}: no F32 maker for role {spec.role}")
 
     def write_tensor(self, fd: int, spec: S.TensorSpec, index: int, offset: int) -> int:
@@ -209,7 +255,7 @@ class Writer:
 
     def run(self, path: str) -> None:
         t0 = time.time()
-        w = gguf.GGUFWriter(path, "qwen3moe")
+        w = gguf.GGUFWriter(path, self.shape.arch)
         self.add_metadata(w)
         sizes = []
         for spec in self.specs:

@@ -1,8 +1,10 @@
 """Real-model shapes, quant mixes, a stand-in tokenizer and the synthetic routing model.
 
 The tables here are the spec that tools/make_synthetic.py writes and tests/tools checks:
-tensor names and shapes follow llama.cpp's qwen3moe GGUF layout exactly, so a synthetic file
-is laid out byte for byte like a converted one of the same quant mix.
+tensor names and shapes follow llama.cpp's qwen3moe, qwen3next and qwen35moe GGUF layouts
+exactly (the hybrid ones as llama.cpp's conversion/qwen.py writes them: Qwen3NextModel and
+Qwen3_5MoeTextModel, MTP block included; tests/tools compares them with the converter's own
+output in tests/golden/fixtures/*_mtp), so a synthetic file is laid out like a converted one.
 
 Shapes are given in ggml order (ne0 first: the row length, i.e. the input dimension).
 """
@@ -32,6 +34,27 @@ class ModelShape:
     n_ctx_train: int     # max_position_embeddings
     rope_theta: float
     rms_eps: float
+    # The hybrid Qwen MoEs (qwen3next, qwen35moe); the defaults describe qwen3moe.
+    arch: str = "qwen3moe"      # general.architecture
+    n_ff_shexp: int = 0         # shared_expert_intermediate_size (0: no shared expert)
+    ssm_d_conv: int = 0         # linear_conv_kernel_dim
+    ssm_n_k: int = 0            # linear_num_key_heads
+    ssm_n_v: int = 0            # linear_num_value_heads
+    ssm_head: int = 0           # linear_key_head_dim = linear_value_head_dim
+    full_attn_interval: int = 0 # full_attention_interval: every n-th layer attends, the rest are DeltaNet
+    n_rot: int = 0              # rotated dims per head: head_dim * partial_rotary_factor (0: all)
+    n_nextn: int = 0            # MTP layers (mtp_num_hidden_layers; counted from mtp.* for Qwen3-Next)
+    rope_sections: tuple[int, ...] = ()   # mrope_section, padded to 4 (qwen35moe)
+    tied: bool = False          # tie_word_embeddings
+
+    @property
+    def hybrid(self) -> bool:
+        return self.arch in ("qwen3next", "qwen35moe")
+
+    def recurrent(self, il: int) -> bool:
+        """llama.cpp's rule (and the configs' layer_types): every full_attention_interval-th
+        layer attends, the others are Gated DeltaNet; MTP layers (il >= n_layer) attend."""
+        return il < self.n_layer and (il + 1) % self.full_attn_interval != 0
 
 
 # From the published config.json files of Qwen/Qwen3-30B-A3B and Qwen/Qwen3-235B-A22B
@@ -47,6 +70,32 @@ SHAPES: dict[str, ModelShape] = {
                                   n_head_kv=4, head_dim=128, n_expert=128, n_expert_used=8,
                                   n_ff_exp=1536, n_ff=12288, n_vocab=151936, n_ctx_train=40960,
                                   rope_theta=1e6, rms_eps=1e-6),
+    # Qwen/Qwen3-Next-80B-A3B-Instruct config.json: hidden_size 2048, num_hidden_layers 48,
+    # 16 heads / 2 KV heads of head_dim 256, partial_rotary_factor 0.25, rope_theta 1e7,
+    # intermediate_size 5120, 512 experts top-10 of moe_intermediate_size 512, shared expert
+    # 512, linear attention: conv kernel 4, 16 key heads and 32 value heads of 128,
+    # full_attention_interval 4, vocab 151936, max_position_embeddings 262144, rms_norm_eps 1e-6,
+    # untied. One MTP layer (mtp.* in the checkpoint; the converter counts it, config has no key).
+    "qwen3-next-80b-a3b": ModelShape("qwen3-next-80b-a3b", n_layer=48, n_embd=2048, n_head=16,
+                                     n_head_kv=2, head_dim=256, n_expert=512, n_expert_used=10,
+                                     n_ff_exp=512, n_ff=5120, n_vocab=151936, n_ctx_train=262144,
+                                     rope_theta=1e7, rms_eps=1e-6, arch="qwen3next", n_ff_shexp=512,
+                                     ssm_d_conv=4, ssm_n_k=16, ssm_n_v=32, ssm_head=128,
+                                     full_attn_interval=4, n_rot=64, n_nextn=1),
+    # Qwen/Qwen3.6-35B-A3B (text model; Qwen3.5-MoE architecture): hidden_size 2048, 40 layers
+    # (10 x (3 DeltaNet + 1 attention)), 16 heads / 2 KV heads of head_dim 256, rotary dims 64
+    # (partial_rotary_factor 0.25), interleaved MRoPE mrope_section [11, 11, 10], rope_theta 1e7,
+    # 256 experts top-8 of 512 plus a shared expert of 512, linear attention 16 key heads and 32
+    # value heads of 128, conv kernel 4, vocab 248320 (padded), max_position_embeddings 262144,
+    # rms_norm_eps 1e-6, untied, mtp_num_hidden_layers 1. No dense intermediate_size in the
+    # GGUF (the converter writes no feed_forward_length for qwen35moe).
+    "qwen3.6-35b-a3b": ModelShape("qwen3.6-35b-a3b", n_layer=40, n_embd=2048, n_head=16,
+                                  n_head_kv=2, head_dim=256, n_expert=256, n_expert_used=8,
+                                  n_ff_exp=512, n_ff=0, n_vocab=248320, n_ctx_train=262144,
+                                  rope_theta=1e7, rms_eps=1e-6, arch="qwen35moe", n_ff_shexp=512,
+                                  ssm_d_conv=4, ssm_n_k=16, ssm_n_v=32, ssm_head=128,
+                                  full_attn_interval=4, n_rot=64, n_nextn=1,
+                                  rope_sections=(11, 11, 10, 0)),
 }
 
 
@@ -54,8 +103,13 @@ def tiny(shape: ModelShape) -> ModelShape:
     """A shrunk variant for tests: the same tensor set and GQA ratio of 2, every row a multiple
     of 256 so that K-quant and IQ blocks still tile it; the vocabulary stays full size because
     the tokenizer keeps Qwen's special tokens at their real ids (151643..)."""
-    return dataclasses.replace(shape, name=shape.name + "-tiny", n_embd=256, n_head=4, n_head_kv=2,
-                               head_dim=64, n_expert=8, n_expert_used=2, n_ff_exp=256, n_ff=512)
+    t = dataclasses.replace(shape, name=shape.name + "-tiny", n_embd=256, n_head=4, n_head_kv=2,
+                            head_dim=64, n_expert=8, n_expert_used=2, n_ff_exp=256,
+                            n_ff=512 if shape.n_ff else 0)
+    if shape.hybrid:  # DeltaNet: 2 key heads, 4 value heads of 64; a quarter of each head rotated
+        t = dataclasses.replace(t, n_ff_shexp=256, ssm_n_k=2, ssm_n_v=4, ssm_head=64, n_rot=16,
+                                rope_sections=(3, 3, 2, 0) if shape.rope_sections else ())
+    return t
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +171,8 @@ MIXES = {
 
 def tensor_specs(shape: ModelShape, mix: str) -> list[TensorSpec]:
     """Every tensor of a qwen3moe GGUF, in the order llama.cpp's converter writes them."""
+    if shape.hybrid:
+        return hybrid_tensor_specs(shape, mix)
     pick, _ = MIXES[mix]
     L, E, H = shape.n_layer, shape.n_embd, shape.head_dim
     q_dim, kv_dim = shape.n_head * H, shape.n_head_kv * H
@@ -144,6 +200,101 @@ def tensor_specs(shape: ModelShape, mix: str) -> list[TensorSpec]:
         TensorSpec("output_norm.weight", (E,), Q.F32, "norm"),
         TensorSpec("output.weight", (E, shape.n_vocab), pick("output", -1, L), "output"),
     ]
+    return specs
+
+
+def hybrid_tensor_specs(shape: ModelShape, mix: str) -> list[TensorSpec]:
+    """Every tensor of a qwen3next / qwen35moe GGUF as llama.cpp's converter writes them (names,
+    ggml shapes and per-layer order as in its output, tests/golden/fixtures/*_mtp): DeltaNet
+    layers (attn_qkv = q|k|v, attn_gate = z, ssm_ba interleaved per key head for qwen3next or
+    ssm_alpha + ssm_beta for qwen35moe, ssm_conv1d [d_conv, channels] kept F32, ssm_a and
+    ssm_dt.bias [n_v], ssm_norm [head_v], ssm_out), gated attention layers (attn_q carries the
+    output gate: [n_embd, 2 * n_head * head_dim]), the MoE FFN with the shared expert and its
+    gate ffn_gate_inp_shexp [n_embd, 1] (F32: one row), and the MTP block blk.<n_layer>
+    (nextn.eh_proj [2 * n_embd, n_embd], nextn.enorm / hnorm / shared_head_norm, a full
+    attention block and the MoE FFN; the embedding and head are the model's own).
+    Quant mixes follow the same rules as qwen3moe's plus llama.cpp's: attn_qkv gets Q5_K in
+    Q4_K_M, and attn_v's more-bits rule counts attention layers only. The more-bits rule for
+    ffn_down counts layers (llama.cpp counts ffn_down tensors, shared experts included): sizes
+    are close to, not exactly, a quantised release's."""
+    pick, _ = MIXES[mix]
+    L, E, H = shape.n_layer, shape.n_embd, shape.head_dim
+    n_all = L + shape.n_nextn
+    q_dim, kv_dim = shape.n_head * H, shape.n_head_kv * H
+    hk, nk, nv = shape.ssm_head, shape.ssm_n_k, shape.ssm_n_v
+    conv_ch, v_dim = 2 * nk * hk + nv * hk, nv * hk
+    attn_layers = [il for il in range(n_all) if not shape.recurrent(il)]
+
+    def qkv_type(il: int) -> Q:
+        t = pick("attn_qkv", il, L)
+        return Q.Q5_K if t == Q.Q4_K and mix == "q4_k_m" else t
+
+    def v_type(il: int) -> Q:
+        return pick("attn_v", attn_layers.index(il), len(attn_layers))
+
+    specs = [TensorSpec("token_embd.weight", (E, shape.n_vocab), pick("token_embd", -1, L), "token_embd")]
+    for il in list(range(L)) + [-1] + list(range(L, n_all)):
+        if il < 0:  # the converter writes the output norm (and head) before the MTP block
+            specs.append(TensorSpec("output_norm.weight", (E,), Q.F32, "norm"))
+            if not shape.tied:
+                specs.append(TensorSpec("output.weight", (E, shape.n_vocab), pick("output", -1, L), "output"))
+            continue
+        b = f"blk.{il}."
+        ffn = [
+            TensorSpec(b + "ffn_down_exps.weight", (shape.n_ff_exp, E, shape.n_expert),
+                       pick("ffn_down_exps", il, n_all), "ffn_down_exps"),
+            TensorSpec(b + "ffn_gate_exps.weight", (E, shape.n_ff_exp, shape.n_expert),
+                       pick("ffn_gate_exps", il, n_all), "ffn_gate_exps"),
+            TensorSpec(b + "ffn_up_exps.weight", (E, shape.n_ff_exp, shape.n_expert),
+                       pick("ffn_up_exps", il, n_all), "ffn_up_exps"),
+            TensorSpec(b + "ffn_gate_inp.weight", (E, shape.n_expert), Q.F32, "router"),
+            TensorSpec(b + "ffn_down_shexp.weight", (shape.n_ff_shexp, E),
+                       pick("ffn_down_exps", il, n_all), "ffn_down_shexp"),
+            TensorSpec(b + "ffn_gate_shexp.weight", (E, shape.n_ff_shexp), pick("ffn_gate_exps", il, n_all),
+                       "ffn_gate_shexp"),
+            TensorSpec(b + "ffn_up_shexp.weight", (E, shape.n_ff_shexp), pick("ffn_up_exps", il, n_all),
+                       "ffn_up_shexp"),
+            TensorSpec(b + "ffn_gate_inp_shexp.weight", (E, 1), Q.F32, "router_shexp"),
+            TensorSpec(b + "post_attention_norm.weight", (E,), Q.F32, "norm"),
+        ]
+        attn = [] if shape.recurrent(il) else [
+            TensorSpec(b + "attn_k_norm.weight", (H,), Q.F32, "norm"),
+            TensorSpec(b + "attn_k.weight", (E, kv_dim), pick("attn_k", il, L), "attn_k"),
+            TensorSpec(b + "attn_output.weight", (q_dim, E), pick("attn_output", il, L), "attn_output"),
+            TensorSpec(b + "attn_q_norm.weight", (H,), Q.F32, "norm"),
+            TensorSpec(b + "attn_q.weight", (E, 2 * q_dim), pick("attn_q", il, L), "attn_q"),
+            TensorSpec(b + "attn_v.weight", (E, kv_dim), v_type(il), "attn_v"),
+        ]
+        if il >= L:  # the MTP block: nextn.eh_proj first, its norms last
+            specs.append(TensorSpec(b + "nextn.eh_proj.weight", (2 * E, E), pick("attn_output", il, L),
+                                    "eh_proj"))
+            specs.append(TensorSpec(b + "attn_norm.weight", (E,), Q.F32, "norm"))
+            specs += ffn + attn
+            specs += [TensorSpec(b + "nextn.shared_head_norm.weight", (E,), Q.F32, "norm"),
+                      TensorSpec(b + "nextn.enorm.weight", (E,), Q.F32, "norm"),
+                      TensorSpec(b + "nextn.hnorm.weight", (E,), Q.F32, "norm")]
+        elif shape.recurrent(il):
+            specs += [
+                TensorSpec(b + "attn_norm.weight", (E,), Q.F32, "norm"),
+                TensorSpec(b + "ssm_a", (nv,), Q.F32, "ssm_a"),
+                TensorSpec(b + "ssm_conv1d.weight", (shape.ssm_d_conv, conv_ch), Q.F32, "ssm_conv1d"),
+                TensorSpec(b + "ssm_dt.bias", (nv,), Q.F32, "ssm_dt"),
+            ]
+            if shape.arch == "qwen3next":
+                specs.append(TensorSpec(b + "ssm_ba.weight", (E, 2 * nv), pick("ssm_ba", il, L), "ssm_ba"))
+            else:
+                specs += [TensorSpec(b + "ssm_alpha.weight", (E, nv), pick("ssm_alpha", il, L), "ssm_alpha"),
+                          TensorSpec(b + "ssm_beta.weight", (E, nv), pick("ssm_beta", il, L), "ssm_beta")]
+            specs += [
+                TensorSpec(b + "attn_qkv.weight", (E, conv_ch), qkv_type(il), "attn_qkv"),
+                TensorSpec(b + "attn_gate.weight", (E, v_dim), pick("attn_gate", il, L), "attn_gate"),
+                TensorSpec(b + "ssm_norm.weight", (hk,), Q.F32, "norm"),
+                TensorSpec(b + "ssm_out.weight", (v_dim, E), pick("ssm_out", il, L), "ssm_out"),
+            ]
+            specs += ffn
+        else:
+            specs.append(TensorSpec(b + "attn_norm.weight", (E,), Q.F32, "norm"))
+            specs += ffn + attn
     return specs
 
 

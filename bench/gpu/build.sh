@@ -20,6 +20,9 @@ failed=0   # a source that does not compile (or a program that does not link) fa
 cxxflags="-std=c++20 -O2 -ffp-contract=off -DFMT_HEADER_ONLY -DSLUICE_HAVE_CUDA=1 -Isrc -Iinclude -I$deps -I$cudainc"
 nvflags="-std=c++17 -O2 --fmad=false -arch=sm_$arch -Xcompiler -ffp-contract=off -DFMT_HEADER_ONLY -Isrc -Iinclude -I$deps"
 srcs=$(ls src/core/*.cpp src/io/*.cpp src/quant/*.cpp src/kernels/cpu/*.cpp src/models/*.cpp src/moe/*.cpp src/kv/*.cpp 2>/dev/null)
+# The placement layer the split model uses (cache, planner, metrics); not calibration.cpp, which
+# needs the tokenizer layer this build does not compile.
+srcs="$srcs $(ls src/placement/*.cpp 2>/dev/null | grep -v calibration)"
 cus=$(ls src/kernels/cuda/*.cu)
 # INCREMENTAL=1 skips objects newer than their source (local iteration; headers not tracked).
 stale() { [ "${INCREMENTAL:-0}" != 1 ] || [ ! -e "$2" ] || [ "$1" -nt "$2" ]; }

@@ -11,6 +11,8 @@
 #     a step that runs out is killed and the script goes on with what it has.
 #   SMALL=1: also time the shipped small MoE (models/sluice-moe-*.gguf).
 #   T_TEST=150, T_BENCH=200: the caps per parity test and for the synthetic decode bench.
+#   PLACEMENT_SYNTH=1: also run placement_parity (experts split VRAM / CPU) on the synthetic file,
+#     at budgets 0, PLACEMENT_BUDGETS (default 2G,4G,8G) and everything.
 # Needs: .peers/gpu-bench/include (bench/run_gpu.sh --prepare) and the gguf package (.gpudeps/py).
 # bench/gpu/session.sh is the one-call form for the lead (budget 420 s, sm_90, all cores).
 set -uo pipefail
@@ -37,8 +39,11 @@ cap() {
   echo "$want"
 }
 
-# Reserves (s), counted from the end of the budget: what the later steps need at least.
-R_BENCH=${R_BENCH:-80}      # the synthetic decode bench (load ~5 s, prefill x2, 2 x 128 steps) and the end
+# Reserves (s), counted from the end of the budget: what the later steps need at least. Sized for
+# a 420 s budget; rs scales one down for a smaller budget (a 220 s call), so that the early steps
+# do not get a cap of 1 s.
+rs() { if [ "$BUDGET" -gt 0 ] && [ "$BUDGET" -lt 420 ]; then echo $(( $1 * BUDGET / 420 )); else echo "$1"; fi; }
+R_BENCH=${R_BENCH:-$(rs 80)}   # the synthetic decode bench (load ~5 s, prefill x2, 2 x 128 steps) and the end
 R_END=10                    # summary and slack (a killed step may take 5 s more)
 
 say "start (budget ${BUDGET} s)"
@@ -67,7 +72,7 @@ fi
 say "build"
 t0=$(date +%s)
 # The tests and the bench need at least ~2 minutes after the build.
-timeout -k 5 "$(cap 300 $(( R_BENCH + 60 )))" bash bench/gpu/build.sh "$B" >> "$run_log" 2>&1
+timeout -k 5 "$(cap 300 $(rs $(( R_BENCH + 60 ))))" bash bench/gpu/build.sh "$B" >> "$run_log" 2>&1
 rc=$?
 note "build: rc=$rc in $(( $(date +%s) - t0 )) s"
 say "build rc=$rc"
@@ -88,22 +93,37 @@ run_step() {   # run_step NAME LOG CAP RESERVE COMMAND...: one program under its
 
 # Parity tests, cheapest first. The golden fixtures and the models shipped in models/ (trained,
 # not random) for model_parity.
-run_step act_quant_parity "$OUT/act_quant_parity.h200.log" 30 $(( R_BENCH + 150 )) "$B/act_quant_parity"
-run_step ops_parity "$OUT/ops_parity.h200.log" 60 $(( R_BENCH + 120 )) "$B/ops_parity"
-run_step matmul_parity "$OUT/matmul_parity.h200.log" "${T_TEST:-150}" $(( R_BENCH + 60 )) "$B/matmul_parity"
+run_step act_quant_parity "$OUT/act_quant_parity.h200.log" 30 $(rs $(( R_BENCH + 150 ))) "$B/act_quant_parity"
+run_step ops_parity "$OUT/ops_parity.h200.log" 60 $(rs $(( R_BENCH + 120 ))) "$B/ops_parity"
+run_step matmul_parity "$OUT/matmul_parity.h200.log" "${T_TEST:-150}" $(rs $(( R_BENCH + 60 ))) "$B/matmul_parity"
 run_step model_parity "$OUT/model_parity.h200.log" "${T_TEST:-150}" "$R_BENCH" \
   "$B/model_parity" tests/golden/fixtures $(ls models/*.gguf 2>/dev/null)
+
+# Experts split between VRAM and the CPU lane (issue 10): the qwen3moe / qwen2moe fixtures at
+# budgets 0, 2 experts a layer, half (profiled) and everything, against the CPU model's bits.
+run_step placement_parity "$OUT/placement_parity.h200.log" "${T_TEST:-150}" "$R_BENCH" "$B/placement_parity"
 
 if [ -n "$synth_pid" ]; then
   say "waiting for make_synthetic"
   wait "$synth_pid"
   note "make_synthetic: $(tail -1 "$OUT/make_synthetic.log")"
-  cat "$OUT/make_synthetic.log" >> "$run_log"
+  cat "$OUT/make_synthetic.log" >> "$run_log" && rm -f "$OUT/make_synthetic.log"   # in run.log: one file fewer to return
   if [ -s "$f" ]; then
     run_step decode_bench "$OUT/decode_bench.h200.log" "${T_BENCH:-200}" "$R_END" \
       "$B/decode_bench" "$f" "${N_PROMPT:-512}" "${N_GEN:-128}"
     cat "$OUT/decode_bench.h200.log" >> "$run_log" 2>/dev/null
     grep '^{' "$OUT/decode_bench.h200.log" >> "$summary" 2>/dev/null
+    # The synthetic file split at budgets 0, PLACEMENT_BUDGETS and everything (PLACEMENT_SYNTH=0
+    # skips it): bits against the CPU model, hit rate, per-lane times and decode tok/s of each.
+    if [ "${PLACEMENT_SYNTH:-1}" = 1 ]; then
+      # Its log goes to the end of placement_parity's (the lent machine returns 8 files at most).
+      export PLACEMENT_BUDGETS=${PLACEMENT_BUDGETS:-2G,4G,8G}
+      run_step placement_parity_synth "$OUT/placement_parity_synth.log" "${T_TEST:-150}" "$R_END" \
+        "$B/placement_parity" "$f"
+      grep -E '^(PASS|FAIL)' "$OUT/placement_parity_synth.log" >> "$summary" 2>/dev/null
+      { echo "---- $B/placement_parity $f"; cat "$OUT/placement_parity_synth.log"; } >> "$OUT/placement_parity.h200.log" 2>/dev/null
+      rm -f "$OUT/placement_parity_synth.log"
+    fi
   else
     note "decode_bench: no synthetic file"
   fi

@@ -23,7 +23,7 @@ export OUT=${OUT:-/tmp/sluice-gpu}
 export BUDGET_S=${BUDGET_S:-420}
 export CUDA_ARCH=90
 export JOBS=$(nproc)
-export SYNTH_LAYERS=48 N_PROMPT=512 N_GEN=128
+export SYNTH_LAYERS=${SYNTH_LAYERS:-48} N_PROMPT=${N_PROMPT:-512} N_GEN=${N_GEN:-128}
 export SMALL=0
 export BUILD_DIR=${BUILD_DIR:-build/gpu-direct}
 exec bash bench/gpu/run.sh

@@ -15,8 +15,9 @@
 // bound (the CPU's measured int8 dot-kernel rate, or the GPU's tensor-core peak, / 2 x multiply-
 // adds per token from the tensor shapes), with the one that binds named; runtime/roofline.h has
 // both models.
-// Expert hit rate and per-lane times belong to expert placement, which is not active yet: the
-// report leaves them out (placement is null) and says so.
+// Expert hit rate and per-lane times: with --gpu and a --vram-budget below the routed experts'
+// total (experts split between VRAM and the CPU lane), the report's placement holds them over
+// the whole run; otherwise placement is null and placement_note says why.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +49,8 @@ struct bench_options {
     uint64_t probe_bytes = 0;           // RAM probe buffer; 0: 4x the last-level cache, >= 512 MiB
     int gpu = -1;                       // >= 0: the whole model on this CUDA device (bench_gpu_built() only);
                                         // ceilings then use the GPU's HBM bandwidth
+    std::string numa = "auto";          // --numa off|auto|simulate:N (engine_options::numa)
+    uint64_t vram_budget = UINT64_MAX;  // with gpu >= 0: VRAM bytes for routed experts (UINT64_MAX: all of them)
 };
 
 struct bench_result {
@@ -84,6 +87,12 @@ struct bench_report {
     int threads = 0;
     int chunk = 0;
     uint64_t file_bytes = 0;
+    // NUMA (runtime/numa_setup.h): the nodes the threads are spread over, the threads of each,
+    // whether the nodes are simulated, and the decision in words (with the expert placement).
+    int numa_nodes = 1;
+    std::vector<int> threads_per_node;
+    bool numa_simulated = false;
+    std::string numa;
     // Bandwidth measured at start.
     double ram_read_gb_s = 0.0;
     uint64_t ram_probe_bytes = 0;
@@ -118,7 +127,8 @@ struct bench_report {
     std::string peak_source;               // how peak_ops_s was obtained
     double compute_ceiling_tok_s = 0.0;    // decode at depth 0
     std::vector<bench_result> results;
-    std::string placement_note;        // why no hit rate or lane times are reported
+    std::string placement_note;        // where the routed experts ran (and why no hit rate, when none)
+    std::string placement_json;        // a split model's placement over the run, a JSON object; empty: none
     std::vector<std::string> notes;
 };
 

@@ -18,6 +18,15 @@ struct engine_options {
     // A draft model for generate_params::drafter == draft_model: any supported model whose
     // tokenizer matches the target's (checked at open; a mismatch is an error).
     std::filesystem::path draft_model_path;
+    // NUMA: "auto" (several nodes where the machine has them: threads and routed experts per
+    // node), "off", or "simulate:N" (tests; places no memory). SLUICE_NUMA_SIMULATE=N with auto.
+    std::string numa = "auto";
+    // The target model on CUDA device `gpu` (-1: the CPU), its routed experts split between VRAM
+    // and the CPU under vram_budget bytes (UINT64_MAX: all in VRAM), ranked by the routing
+    // profile beside the model when there is one (`sluice profile`). A build without CUDA fails
+    // at open for gpu >= 0. The draft model stays on the CPU.
+    int gpu = -1;
+    uint64_t vram_budget = UINT64_MAX;
 };
 
 // Who proposes the drafts of a verify window. Drafting changes only speed: the tokens are the
@@ -27,6 +36,7 @@ enum class drafter_kind {
     none,         // serial decoding: one row per step
     ngram,        // prompt lookup over the whole context
     draft_model,  // the engine's draft model (engine_options::draft_model_path)
+    mtp,          // the model's own MTP (nextn) layers (qwen3next / qwen35moe files that carry them)
 };
 
 struct generate_params {
@@ -57,7 +67,7 @@ struct generate_stats {
     std::string stop_reason;     // "eog", "n_predict" or "ctx"
     std::string token_sha;       // SHA-256 of `tokens` as little-endian u32, hex
     // Speculative telemetry (serial decoding: one row per verify, 1 token per step).
-    std::string drafter;         // "none", "ngram", "draft-model"
+    std::string drafter;         // "none", "ngram", "draft-model", "mtp"
     int64_t verify_steps = 0;
     int rows_min = 0;
     double rows_mean = 0.0;

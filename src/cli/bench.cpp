@@ -36,10 +36,11 @@ std::vector<int> zero_is_none(std::vector<int> v) {
 }
 
 void run(bench_args a) {
-    // Without a GPU lane for experts (CPU runs, and --gpu, which holds the whole model), a budget is
-    // validated and changes nothing: every routed expert runs where the model's other weights do.
+    // With --gpu, a budget splits the routed experts between VRAM and the CPU lane (the report's
+    // placement); without it, a budget is validated and every routed expert runs on the CPU.
     if (!a.vram_budget.empty()) {
         const uint64_t budget = placement::parse_size(a.vram_budget);
+        a.o.vram_budget = budget;
         if (const std::string note = placement::cpu_only_budget_note(budget); !note.empty() && a.o.gpu < 0 && !a.quiet)
             fmt::print(stderr, "{}\n", note);
     }
@@ -65,6 +66,7 @@ void add_bench_command(CLI::App& app) {
                  "decoding, each against the memory-bandwidth ceiling");
     cmd->add_option("MODEL", a->model, "GGUF file or Hugging Face directory (default: the default model)");
     cmd->add_option("-t,--threads", a->o.n_threads, "CPU threads (default: every hardware thread)");
+    cmd->add_option("--numa", a->o.numa, "NUMA: auto (threads and routed experts per node where the machine has several nodes), off, or simulate:N (tests: N nodes from the allowed CPUs, no memory moved; SLUICE_NUMA_SIMULATE=N does this under auto)")->capture_default_str();
     cmd->add_option("-p,--n-prompt", a->o.n_prompt, "Prefill tests: prompt lengths (comma-separated; 0: none)")
         ->delimiter(',')
         ->default_str("512");
@@ -92,8 +94,12 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--bandwidth", a->o.bandwidth_gb_s, "Ceilings from this GB/s instead of the measured RAM read");
     cmd->add_option("--probe-mb", a->probe_mb, "RAM probe buffer in MiB (default: 4x the last-level cache, >= 512)");
     cmd->add_flag("--no-probe", a->no_probe, "Measure no bandwidth (no ceilings unless --bandwidth)");
-    if (bench_gpu_built())
-        cmd->add_option("--gpu", a->o.gpu, "Run the whole model on this CUDA device (ceilings from its HBM bandwidth)");
+    // Always parsed, so that a build without CUDA says so instead of "unexpected argument"; listed
+    // in --help only where it works (bench/run_gpu.sh detects a CUDA build by it).
+    auto* gpu = cmd->add_option("--gpu", a->o.gpu,
+                                "Run the model on this CUDA device (ceilings from its HBM bandwidth); with "
+                                "--vram-budget, routed experts beyond it run on the CPU");
+    if (!bench_gpu_built()) gpu->group("");
     cmd->add_flag("--json", a->json, "Print the report as JSON (progress still goes to stderr)");
     cmd->add_flag("-q,--quiet", a->quiet, "No progress lines on stderr");
     cmd->add_option("--vram-budget", a->vram_budget, "GPU memory for routed experts, e.g. 12G, 512M, 0");

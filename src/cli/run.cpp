@@ -10,10 +10,12 @@
 #include <fmt/core.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 namespace sluice::cli {
 namespace {
@@ -26,6 +28,7 @@ struct run_args {
     int n_predict = 128;
     int ctx_size = 0;
     int threads = 0;
+    std::string numa = "auto";
     float temp = 0.8f;
     int top_k = 40;
     float top_p = 0.95f;
@@ -36,12 +39,14 @@ struct run_args {
     float presence_penalty = 0.0f;
     int repeat_last_n = 64;
     bool spec = false;
+    std::string spec_kind;   // --spec's value: "" or "ngram" (prompt lookup), "mtp" (the model's MTP layers)
     std::string draft_model;
     int draft_max = 15;
     bool chat = false;
     bool verbose = false;
     std::string stats_json;
     std::string vram_budget;
+    int gpu = -1;   // --gpu: CUDA device of the target model (-1: the CPU)
 };
 
 // The figures of one generation as a JSON object (benchmarks and tests read it).
@@ -69,16 +74,21 @@ void run(const run_args& a) {
         prompt = ss.str();
     }
     if (prompt.empty()) throw std::runtime_error("run: no prompt: pass -p PROMPT or -f FILE");
-    // No CUDA device in this path: a budget is validated and every routed expert runs on the CPU.
-    if (!a.vram_budget.empty())
-        if (const std::string note = placement::cpu_only_budget_note(placement::parse_size(a.vram_budget)); !note.empty())
-            fmt::print(stderr, "{}\n", note);
+    // --gpu N: the model on that CUDA device, its routed experts under --vram-budget (all in VRAM
+    // without one). Without --gpu a budget is validated and every routed expert runs on the CPU.
+    if (a.gpu < -1) throw std::runtime_error(fmt::format("run: --gpu {}: expected a device index >= 0 (-1: the CPU)", a.gpu));
+    const uint64_t budget = a.vram_budget.empty() ? UINT64_MAX : placement::parse_size(a.vram_budget);
+    if (!a.vram_budget.empty() && a.gpu < 0)
+        if (const std::string note = placement::cpu_only_budget_note(budget); !note.empty()) fmt::print(stderr, "{}\n", note);
 
     engine_options eo;
     eo.model_path = a.model;
     eo.n_ctx = a.ctx_size;
     eo.n_threads = a.threads;
+    eo.numa = a.numa;
     eo.draft_model_path = a.draft_model;
+    eo.gpu = a.gpu;
+    eo.vram_budget = budget;
     auto eng = engine::open(eo);
     if (a.verbose) fmt::print(stderr, "model: {}\n{}\n", eng->model_path().string(), eng->describe());
 
@@ -94,6 +104,7 @@ void run(const run_args& a) {
     gp.presence_penalty = a.presence_penalty;
     gp.penalty_last_n = a.repeat_last_n;
     gp.drafter = !a.draft_model.empty() ? drafter_kind::draft_model : a.spec ? drafter_kind::ngram : drafter_kind::none;
+    if (a.spec && a.draft_model.empty() && a.spec_kind == "mtp") gp.drafter = drafter_kind::mtp;
     if (a.draft_max < 0 || a.draft_max > 15)
         throw std::runtime_error(fmt::format("run: --draft-max {}: expected 0..15", a.draft_max));
     gp.max_window = a.draft_max + 1;
@@ -128,6 +139,7 @@ void add_run_command(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("-c,--ctx-size", args->ctx_size, "Context size (0: the model's, at most 4096)")->capture_default_str();
     cmd->add_option("-t,--threads", args->threads, "Threads (0: all)")->capture_default_str();
+    cmd->add_option("--numa", args->numa, "NUMA: auto (threads and routed experts per node where the machine has several nodes), off, or simulate:N (tests: N nodes from the allowed CPUs, no memory moved; SLUICE_NUMA_SIMULATE=N does this under auto)")->capture_default_str();
     cmd->add_option("--temp", args->temp, "Temperature (0: greedy)")->capture_default_str();
     cmd->add_option("--top-k", args->top_k, "Top-k (0: off)")->capture_default_str();
     cmd->add_option("--top-p", args->top_p, "Top-p (1: off)")->capture_default_str();
@@ -138,8 +150,10 @@ void add_run_command(CLI::App& app) {
     cmd->add_option("--presence-penalty", args->presence_penalty, "Presence penalty (0: off)")->capture_default_str();
     cmd->add_option("--repeat-last-n", args->repeat_last_n, "Tokens the penalties look back over (-1: all)")
         ->capture_default_str();
-    cmd->add_flag("--spec", args->spec,
-                  "Speculative decoding with prompt lookup (or the --draft-model): same tokens as serial, faster");
+    CLI::Option* spec = cmd->add_option("--spec", args->spec_kind,
+                                        "Speculative decoding: same tokens as serial, faster. --spec or --spec ngram: "
+                                        "prompt lookup (or the --draft-model); --spec mtp: the model's own MTP layers")
+                            ->expected(0, 1);
     cmd->add_option("--draft-model", args->draft_model, "Draft model with the target's tokenizer (implies --spec)");
     cmd->add_option("--draft-max", args->draft_max, "Most drafts per verify window (0..15)")->capture_default_str();
     cmd->add_flag("--chat", args->chat, "Wrap the prompt in the model's ChatML template");
@@ -147,7 +161,18 @@ void add_run_command(CLI::App& app) {
     cmd->add_flag("-v,--verbose", args->verbose, "Print the model's shape");
     cmd->add_option("--stats-json", args->stats_json, "Write the generation's figures (token_sha, tok/s, spec) as JSON");
     cmd->add_option("--vram-budget", args->vram_budget, "GPU memory for routed experts, e.g. 12G, 512M, 0");
-    cmd->callback([args] { run(*args); });
+    cmd->add_option("--gpu", args->gpu, "CUDA device for the model (-1: the CPU); with --vram-budget, routed experts "
+                    "beyond it run on the CPU")->capture_default_str();
+    cmd->callback([args, spec] {
+        args->spec = spec->count() > 0;
+        // `--spec MODEL` (the flag before the model, as before --spec took a value): the model.
+        if (args->spec && args->model.empty() && args->spec_kind != "ngram" && args->spec_kind != "mtp" &&
+            !args->spec_kind.empty() && std::filesystem::exists(args->spec_kind))
+            args->model = std::exchange(args->spec_kind, std::string());
+        if (args->spec && !args->spec_kind.empty() && args->spec_kind != "ngram" && args->spec_kind != "mtp")
+            throw std::runtime_error(fmt::format("run: --spec {}: expected ngram or mtp", args->spec_kind));
+        run(*args);
+    });
 }
 
 }  // namespace sluice::cli

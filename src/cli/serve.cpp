@@ -30,6 +30,7 @@ struct serve_args {
     std::string api_key;
     int ctx_size = 0;
     int threads = 0;
+    std::string numa = "auto";
     int parallel = 8;
     int queue = 64;
     bool spec = false;
@@ -40,6 +41,7 @@ struct serve_args {
     int max_body_mb = 4;
     int grace_s = 20;
     std::string vram_budget;
+    int gpu = -1;   // --gpu: CUDA device of the target model (-1: the CPU)
 };
 
 // Waits until `done` or the deadline; true when `done` held.
@@ -60,10 +62,12 @@ void serve(const serve_args& a) {
     if (a.draft_max < 0 || a.draft_max > 15) fail("serve: --draft-max {}: expected 0..15", a.draft_max);
     if (a.prefix_cache_mb < 0) fail("serve: --prefix-cache-mb {}: expected >= 0", a.prefix_cache_mb);
     if (a.max_body_mb < 1 || a.max_body_mb > 1024) fail("serve: --max-body-mb {}: expected 1..1024", a.max_body_mb);
-    // No CUDA device in this path: a budget is validated and every routed expert runs on the CPU.
-    if (!a.vram_budget.empty())
-        if (const std::string note = placement::cpu_only_budget_note(placement::parse_size(a.vram_budget)); !note.empty())
-            fmt::print(stderr, "{}\n", note);
+    // --gpu N: the model on that CUDA device, its routed experts under --vram-budget (all in VRAM
+    // without one). Without --gpu a budget is validated and every routed expert runs on the CPU.
+    if (a.gpu < -1) fail("serve: --gpu {}: expected a device index >= 0 (-1: the CPU)", a.gpu);
+    const uint64_t budget = a.vram_budget.empty() ? UINT64_MAX : placement::parse_size(a.vram_budget);
+    if (!a.vram_budget.empty() && a.gpu < 0)
+        if (const std::string note = placement::cpu_only_budget_note(budget); !note.empty()) fmt::print(stderr, "{}\n", note);
 
     // SIGTERM and SIGINT are taken by sigwait below, never by a handler: blocked here, before any
     // thread starts, so every thread inherits the mask. A vanished client must not kill the
@@ -96,7 +100,10 @@ void serve(const serve_args& a) {
     opt.engine.model_path = a.model;
     opt.engine.n_ctx = a.ctx_size;
     opt.engine.n_threads = a.threads;
+    opt.engine.numa = a.numa;
     opt.engine.draft_model_path = a.draft_model;
+    opt.engine.gpu = a.gpu;
+    opt.engine.vram_budget = budget;
     opt.max_batch = a.parallel;
     opt.max_queue = a.queue;
     opt.prefix_cache_bytes = static_cast<size_t>(a.prefix_cache_mb) << 20;
@@ -148,6 +155,7 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("-c,--ctx-size", a->ctx_size, "Context size per request (0: the model's, at most 4096)")
         ->capture_default_str();
     cmd->add_option("-t,--threads", a->threads, "Threads (0: all)")->capture_default_str();
+    cmd->add_option("--numa", a->numa, "NUMA: auto (threads and routed experts per node where the machine has several nodes), off, or simulate:N (tests: N nodes from the allowed CPUs, no memory moved; SLUICE_NUMA_SIMULATE=N does this under auto)")->capture_default_str();
     cmd->add_option("--parallel", a->parallel, "Requests decoding together (max batch)")->capture_default_str();
     cmd->add_option("--queue", a->queue, "Requests waiting beyond the batch; more get 429")->capture_default_str();
     cmd->add_flag("--spec", a->spec, "Speculative decoding with prompt lookup: same tokens, faster");
@@ -160,6 +168,8 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--shutdown-grace", a->grace_s, "Seconds in-flight requests get to finish after SIGTERM")
         ->capture_default_str();
     cmd->add_option("--vram-budget", a->vram_budget, "GPU memory for routed experts, e.g. 12G, 512M, 0");
+    cmd->add_option("--gpu", a->gpu, "CUDA device for the model (-1: the CPU); with --vram-budget, routed experts "
+                    "beyond it run on the CPU")->capture_default_str();
     cmd->callback([a] { serve(*a); });
 }
 

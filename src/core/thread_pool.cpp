@@ -3,6 +3,7 @@
 #include "core/cpu_count.h"
 #include "core/error.h"
 
+#include <algorithm>
 #include <chrono>
 #include <pthread.h>
 #include <sched.h>
@@ -35,13 +36,20 @@ thread_pool::thread_pool(int n_threads, thread_pool_options o) : n_threads_(n_th
     // worker would take the CPU from the one holding the job's last chunk, so idle workers sleep.
     if (n_threads > usable_cpus()) spin_us_ = 0;
     // CPUs this process may run on, in order: worker i goes to the i-th (the caller keeps its own).
+    // With several NUMA nodes the plan lists them node by node instead (numa_topology.h).
+    const numa_thread_plan plan = plan_numa_threads(o.numa, n_threads);
     std::vector<int> cpus;
-    cpu_set_t allowed;
-    CPU_ZERO(&allowed);
-    if (o.pin && sched_getaffinity(0, sizeof allowed, &allowed) == 0)
-        for (int c = 0; c < CPU_SETSIZE; ++c)
-            if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+    if (plan.n_nodes() > 1) {
+        if (o.pin && std::all_of(plan.cpu.begin() + 1, plan.cpu.end(), [](int c) { return c >= 0; })) cpus = plan.cpu;
+    } else {
+        cpu_set_t allowed;
+        CPU_ZERO(&allowed);
+        if (o.pin && sched_getaffinity(0, sizeof allowed, &allowed) == 0)
+            for (int c = 0; c < CPU_SETSIZE; ++c)
+                if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+    }
     const bool pin = o.pin && static_cast<int>(cpus.size()) >= n_threads && n_threads > 1;
+    bool all_pinned = pin;
     workers_.reserve(static_cast<size_t>(n_threads - 1));
     for (int i = 1; i < n_threads; ++i) {
         workers_.emplace_back([this, i] { worker(i); });
@@ -50,9 +58,37 @@ thread_pool::thread_pool(int n_threads, thread_pool_options o) : n_threads_(n_th
             CPU_ZERO(&one);
             CPU_SET(cpus[static_cast<size_t>(i)], &one);
             // Best effort: a refused affinity (a container's cgroup) leaves the thread unpinned.
-            pinned_ = pthread_setaffinity_np(workers_.back().native_handle(), sizeof one, &one) == 0 || pinned_;
+            const bool ok = pthread_setaffinity_np(workers_.back().native_handle(), sizeof one, &one) == 0;
+            pinned_ = ok || pinned_;
+            all_pinned = ok && all_pinned;
         }
     }
+    // A worker not on its node's CPU would compute that node's experts from another node's
+    // memory: then the pool is a one-node pool (the same bits, E2; only the speed differs). A
+    // simulated topology keeps its nodes unpinned: it exists to run the multi-node claiming.
+    if (plan.n_nodes() > 1 && (all_pinned || plan.simulated)) {
+        node_of_ = plan.node;
+        threads_per_node_ = plan.threads_per_node;
+        numa_simulated_ = plan.simulated;
+        for (int k = 0; k < plan.n_nodes(); ++k)
+            for (const numa_node& nd : o.numa.nodes)
+                if (nd.id == plan.node_id[static_cast<size_t>(k)])
+                    for (int c : nd.cpus) {
+                        if (c >= static_cast<int>(node_of_cpu_.size())) node_of_cpu_.resize(static_cast<size_t>(c) + 1, -1);
+                        node_of_cpu_[static_cast<size_t>(c)] = k;
+                    }
+    } else {
+        node_of_.assign(static_cast<size_t>(n_threads), 0);
+        threads_per_node_ = {n_threads};
+    }
+}
+
+int thread_pool::home_node(int tid) const {
+    if (tid != 0 || node_of_cpu_.empty()) return node_of_[static_cast<size_t>(tid)];
+    const int c = sched_getcpu();
+    return c >= 0 && c < static_cast<int>(node_of_cpu_.size()) && node_of_cpu_[static_cast<size_t>(c)] >= 0
+               ? node_of_cpu_[static_cast<size_t>(c)]
+               : 0;
 }
 
 thread_pool::~thread_pool() {

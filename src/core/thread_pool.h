@@ -9,10 +9,17 @@
 // microseconds apart, so they hit spinning workers and pay no wake-up system call; a pool left
 // idle (between requests) sleeps and costs nothing. Threads are created once (the context object
 // owns the pool; there is no global pool); nothing is allocated per call.
+//
+// NUMA: given a topology of several nodes (thread_pool_options::numa), the workers are pinned
+// node by node and each knows its node (node_of, home_node); parallel_for itself is unchanged.
+// The expert pool (moe/expert_pool.h) builds its per-node claiming on top of parallel_for_tid.
 #pragma once
+
+#include "core/numa_topology.h"
 
 #include <atomic>
 #include <cstdint>
+#include <span>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -26,6 +33,14 @@ struct thread_pool_options {
     // How long an idle worker spins before it sleeps. 0: sleep at once (also when the pool has
     // more threads than usable_cpus()).
     int spin_us = 1000;
+    // NUMA (core/numa_topology.h): with several nodes, pin on, and no more threads than the
+    // topology's CPUs, the threads are spread over the nodes by plan_numa_threads, each worker
+    // pinned to a CPU of its node, and node_of(tid) names its node (the expert pool claims that
+    // node's jobs first). Otherwise (empty, one node, pin off or refused) the pool is the
+    // one-node pool: pinned as above, node_of() 0 for every thread. A simulated topology keeps
+    // its nodes even unpinned (tests: the multi-node claiming on any machine). The initializer
+    // keeps designated initializers ({.pin = false}) free of -Wmissing-field-initializers.
+    numa_topology numa = {};
 };
 
 class thread_pool {
@@ -39,6 +54,18 @@ public:
     int n_threads() const { return n_threads_; }
     // True when the workers were pinned (see thread_pool_options::pin).
     bool pinned() const { return pinned_; }
+    // Nodes the threads are spread over (1 without NUMA), the node of thread tid (0 = the
+    // caller, counted on node 0), and how many threads each node has.
+    int n_nodes() const { return static_cast<int>(threads_per_node_.size()); }
+    int node_of(int tid) const { return node_of_[static_cast<size_t>(tid)]; }
+    // The node whose work thread tid should take first: a worker's node_of(tid); for the caller
+    // (never pinned) the node of the CPU it is running on now (sched_getcpu, a vDSO read), node
+    // 0 when that CPU is none of the nodes'. Called once per parallel_for on the NUMA path only.
+    int home_node(int tid) const;
+#if __cplusplus >= 202002L   // CUDA kernel files include this header as C++17 (kernels/cuda/ops.cuh)
+    std::span<const int> threads_per_node() const { return threads_per_node_; }
+#endif
+    bool numa_simulated() const { return numa_simulated_; }
 
     // Calls fn(begin, end) on disjoint chunks covering [0, n), each at most `grain` long (grain
     // <= 0: about 8 chunks per thread), from any thread of the pool, the caller included;
@@ -73,6 +100,10 @@ private:
     int n_threads_;
     bool pinned_ = false;
     int spin_us_;
+    std::vector<int> node_of_;            // [n_threads] node of each thread
+    std::vector<int> threads_per_node_;   // [n_nodes]
+    std::vector<int> node_of_cpu_;        // [max CPU + 1] node of each CPU, -1: none (empty on one node)
+    bool numa_simulated_ = false;
     std::vector<std::thread> workers_;
 
     // The current job, written by the caller before it publishes the job word; read by a worker

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "io/model_file.h"
 #include "kernels/cpu/dot_ref.h"
+#include "quant/act.h"
 #include "quant/quant.h"
 
 #include <cmath>
@@ -29,6 +30,23 @@ std::optional<int64_t> int_or_uniform_array(const metadata& m, const std::string
 int checked_dim(std::string_view what, int64_t v, int64_t lo, int64_t hi) {
     if (v < lo || v > hi) fail("model: {}: expected {}..{}, got {}", what, lo, hi, v);
     return static_cast<int>(v);
+}
+
+// y_i = w_i x for matrices that read the same input x [n, n_in]: when they take the same
+// activation rows (same format family), x is prepared once and all of them run in one
+// parallel_for (one barrier: a decode step has ~8 per layer, each a few microseconds at 2
+// threads); otherwise one matmul each. The same bits either way (each output is dot_ref's).
+void matmul_shared_input(thread_pool& pool, std::span<const kernels::matmul_out> outs, const float* x, int64_t n,
+                         std::byte* act) {
+    bool shared = true;
+    for (const kernels::matmul_out& o : outs)
+        shared = shared && quant::act_format_for(o.w->type) == quant::act_format_for(outs[0].w->type);
+    if (!shared) {
+        for (const kernels::matmul_out& o : outs) kernels::matmul(pool, *o.w, x, n, o.y, act);
+        return;
+    }
+    kernels::prepare_act(*outs[0].w, x, n, act);
+    kernels::matmul_prepared_many(pool, outs, act, n);
 }
 
 }  // namespace
@@ -231,9 +249,8 @@ void attention_block(const attn_weights& w, const model_hparams& hp, int il, std
     const int64_t nq = hp.n_head * hd, nkv = hp.n_kv_head * hd;
     // Row-wise part: every row of every segment at once.
     for (int64_t r = 0; r < n; ++r) kernels::rmsnorm(s.x.data() + r * E, w.norm.data(), s.xn.data() + r * E, E, hp.rms_eps);
-    kernels::matmul(pool, *w.wq, s.xn.data(), n, s.q.data(), s.act.data());
-    kernels::matmul(pool, *w.wk, s.xn.data(), n, s.k.data(), s.act.data());
-    kernels::matmul(pool, *w.wv, s.xn.data(), n, s.v.data(), s.act.data());
+    const kernels::matmul_out qkv[] = {{w.wq, s.q.data()}, {w.wk, s.k.data()}, {w.wv, s.v.data()}};
+    matmul_shared_input(pool, qkv, s.xn.data(), n, s.act.data());
     kernels::attention_params ap;
     ap.n_head = hp.n_head;
     ap.n_kv_head = hp.n_kv_head;
@@ -279,8 +296,8 @@ void commit_batch(std::span<const batch_segment> batch) {
 
 void ffn_rows(const ffn_weights& w, int64_t n_ff, int64_t n_embd, int64_t n, forward_scratch& s, float* out) {
     (void)n_embd;
-    kernels::matmul(*s.pool, *w.gate, s.xn.data(), n, s.gate.data(), s.act.data());
-    kernels::matmul(*s.pool, *w.up, s.xn.data(), n, s.up.data(), s.act.data());
+    const kernels::matmul_out gate_up[] = {{w.gate, s.gate.data()}, {w.up, s.up.data()}};
+    matmul_shared_input(*s.pool, gate_up, s.xn.data(), n, s.act.data());
     kernels::swiglu(s.gate.data(), s.up.data(), s.gate.data(), n * n_ff);
     kernels::matmul(*s.pool, *w.down, s.gate.data(), n, out, s.act.data());
 }

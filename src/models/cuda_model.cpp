@@ -2,7 +2,10 @@
 // are bound by the same weight_binder (names, dtypes and shapes checked as on the CPU), then
 // uploaded once. Per forward the host does two things only: it dequantises the window's
 // embedding rows (kernels::get_row, the CPU's bits by construction) into pinned memory, and
-// copies the logits back. Everything in between is enqueued on one stream.
+// copies the logits back. Everything in between is enqueued on one stream. A split model
+// (cuda_placement with a budget below the routed experts' size) adds one host step per MoE layer:
+// the routed ids come to the host, the CPU lane computes the experts not in VRAM while the GPU
+// computes the resident ones (cuda_expert_lanes.h), and the rows join before the same combine.
 #include "models/cuda_model.h"
 
 #include "core/error.h"
@@ -20,6 +23,7 @@ bool cuda_model_supports(const std::string& arch) {
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/ops.cuh"
 #include "models/blocks.h"
+#include "models/cuda_expert_lanes.h"
 #include "quant/act.h"
 
 #include <cuda_runtime.h>
@@ -78,7 +82,9 @@ arch_spec spec_for(const std::string& arch) {
 
 class cuda_model final : public model {
 public:
-    cuda_model(const model_file& f, const load_options&, int device) : dev_(device) {
+    // place: null, or the VRAM budget for routed experts (a budget below their total splits the
+    // experts between the GPU's cache slots and the CPU lane: cuda_expert_lanes).
+    cuda_model(const model_file& f, const load_options&, int device, const cuda_placement* place) : dev_(device) {
         int n_dev = 0;
         ck(cudaGetDeviceCount(&n_dev), "cudaGetDeviceCount");
         if (device < 0 || device >= n_dev) fail("cuda model: device {}: expected 0..{}", device, n_dev - 1);
@@ -104,6 +110,8 @@ public:
 
         // Weights: bound and checked by the CPU's binder, then uploaded.
         weight_binder b(f);
+        std::vector<moe::expert_bank> banks;   // [n_layer] the routed experts in host memory (MoE)
+        uint64_t expert_bytes = 0;
         out_ = bind_output(b, hp_);
         tok_embd_ = out_.tok_embd;
         output_norm_ = upload_vec(out_.norm);
@@ -125,9 +133,8 @@ public:
             if (spec_.moe) {
                 const moe_weights m = bind_moe(b, hp_, il, spec_.shexp);
                 l.router = upload_mat(*m.router);
-                l.gate_exps = upload_mat(*m.gate_exps);
-                l.up_exps = upload_mat(*m.up_exps);
-                l.down_exps = upload_mat(*m.down_exps);
+                banks.push_back({m.gate_exps, m.up_exps, m.down_exps});
+                expert_bytes += m.gate_exps->nbytes + m.up_exps->nbytes + m.down_exps->nbytes;
                 if (spec_.shexp) {
                     l.sh_gate = upload_mat(*m.shexp.gate);
                     l.sh_up = upload_mat(*m.shexp.up);
@@ -142,12 +149,32 @@ public:
             }
             layers_.push_back(l);
         }
+        // Routed experts: all uploaded as they are, or, under a budget below their total, the
+        // resident ones in cache slots (the expert matmuls read slot ids instead of expert ids).
+        if (spec_.moe && place && place->vram_budget < expert_bytes) {
+            lanes_ = std::make_unique<cuda_expert_lanes>(hp_, banks, *place, stream_);
+            for (int il = 0; il < hp_.n_layer; ++il) {
+                const cuda_expert_lanes::layer_slots& sl = lanes_->slots(il);
+                const moe::expert_bank& k = banks[static_cast<size_t>(il)];
+                dlayer& l = layers_[static_cast<size_t>(il)];
+                l.gate_exps = slot_mat(*k.gate, sl.gate);
+                l.up_exps = slot_mat(*k.up, sl.up);
+                l.down_exps = slot_mat(*k.down, sl.down);
+            }
+        } else {
+            for (size_t il = 0; il < banks.size(); ++il) {
+                layers_[il].gate_exps = upload_mat(*banks[il].gate);
+                layers_[il].up_exps = upload_mat(*banks[il].up);
+                layers_[il].down_exps = upload_mat(*banks[il].down);
+            }
+        }
         ck(cudaStreamSynchronize(stream_), "weight upload");
     }
 
     ~cuda_model() override {
         cudaSetDevice(dev_);
         cudaStreamSynchronize(stream_);
+        lanes_.reset();
         for (void* p : allocs_) cudaFree(p);
         for (auto& kv : kvs_) cudaFree(kv.second.buf);
         free_scratch();
@@ -161,6 +188,10 @@ public:
         const int64_t n = check_batch(hp_, batch, s);
         ck(cudaSetDevice(dev_), "cudaSetDevice");
         ensure_scratch(s.max_rows);
+        if (lanes_) {
+            lanes_->ensure(s.max_rows);
+            pool_ = s.pool;
+        }
         int32_t max_pos = 0;
         for (const batch_segment& g : batch) max_pos = std::max(max_pos, g.pos0 + static_cast<int32_t>(g.tokens.size()));
         ensure_rope(max_pos);
@@ -175,7 +206,8 @@ public:
             for (token_id t : g.tokens) kernels::get_row(*tok_embd_, t, h_x_ + (r++) * E);
             m += g.n_logits;
         }
-        if (graphs_ && batch.size() == 1 && n == 1) {
+        // A split model's host sits inside every MoE layer: no graphs there.
+        if (graphs_ && !lanes_ && batch.size() == 1 && n == 1) {
             // A decode step: one captured graph per (cache, logits wanted), replayed with the
             // position read from device memory.
             *h_pos_ = batch[0].pos0;
@@ -193,7 +225,11 @@ public:
             ck(cudaMemcpyAsync(logits, logits_, static_cast<size_t>(m * hp_.n_vocab) * 4, cudaMemcpyDeviceToHost, stream_),
                "logits");
         ck(cudaStreamSynchronize(stream_), "forward");
+        if (lanes_) lanes_->end_forward();
     }
+
+    const cuda_expert_lanes* lanes() const { return lanes_.get(); }
+    cuda_expert_lanes* lanes() { return lanes_.get(); }
 
     void set_graphs(bool on) { graphs_ = on; }
     void set_programmatic(bool on) {
@@ -233,6 +269,20 @@ private:
         ck(cudaMemcpy(p, t.data, t.nbytes, cudaMemcpyHostToDevice), "upload");
         m.data = p;
         uploaded_[&t] = m;
+        return m;
+    }
+
+    // A bank of cache slots read as an expert tensor: slot s where the file has expert s. data:
+    // the slots' device buffer (null when the layer has none).
+    static dmat slot_mat(const tensor_view& t, const std::byte* data) {
+        if (!cuda::has_matmul(t.type)) fail("cuda model: tensor '{}': no CUDA matmul for {}", t.name, name(t.type));
+        dmat m;
+        m.type = t.type;
+        m.n_in = t.ne[0];
+        m.n_out = t.ne[1];
+        m.row_bytes = t.row_bytes();
+        m.expert_stride = m.row_bytes * static_cast<size_t>(t.ne[1]);
+        m.data = data;
         return m;
     }
 
@@ -344,7 +394,7 @@ private:
         for (int il = 0; il < hp_.n_layer; ++il) {
             const dlayer& l = layers_[static_cast<size_t>(il)];
             attention_block(l, il, batch, kv_bufs, n, pos_dev);
-            if (spec_.moe) moe_block(l, n);
+            if (spec_.moe) moe_block(l, il, n);
             else dense_block(l, n);
         }
         // Output: the rows that want logits, packed, then one LM-head matmul.
@@ -423,7 +473,7 @@ private:
             a.perm = perm_;
             a.tiles = tiles_;
             a.n_tiles = n_tiles_;
-            a.max_tiles = cuda::group_tiles_max(n_rows, hp_.n_expert);
+            a.max_tiles = cuda::group_tiles_max(n_rows, group_experts_);
         }
         if (w2) {
             a.w2 = w2->data;
@@ -521,8 +571,23 @@ private:
         mm(l.down, gate_, n, x_, d_act, nullptr, 1, true);   // x += down . swiglu
     }
 
-    void moe_block(const dlayer& l, int64_t n) {
-        const int64_t E = hp_.n_embd, F = hp_.n_ff_exp, K = hp_.n_expert_used;
+    // Pair p = (row p / K, rank p % K), each a one-row product with expert ids[p] (read on the
+    // device: every routed expert of the layer in one launch, gate and up together) into ey_.
+    void routed_experts(const dlayer& l, int64_t n, const int32_t* ids, bool g_act) {
+        const int64_t K = hp_.n_expert_used;
+        const auto fg = fmt(l.gate_exps);
+        if (pairable(l.gate_exps, l.up_exps)) {
+            mm(l.gate_exps, xn_, n * K, gate_, g_act, ids, static_cast<int>(K), false, &l.up_exps, up_);
+        } else {
+            mm(l.gate_exps, xn_, n * K, gate_, g_act, ids, static_cast<int>(K));
+            mm(l.up_exps, xn_, n * K, up_, fg != quant::act_format::f32 && fmt(l.up_exps) == fg, ids, static_cast<int>(K));
+        }
+        const bool d_act = swiglu_for(l.down_exps, n * K, hp_.n_ff_exp);
+        mm(l.down_exps, gate_, n * K, ey_, d_act, ids, 1);
+    }
+
+    void moe_block(const dlayer& l, int il, int64_t n) {
+        const int64_t K = hp_.n_expert_used;
         const auto fg = fmt(l.gate_exps);
         bool g_act = norm(x_, l.ffn_norm, xn_, n, fg, act_);
         // The router (F32 in the files llama.cpp writes: it reads xn_ and leaves act_ alone).
@@ -534,22 +599,32 @@ private:
         rp.n_used = hp_.n_expert_used;
         rp.renormalize = hp_.expert_weights_norm;
         cuda::route_topk(rp, router_, n, ids_, ew_, stream_);
-        // Many pairs per expert (a prefill): group them by expert on the device, so each expert's
-        // weights are decoded once per 16 pairs instead of once per pair. The choice depends on
-        // the sizes only; either way every pair's bits are the same (E1).
-        grouped_ = n * K >= 2 * hp_.n_expert && hp_.n_expert <= cuda::k_group_max_experts;
-        if (grouped_) cuda::group_pairs(ids_, n * K, hp_.n_expert, perm_, tiles_, n_tiles_, stream_);
-        // Experts: pair p = (row p / K, rank p % K), each a one-row product with its expert (ids
-        // read on the device: every routed expert of the layer in one launch, gate and up together).
-        if (pairable(l.gate_exps, l.up_exps)) {
-            mm(l.gate_exps, xn_, n * K, gate_, g_act, ids_, static_cast<int>(K), false, &l.up_exps, up_);
+        if (lanes_) {
+            // Split layer: the ids go to the host, the GPU computes the pairs of resident experts
+            // (slot ids; grouped, CPU pairs skipped) while the CPU lane computes the rest, whose
+            // rows join ey_ before the combine: every pair's row has the same bits either way (E3).
+            const cuda_expert_lanes::routed r = lanes_->route(il, n, ids_, xn_);
+            if (r.gpu_pairs > 0) {
+                lanes_->gpu_begin(il);
+                group_experts_ = lanes_->slots(il).n_slots;
+                grouped_ = r.grouped;
+                if (grouped_) cuda::group_pairs(r.mm_ids, n * K, group_experts_, perm_, tiles_, n_tiles_, stream_);
+                routed_experts(l, n, r.mm_ids, g_act);
+                lanes_->gpu_end(il);
+            }
+            lanes_->run_cpu(n, *pool_, il);
+            lanes_->join(n, ey_);
         } else {
-            mm(l.gate_exps, xn_, n * K, gate_, g_act, ids_, static_cast<int>(K));
-            mm(l.up_exps, xn_, n * K, up_, fg != quant::act_format::f32 && fmt(l.up_exps) == fg, ids_, static_cast<int>(K));
+            // Many pairs per expert (a prefill): group them by expert on the device, so each
+            // expert's weights are decoded once per 16 pairs instead of once per pair. The choice
+            // depends on the sizes only; either way every pair's bits are the same (E1).
+            group_experts_ = hp_.n_expert;
+            grouped_ = n * K >= 2 * hp_.n_expert && hp_.n_expert <= cuda::k_group_max_experts;
+            if (grouped_) cuda::group_pairs(ids_, n * K, hp_.n_expert, perm_, tiles_, n_tiles_, stream_);
+            routed_experts(l, n, ids_, g_act);
         }
-        const bool d_act = swiglu_for(l.down_exps, n * K, F);
-        mm(l.down_exps, gate_, n * K, ey_, d_act, ids_, 1);
         grouped_ = false;
+        const int64_t E = hp_.n_embd;
         if (!l.sh_inp) {
             cuda::moe_combine(ey_, ew_, static_cast<int>(K), n, E, x_, stream_, true);   // x += the rank-order sum
             return;
@@ -588,6 +663,9 @@ private:
     int32_t* ids_ = nullptr;
     int32_t *perm_ = nullptr, *tiles_ = nullptr, *n_tiles_ = nullptr;   // group_pairs' output: [RK], [max tiles][3], [1]
     bool grouped_ = false;   // the expert matmuls being enqueued use the grouped pairs
+    int group_experts_ = 0;  // ... grouped over this many experts (or a split layer's cache slots)
+    std::unique_ptr<cuda_expert_lanes> lanes_;   // the split model's lanes (null: every expert in VRAM)
+    thread_pool* pool_ = nullptr;                // the CPU lane's threads (the forward's scratch)
     std::byte* act_ = nullptr;
     float* h_x_ = nullptr;        // pinned [max_rows_, n_embd]
     int32_t* h_pos_ = nullptr;    // pinned [1]: a graph step's position
@@ -604,9 +682,44 @@ bool cuda_available() {
 }
 
 std::unique_ptr<model> load_model_cuda(const model_file& f, const load_options& o, int device, bool graphs) {
-    auto m = std::make_unique<cuda_model>(f, o, device);
+    auto m = std::make_unique<cuda_model>(f, o, device, nullptr);
     m->set_graphs(graphs);
     return m;
+}
+
+std::unique_ptr<model> load_model_cuda(const model_file& f, const load_options& o, int device, const cuda_placement& p,
+                                       bool graphs) {
+    auto m = std::make_unique<cuda_model>(f, o, device, &p);
+    m->set_graphs(graphs);
+    return m;
+}
+
+namespace {
+const cuda_model& as_cuda(const model& m, const char* what) {
+    const auto* c = dynamic_cast<const cuda_model*>(&m);
+    if (!c) fail("{}: not a model made by load_model_cuda", what);
+    return *c;
+}
+}  // namespace
+
+cuda_placement_info cuda_placement_of(const model& m) {
+    const cuda_model& c = as_cuda(m, "cuda_placement_of");
+    if (c.lanes()) return c.lanes()->info();
+    cuda_placement_info i;   // every routed expert in VRAM
+    const model_hparams& hp = c.hparams();
+    i.resident = i.total = hp.n_expert > 0 ? hp.n_layer * hp.n_expert : 0;
+    return i;
+}
+
+std::optional<placement::placement_metrics> cuda_placement_metrics(const model& m) {
+    const cuda_model& c = as_cuda(m, "cuda_placement_metrics");
+    if (!c.lanes()) return std::nullopt;
+    return c.lanes()->metrics();
+}
+
+void reset_cuda_placement_metrics(model& m) {
+    auto& c = const_cast<cuda_model&>(as_cuda(m, "reset_cuda_placement_metrics"));
+    if (c.lanes()) c.lanes()->reset_metrics();
 }
 
 void set_cuda_graphs(model& m, bool on) {
@@ -632,6 +745,14 @@ bool cuda_available() { return false; }
 std::unique_ptr<model> load_model_cuda(const model_file&, const load_options&, int device, bool) {
     fail("cuda model: device {}: sluice was not built with CUDA (configure with -DSLUICE_CUDA=ON and nvcc)", device);
 }
+std::unique_ptr<model> load_model_cuda(const model_file&, const load_options&, int device, const cuda_placement&, bool) {
+    fail("cuda model: device {}: sluice was not built with CUDA (configure with -DSLUICE_CUDA=ON and nvcc)", device);
+}
+cuda_placement_info cuda_placement_of(const model&) { fail("cuda_placement_of: sluice was not built with CUDA"); }
+std::optional<placement::placement_metrics> cuda_placement_metrics(const model&) {
+    fail("cuda_placement_metrics: sluice was not built with CUDA");
+}
+void reset_cuda_placement_metrics(model&) { fail("reset_cuda_placement_metrics: sluice was not built with CUDA"); }
 
 void set_cuda_graphs(model&, bool) { fail("set_cuda_graphs: sluice was not built with CUDA"); }
 void set_cuda_programmatic_launch(model&, bool) { fail("set_cuda_programmatic_launch: sluice was not built with CUDA"); }

@@ -6,8 +6,12 @@
 #pragma once
 
 #include "models/model.h"
+#include "placement/metrics.h"
+#include "placement/routing_profile.h"
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace sluice {
@@ -28,6 +32,37 @@ bool cuda_model_supports(const std::string& arch);
 // same arguments, so the same bits, with one launch instead of ~20 per layer. Throws "not built
 // with CUDA" in a CPU-only build.
 std::unique_ptr<model> load_model_cuda(const model_file& f, const load_options& o, int device, bool graphs = true);
+
+// Routed experts split between VRAM and host memory (issue 10, first working path; the lanes are
+// src/models/cuda_expert_lanes.h). Dense weights, attention, router, shared experts, norms and
+// KV stay on the GPU; vram_budget bytes hold routed experts (each a gate|up|down "blob"), chosen
+// by the profile's counts, highest first (placement::expert_cache's initial set), or without a
+// profile by expert id, lowest first, in every layer alike. Per MoE layer the GPU routes, the
+// window's ids go to the host (a stream sync), the GPU computes the resident experts' pairs
+// while the CPU pool computes the others from host memory (moe/expert_pool.h: run_expert_pairs), and the GPU
+// combines each row in rank order: the logits of the all-GPU model and of the CPU model (E3).
+// A budget that holds every routed expert is the all-GPU model (CUDA graphs and all); a split
+// model runs without graphs (the host sits inside every layer). Not yet: the doorbell (ids
+// through mapped memory inside a graph), the PCIe lane, adaptive swaps, prefill streaming.
+struct cuda_placement {
+    uint64_t vram_budget = UINT64_MAX;                   // bytes for routed experts' blobs
+    std::optional<placement::routing_profile> profile;   // must match the model's shape when given
+};
+std::unique_ptr<model> load_model_cuda(const model_file& f, const load_options& o, int device, const cuda_placement& p,
+                                       bool graphs = true);
+
+// Where a model made by load_model_cuda keeps its routed experts.
+struct cuda_placement_info {
+    bool split = false;          // some routed experts run on the CPU lane
+    int resident = 0, total = 0; // (layer, expert) pairs in VRAM / in the model
+    uint64_t resident_bytes = 0, total_bytes = 0;
+};
+cuda_placement_info cuda_placement_of(const model& m);
+// What the split model's lanes did since the last reset (hits, CPU misses, per-lane seconds
+// measured: the GPU lane by events around its expert launches, the CPU lane by wall time);
+// nullopt for a model whose experts are all in VRAM. Fails for a model not made by load_model_cuda.
+std::optional<placement::placement_metrics> cuda_placement_metrics(const model& m);
+void reset_cuda_placement_metrics(model& m);
 // Turns the decode-step graphs of a model made by load_model_cuda on or off (benchmarks compare
 // both); fails for any other model.
 void set_cuda_graphs(model& m, bool on);

@@ -9,6 +9,8 @@
 #include "io/model_file.h"
 #include "models/model.h"
 #include "runtime/generate.h"
+#include "runtime/loaded_model.h"
+#include "runtime/numa_setup.h"
 #include "runtime/roofline.h"
 #include "runtime/sampler.h"
 #include "sluice/inspect.h"
@@ -201,7 +203,9 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
     std::unique_ptr<model> net;
     if (o.gpu >= 0) {
 #ifdef SLUICE_BENCH_GPU
-        net = load_model_cuda(*file, load_options{n_ctx}, o.gpu);
+        // Routed experts under the budget (all in VRAM without one), ranked by the profile beside
+        // the model when there is one.
+        net = load_model_on(o.model_path, *file, n_ctx, o.gpu, o.vram_budget);
 #else
         fail("bench: --gpu {}: this build has no CUDA backend (configure with -DSLUICE_CUDA=ON and nvcc)", o.gpu);
 #endif
@@ -239,10 +243,19 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
     rep.n_expert = tm.n_expert;
     rep.n_expert_used = tm.n_expert_used;
 
+    // NUMA: the threads over the nodes and the routed experts on their nodes, before any test.
+    const numa_setup numa = setup_numa(o.numa, rep.threads, *file);
+    rep.numa_nodes = numa.plan.n_nodes();
+    rep.threads_per_node = numa.plan.threads_per_node;
+    rep.numa_simulated = numa.plan.simulated && rep.numa_nodes > 1;
+    rep.numa = numa.describe();
+    say("numa: " + rep.numa);
+
     session_options so;
     so.n_ctx = n_ctx;
     so.n_threads = rep.threads;
     so.prefill_chunk = o.chunk;
+    so.pool.numa = numa.topology;
     session s(*net, so);
     session_target target(s, o.chunk);
     const int32_t n_vocab = hp.n_vocab;
@@ -459,8 +472,29 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
     }
 
     rep.placement_note = fmt::format(
-        "expert placement (VRAM cache, PCIe share, CPU lane) is not active in this build: every expert runs on the "
-        "{}, so there is no hit rate or per-lane time to report", o.gpu >= 0 ? "GPU" : "CPU");
+        "expert placement (VRAM cache, PCIe share, CPU lane) is not active in this run: every routed expert ran on "
+        "the {}, so there is no hit rate or per-lane time to report (a split needs --gpu N and a --vram-budget below "
+        "the routed experts' size)", o.gpu >= 0 ? "GPU (the whole model in VRAM)" : "CPU");
+#ifdef SLUICE_BENCH_GPU
+    if (o.gpu >= 0)
+        if (const auto m = cuda_placement_metrics(*net)) {
+            const cuda_placement_info pi = cuda_placement_of(*net);
+            const nlohmann::json pj{{"vram_budget_bytes", o.vram_budget},
+                                    {"resident_experts", pi.resident},
+                                    {"total_experts", pi.total},
+                                    {"resident_bytes", pi.resident_bytes},
+                                    {"total_bytes", pi.total_bytes},
+                                    {"lanes", "gpu (VRAM cache) + cpu; no PCIe lane, no adaptive swaps yet"},
+                                    {"metrics", m->to_json()}};
+            rep.placement_json = pj.dump();
+            rep.placement_note = fmt::format(
+                "routed experts split: {} of {} (layer, expert) pairs in VRAM ({:.2f} of {:.2f} GB), the rest on the CPU "
+                "lane; over the whole run: hit rate {:.3f} ({} hits, {} CPU misses), GPU lane {:.3f} s, CPU lane {:.3f} "
+                "s measured; ceilings below assume the whole model in VRAM",
+                pi.resident, pi.total, double(pi.resident_bytes) / 1e9, double(pi.total_bytes) / 1e9, m->hit_rate(),
+                m->hits, m->cpu, m->gpu_lane.measured, m->cpu_lane.measured);
+        }
+#endif
     rep.notes.push_back(fmt::format(
         "ceilings: {} GB/s ({}) / bytes per token; traffic model: each weight byte once per forward, routed experts "
         "by expected distinct experts under uniform routing, K/V f32 of every cached position",
@@ -480,6 +514,7 @@ std::string format_bench_text(const bench_report& r) {
     s += fmt::format("model:     {} ({})\n           {}\n", r.model_path, human_bytes(double(r.file_bytes)), r.model);
     s += fmt::format("machine:   {}; {} threads; backend {}; prefill chunk {} rows\n", r.machine, r.threads, r.backend,
                      r.chunk);
+    s += fmt::format("numa:      {}\n", r.numa);
     if (r.ram_probe_bytes > 0)
         s += fmt::format("bandwidth: RAM read {:.1f} GB/s ({} probe, {} threads)\n", r.ram_read_gb_s,
                          human_bytes(double(r.ram_probe_bytes)), r.threads);
@@ -573,6 +608,11 @@ std::string format_bench_json(const bench_report& r) {
            {"machine", r.machine},
            {"backend", r.backend},
            {"threads", r.threads},
+           {"numa",
+            {{"nodes", r.numa_nodes},
+             {"threads_per_node", r.threads_per_node},
+             {"simulated", r.numa_simulated},
+             {"description", r.numa}}},
            {"chunk", r.chunk},
            {"bandwidth",
             {{"ram_read_gb_s", or_null(r.ram_read_gb_s)},
@@ -603,7 +643,7 @@ std::string format_bench_json(const bench_report& r) {
              {"peak_source", r.peak_source},
              {"compute_ceiling_tok_s", or_null(r.compute_ceiling_tok_s)}}},
            {"results", results},
-           {"placement", nullptr},
+           {"placement", r.placement_json.empty() ? json(nullptr) : json::parse(r.placement_json)},
            {"placement_note", r.placement_note},
            {"notes", r.notes}};
     return j.dump(1) + "\n";

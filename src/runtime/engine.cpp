@@ -6,11 +6,14 @@
 #include "core/cpu_count.h"
 #include "core/error.h"
 #include "io/model_file.h"
+#include "models/hybrid_mtp.h"
 #include "runtime/generate.h"
 #include "runtime/loaded_model.h"
+#include "runtime/numa_setup.h"
 #include "runtime/sampler.h"
 #include "spec/depth_policy.h"
 #include "spec/draft_model_drafter.h"
+#include "spec/mtp_drafter.h"
 #include "spec/ngram_drafter.h"
 #include "spec/session_target.h"
 #include "spec/verifier.h"
@@ -55,6 +58,7 @@ struct engine::impl {
     std::unique_ptr<loaded_model> draft;   // null without --draft-model
     int n_ctx = 0;
     int n_threads = 1;
+    numa_setup numa;   // the pools' topology; the target's experts placed per node at open
     // Window costs measured once per engine (calibration times windows of 1..16 rows); the
     // acceptance estimate restarts with every request.
     depth_policy policy;
@@ -93,10 +97,11 @@ std::filesystem::path engine::default_model_path() {
 
 std::unique_ptr<engine> engine::open(const engine_options& o) {
     auto p = std::make_unique<impl>();
-    p->target = loaded_model::open(o.model_path.empty() ? default_model_path() : o.model_path, o.n_ctx);
+    p->target = loaded_model::open(o.model_path.empty() ? default_model_path() : o.model_path, o.n_ctx, o.gpu, o.vram_budget);
     const model_hparams& hp = p->target.net->hparams();
     p->n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(hp.n_ctx_train, 4096);
     p->n_threads = o.n_threads > 0 ? o.n_threads : usable_cpus();
+    p->numa = setup_numa(o.numa, p->n_threads, *p->target.file);
     if (!o.draft_model_path.empty()) {
         p->draft = std::make_unique<loaded_model>(loaded_model::open(o.draft_model_path, o.n_ctx));
         check_vocab_compatible(p->target.vocab(), p->draft->vocab());
@@ -114,7 +119,8 @@ std::string engine::describe() const {
     std::string s = fmt::format("{}: {} layers, {} wide, {} heads ({} KV) of {}, {} vocab", hp.arch, hp.n_layer,
                                 hp.n_embd, hp.n_head, hp.n_kv_head, hp.head_dim, hp.n_vocab);
     if (hp.n_expert > 0) s += fmt::format(", {} experts ({} used) of {}", hp.n_expert, hp.n_expert_used, hp.n_ff_exp);
-    return s + fmt::format(", ctx {}, {} threads", p_->n_ctx, p_->n_threads);
+    s += fmt::format(", ctx {}, {} threads", p_->n_ctx, p_->n_threads);
+    return p_->numa.plan.n_nodes() > 1 ? s + ", NUMA " + p_->numa.describe() : s;
 }
 
 std::string engine::format_prompt(std::string_view prompt, const generate_params& p) const {
@@ -153,13 +159,30 @@ generate_stats engine::generate(std::string_view prompt, const generate_params& 
     so.n_ctx = p_->n_ctx;
     so.n_threads = p_->n_threads;
     so.prefill_chunk = k_session_rows;
+    so.pool.numa = p_->numa.topology;
     session s(net, so);
     session_target target(s, k_session_rows);
 
     std::unique_ptr<session> draft_session;
     std::unique_ptr<session_target> draft_target;
     std::unique_ptr<drafter> drafts;
-    if (p.drafter == drafter_kind::ngram) {
+    std::unique_ptr<mtp_head> head;       // drafter_kind::mtp: the model's MTP head
+    mtp_drafter* mtp = nullptr;           // then drafts.get(), whose target() the decoder runs
+    if (p.drafter == drafter_kind::mtp) {
+        head = make_mtp_head(net, s.pool(), so.n_ctx, k_session_rows);
+        const std::string& arch = net.hparams().arch;
+        if (!head && p_->target.file->meta().get_int(arch + ".nextn_predict_layers").value_or(0) > 0)
+            fail("run: --spec mtp: the MTP drafter runs with the CPU model only for now (drop --gpu)");
+        if (!head)
+            fail("run: --spec mtp: the model ({}) has no MTP (nextn) layers: {}.nextn_predict_layers is 0 or absent "
+                 "(use --spec for prompt lookup, or --draft-model)",
+                 arch, arch);
+        mtp_drafter_params mp;
+        mp.max_draft = std::clamp(p.max_window - 1, 1, 4);   // the MTP layer chains well for a few drafts
+        auto d = std::make_unique<mtp_drafter>(s, *head, sp, mp);
+        mtp = d.get();
+        drafts = std::move(d);
+    } else if (p.drafter == drafter_kind::ngram) {
         drafts = std::make_unique<ngram_drafter>();
     } else if (p.drafter == drafter_kind::draft_model) {
         draft_session = std::make_unique<session>(*p_->draft->net, so);
@@ -191,17 +214,21 @@ generate_stats engine::generate(std::string_view prompt, const generate_params& 
     // The prompt but its last token goes through plain prefill (no logits but the last row's);
     // the decoder takes the last token as its first window's pending row.
     const auto t0 = clock::now();
-    if (st.n_prompt > 1)
-        s.prefill(std::span<const token_id>(st.prompt_tokens.data(), static_cast<size_t>(st.n_prompt - 1)));
+    const std::span<const token_id> head_of_prompt(st.prompt_tokens.data(), static_cast<size_t>(st.n_prompt - 1));
+    if (st.n_prompt > 1 && mtp)
+        mtp->prefill(head_of_prompt);   // the MTP head folds the prompt's hidden states in
+    else if (st.n_prompt > 1)
+        s.prefill(head_of_prompt);
+    verify_target& vt = mtp ? mtp->target() : static_cast<verify_target&>(target);
     const auto t_prefilled = clock::now();
     depth_policy* policy = drafts && p.adaptive_depth ? &p_->policy : nullptr;
     if (policy && !policy->calibrated()) {
         // Once per engine: time windows of 1..16 rows (never committed). Not decode time.
         std::vector<float> scratch(size_t(16) * size_t(n_vocab));
-        policy->calibrate(target, scratch, st.prompt_tokens.back());
+        policy->calibrate(vt, scratch, st.prompt_tokens.back());
     }
     const auto t1 = clock::now();
-    speculative_decoder decoder(target, sampler, drafts.get(), policy);
+    speculative_decoder decoder(vt, sampler, drafts.get(), policy);
     decode_result r = decoder.generate(st.prompt_tokens, opt);
     opt.stop(r.tokens);   // the token that reached max_tokens
     if (const std::string rest = text.flush(); !rest.empty() && on_text) on_text(rest);

@@ -8,7 +8,7 @@
 namespace sluice {
 
 session::session(model& m, const session_options& o)
-    : model_(m), opt_(o), pool_(o.n_threads), kv_(m.kv_shape_for(o.n_ctx)),
+    : model_(m), opt_(o), pool_(o.n_threads, o.pool), kv_(m.kv_shape_for(o.n_ctx)),
       scratch_(m.make_scratch(o.prefill_chunk, pool_)),
       logits_(static_cast<size_t>(o.prefill_chunk) * static_cast<size_t>(m.hparams().n_vocab)) {}
 

@@ -17,6 +17,7 @@ struct session_options {
     int n_ctx = 4096;         // positions the KV cache holds
     int n_threads = 1;
     int prefill_chunk = 32;   // rows per prefill forward (E1: any value gives the same bits)
+    thread_pool_options pool; // pinning, spinning, the NUMA topology (runtime/numa_setup.h)
 };
 
 class session {
@@ -35,6 +36,10 @@ public:
     void truncate(int32_t n) { kv_.truncate(n); }
     const model& get_model() const { return model_; }
     thread_pool& pool() { return pool_; }
+    // The last forward's rows after the model's last layer, before output_norm [rows, n_embd]
+    // (the residual stream every model leaves in its scratch): the MTP drafter's input.
+    const float* residual_rows() const { return scratch_.x.data(); }
+    int32_t max_rows() const { return scratch_.max_rows; }
 
 private:
     model& model_;

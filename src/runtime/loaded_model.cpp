@@ -1,15 +1,38 @@
 #include "runtime/loaded_model.h"
 
 #include "core/error.h"
+#include "models/cuda_model.h"
+#include "placement/model_identity.h"
+#include "placement/routing_profile.h"
 
 namespace sluice {
 
-loaded_model loaded_model::open(const std::filesystem::path& path, int n_ctx) {
+std::unique_ptr<model> load_model_on(const std::filesystem::path& path, const model_file& f, int n_ctx, int gpu,
+                                     uint64_t vram_budget) {
+    if (gpu < 0) return load_model(f, load_options{n_ctx});
+#ifdef SLUICE_HAVE_CUDA
+    if (!cuda_model_supports(f.architecture()))
+        fail("--gpu {}: no CUDA forward for architecture '{}' yet (run it on the CPU: leave out --gpu)", gpu,
+             f.architecture());
+    cuda_placement p;
+    p.vram_budget = vram_budget;
+    // The profile ranks what the budget holds; only read when the budget splits the experts.
+    if (vram_budget != UINT64_MAX) p.profile = placement::load_profile_for(path, placement::identify_model(path, f));
+    return load_model_cuda(f, load_options{n_ctx}, gpu, p);
+#else
+    (void)path;
+    (void)vram_budget;
+    fail("--gpu {}: this build of sluice has no CUDA backend (configure with -DSLUICE_CUDA=ON and nvcc, or leave out "
+         "--gpu to run on the CPU)", gpu);
+#endif
+}
+
+loaded_model loaded_model::open(const std::filesystem::path& path, int n_ctx, int gpu, uint64_t vram_budget) {
     loaded_model m;
     m.path = path;
     m.file = model_file::open(path);
     m.tok = tokenizer::for_model(*m.file, path);
-    m.net = load_model(*m.file, load_options{n_ctx});
+    m.net = load_model_on(path, *m.file, n_ctx, gpu, vram_budget);
     if (m.tok->n_vocab() > m.net->hparams().n_vocab)
         fail("model: {}: the tokenizer has {} tokens but the model's output has {}", path.string(), m.tok->n_vocab(),
              m.net->hparams().n_vocab);

@@ -23,10 +23,18 @@ struct loaded_model {
 
     // Opens the file, its tokenizer and the network; throws when the tokenizer has more ids
     // than the model has logits.
-    static loaded_model open(const std::filesystem::path& path, int n_ctx);
+    // gpu >= 0: the network on that CUDA device, its routed experts under vram_budget bytes
+    // (models/cuda_model.h: cuda_placement, with the profile beside the model when present).
+    static loaded_model open(const std::filesystem::path& path, int n_ctx, int gpu = -1,
+                             uint64_t vram_budget = UINT64_MAX);
     // Every token's bytes, by id (for the draft model's vocabulary check).
     std::vector<std::string> vocab() const;
 };
+
+// The network of file f (opened from path): on the CPU (gpu < 0), or on CUDA device gpu with its
+// routed experts under vram_budget bytes. Fails with what to do in a build without CUDA.
+std::unique_ptr<model> load_model_on(const std::filesystem::path& path, const model_file& f, int n_ctx, int gpu,
+                                     uint64_t vram_budget);
 
 // The keyed sampler's parameters of a request (logit_bias left empty: the serving API carries
 // it beside the parameters). Shared by both engines so they sample alike.

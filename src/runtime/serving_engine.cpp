@@ -27,6 +27,7 @@
 #include "kv/prefix_cache.h"
 #include "runtime/generate.h"
 #include "runtime/loaded_model.h"
+#include "runtime/numa_setup.h"
 #include "runtime/sampler.h"
 #include "runtime/token_sha.h"
 #include "spec/depth_policy.h"
@@ -132,6 +133,8 @@ struct serving_engine::impl {
     int n_ctx = 0;
     int32_t n_vocab = 0;
     std::vector<int32_t> eog;   // ids that end a generation
+
+    numa_setup numa;   // the pool's topology; the target's experts placed per node at open
 
     // Scheduler-thread state.
     std::unique_ptr<thread_pool> pool;
@@ -240,7 +243,8 @@ std::unique_ptr<serving_engine> serving_engine::open(const serving_options& o) {
     auto p = std::make_unique<impl>();
     p->opt = o;
     const engine_options& eo = o.engine;
-    p->target = loaded_model::open(eo.model_path.empty() ? engine::default_model_path() : eo.model_path, eo.n_ctx);
+    p->target = loaded_model::open(eo.model_path.empty() ? engine::default_model_path() : eo.model_path, eo.n_ctx, eo.gpu,
+                                   eo.vram_budget);
     const model_hparams& hp = p->target.net->hparams();
     p->n_ctx = eo.n_ctx > 0 ? eo.n_ctx : std::min(hp.n_ctx_train, 4096);
     p->n_vocab = hp.n_vocab;
@@ -255,7 +259,10 @@ std::unique_ptr<serving_engine> serving_engine::open(const serving_options& o) {
         if (p->target.tok->is_end_of_generation(id)) p->eog.push_back(id);
 
     const int threads = eo.n_threads > 0 ? eo.n_threads : usable_cpus();
-    p->pool = std::make_unique<thread_pool>(threads);
+    p->numa = setup_numa(eo.numa, threads, *p->target.file);
+    thread_pool_options po;
+    po.numa = p->numa.topology;
+    p->pool = std::make_unique<thread_pool>(threads, po);
     const int window_rows = o.max_batch * k_max_window;
     p->scratch = p->target.net->make_scratch(o.prefill_rows_per_step + window_rows, *p->pool);
     p->logits.resize(static_cast<size_t>(window_rows) * static_cast<size_t>(p->n_vocab));
@@ -410,6 +417,8 @@ bool serving_engine::impl::admit(request_state& r) {
             fail("max_window: expected 1..{}, got {}", k_max_window, p.max_window);
         if (p.drafter == drafter_kind::draft_model && !draft)
             fail("the draft-model drafter needs a draft model (engine_options::draft_model_path)");
+        if (p.drafter == drafter_kind::mtp)   // the batched forward does not hand rows' hidden states out yet
+            fail("the MTP drafter is not available in the server yet: use `sluice run --spec mtp`, or ngram here");
         const int32_t room = n_ctx - r.n_prompt;
         r.max_tokens = p.n_predict < 0 ? room : std::min(p.n_predict, room);
         r.ctx_capped = p.n_predict < 0 || p.n_predict > room;

@@ -1,32 +1,50 @@
-// MTP heads: the interface only. Filling it is a later issue's work (qwen3next / qwen35moe
-// MTP layers, glm4moe and deepseek2 nextn layers): those models carry small extra layers that
-// read the target's last hidden state and predict the tokens after the next one, so drafting
-// costs a fraction of a layer and needs no second model.
+// MTP heads: the small extra layers some models carry (qwen3next / qwen35moe's nextn block,
+// later glm4moe and deepseek2) that read the target's final hidden state and predict the token
+// after the next one, so drafting costs a fraction of a layer and needs no second model.
 //
-// How it will plug in: the target's verify forward also exposes the hidden state of each row;
-// after a window the decoder hands the hidden state of the row that produced the bonus token
-// to an mtp_head, which proposes the continuation. mtp_drafter adapts an mtp_head to the
-// drafter interface so the verifier, the depth policy and the statistics treat it like any
-// other drafter (and, as for every drafter, its proposals can never change the output).
+// The equations (Qwen3-Next / Qwen3.5 MTP as vLLM's qwen3_next_mtp runs it): the row at position
+// p takes h_p, the target's final hidden state at p (after its output norm), and t, the token
+// at p + 1 (the pick of row p), and computes
+//     x  = eh_proj(concat(enorm(embed(t)), hnorm(h_p)))      embedding first, then the hidden
+//     x' = decoder block(x) at position p, with the head's OWN KV cache
+//     h' = head_norm(x'),   logits = output(h')               predicts the token at p + 2
+// Chaining: the next row (position p + 1) takes h' in place of h_{p+1} and the token drafted
+// from those logits.
+//
+// The head's KV cache follows the target's transaction: a row at a position is final once its
+// hidden state and token are committed; drafts' rows are provisional and are overwritten (the
+// cache is truncated back) before the real rows of those positions are folded in.
+// mtp_drafter (spec/mtp_drafter.h) adapts a head to the drafter interface; as for every drafter
+// its proposals can never change the output, only the speed.
 #pragma once
 
 #include <cstdint>
 #include <span>
 
-#include "spec/drafter.h"
-
 namespace sluice {
 
 struct mtp_head {
     virtual ~mtp_head() = default;
-    // How many tokens ahead the model's MTP layers predict (1 for Qwen3-Next, the nextn count
-    // for GLM-4.5 / DeepSeek-V3); proposals never exceed it.
-    virtual int32_t depth() const = 0;
-    // hidden: [n_embd] the target's final hidden state at the row whose pick was `last_token`;
-    // position: the absolute position of the first proposed token. Writes up to max_n ids to
-    // out and returns how many.
-    virtual int32_t propose(std::span<const float> hidden, int32_t last_token, int64_t position, int32_t max_n,
-                            std::span<int32_t> out) = 0;
+    virtual int32_t n_vocab() const = 0;
+    virtual int32_t n_embd() const = 0;
+    virtual int32_t max_rows() const = 0;   // rows one forward() may carry
+    virtual int32_t n_ctx() const = 0;      // positions the head's cache holds
+    // Positions [0, n_past()) hold rows in the head's cache.
+    virtual int32_t n_past() const = 0;
+    // Forgets the rows at positions n.. (n <= n_past()).
+    virtual void truncate(int32_t n) = 0;
+
+    // The target's residual rows after its last layer (before output_norm) [n, n_embd] ->
+    // its final hidden states [n, n_embd] (the output norm applied), what forward() reads.
+    virtual void target_hidden(const float* residual, int64_t n, float* out) const = 0;
+
+    // Rows at positions pos0 .. pos0 + n - 1 (pos0 <= n_past(); later rows are dropped first):
+    // hidden [n, n_embd] the final hidden state at each position, tokens[i] the token at
+    // pos0 + i + 1. Afterwards n_past() = pos0 + n, out_hidden(i) is row i's h' and, when
+    // want_logits, logits() the last row's logits [n_vocab]. No allocation.
+    virtual void forward(const float* hidden, std::span<const int32_t> tokens, int32_t pos0, bool want_logits) = 0;
+    virtual const float* out_hidden(int32_t row) const = 0;   // [n_embd], valid until the next forward
+    virtual const float* logits() const = 0;                 // [n_vocab], valid until the next forward
 };
 
 }  // namespace sluice

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <string>
 
@@ -31,6 +32,9 @@ struct spec_stats {
     double forward_seconds = 0.0;  // wall time inside verify forwards
     drafter_stats drafter;
     std::string drafter_name;      // "none" for serial decoding
+    // Acceptance per draft depth: [d] counts the windows whose draft d+1 was proposed, and of
+    // those the ones that kept it (the drafts before it were all kept, by the verify rule).
+    std::array<int64_t, 15> proposed_at{}, accepted_at{};
 
     void add_window(int32_t rows, int32_t proposed, int32_t accepted, int32_t emitted) {
         rows_min = steps == 0 ? rows : std::min(rows_min, rows);
@@ -40,6 +44,13 @@ struct spec_stats {
         drafts_proposed += proposed;
         drafts_accepted += accepted;
         tokens += emitted;
+        for (int32_t d = 0; d < std::min<int32_t>(proposed, 15); ++d) ++proposed_at[size_t(d)];
+        for (int32_t d = 0; d < std::min<int32_t>(accepted, 15); ++d) ++accepted_at[size_t(d)];
+    }
+    // Of the drafts proposed at depth d (1-based), the share kept; 0 when none was.
+    double acceptance_at(int32_t d) const {
+        if (d < 1 || d > 15 || proposed_at[size_t(d - 1)] == 0) return 0.0;
+        return double(accepted_at[size_t(d - 1)]) / double(proposed_at[size_t(d - 1)]);
     }
     double rows_mean() const { return steps > 0 ? double(rows_total) / double(steps) : 0.0; }
     // Tokens committed per verify window: 1.0 is serial decoding.
@@ -55,7 +66,15 @@ struct spec_stats {
             "windows without drafts {}",
             drafter_name.empty() ? "none" : drafter_name, tokens, steps, rows_min, rows_mean(), rows_max,
             accepted_per_step(), acceptance_rate(), drafts_accepted, drafts_proposed, drafter.calls,
-            drafter.empty, steps_drafting_off);
+            drafter.empty, steps_drafting_off) + depth_summary();
+    }
+    // ", acceptance by depth 1: 0.800 (8/10), 2: ..." over the depths that saw drafts.
+    std::string depth_summary() const {
+        std::string s;
+        for (int32_t d = 1; d <= 15 && proposed_at[size_t(d - 1)] > 0; ++d)
+            s += fmt::format("{}{}: {:.3f} ({}/{})", d == 1 ? ", acceptance by depth " : ", ", d, acceptance_at(d),
+                             accepted_at[size_t(d - 1)], proposed_at[size_t(d - 1)]);
+        return s;
     }
 };
 

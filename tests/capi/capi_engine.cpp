@@ -48,7 +48,7 @@ void sluice_engine_close(void* h) { delete static_cast<engine_handle*>(h); }
 // must verify drafts on any machine, also one where the depth policy would stop drafting).
 void sluice_engine_set_adaptive_depth(void* h, int on) { static_cast<engine_handle*>(h)->adaptive_depth = on != 0; }
 
-// drafter: 0 none, 1 ngram, 2 draft model. Returns the number of generated tokens.
+// drafter: 0 none, 1 ngram, 2 draft model, 3 the model's MTP layers. Returns the number of generated tokens.
 int sluice_engine_generate(void* hv, const char* prompt, int chat, int n_predict, float temperature, int top_k,
                            float top_p, float min_p, unsigned long long seed, float repeat_penalty, int drafter,
                            int max_window) {
@@ -65,6 +65,7 @@ int sluice_engine_generate(void* hv, const char* prompt, int chat, int n_predict
         p.chat = chat != 0;
         p.drafter = drafter == 1   ? sluice::drafter_kind::ngram
                     : drafter == 2 ? sluice::drafter_kind::draft_model
+                    : drafter == 3 ? sluice::drafter_kind::mtp
                                    : sluice::drafter_kind::none;
         p.max_window = max_window;
         p.adaptive_depth = h->adaptive_depth;

@@ -12,6 +12,8 @@
 
 #include <gtest/gtest.h>
 
+#include "random_experts.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -23,35 +25,10 @@
 namespace sluice {
 namespace {
 
-// A 3-D expert tensor ne = {n_in, n_out, n_expert} of random weights stored as `t`.
-struct expert_tensor {
-    std::vector<std::byte> bytes;
-    tensor_view view;
-};
+using test_support::expert_tensor;
 
 expert_tensor make_experts(dtype t, int64_t n_in, int64_t n_out, int64_t n_expert, std::mt19937& g) {
-    expert_tensor x;
-    std::normal_distribution<float> d(0.0f, 0.5f);
-    const uint64_t row = *bytes_for(t, static_cast<uint64_t>(n_in));
-    x.bytes.resize(row * static_cast<uint64_t>(n_out * n_expert));
-    // 24 distinct quantised rows, each weight row a random pick of them: the I-quant quantisers
-    // search grids and are slow, and any mix of valid rows tests the same promise.
-    constexpr int k_pool = 24;
-    std::vector<float> v(static_cast<size_t>(n_in));
-    std::vector<std::byte> pool(row * k_pool);
-    for (int i = 0; i < k_pool; ++i) {
-        for (auto& f : v) f = d(g);
-        quant::quantize_row(t, v.data(), pool.data() + i * row, n_in);
-    }
-    std::uniform_int_distribution<int> pick(0, k_pool - 1);
-    for (int64_t r = 0; r < n_out * n_expert; ++r) std::memcpy(x.bytes.data() + r * row, pool.data() + pick(g) * row, row);
-    x.view.name = "experts";
-    x.view.type = t;
-    x.view.n_dims = 3;
-    x.view.ne = {n_in, n_out, n_expert, 1};
-    x.view.data = x.bytes.data();
-    x.view.nbytes = x.bytes.size();
-    return x;
+    return test_support::make_experts(t, n_in, n_out, n_expert, g, 24);
 }
 
 // The definition for one row: every column by dot_ref, SwiGLU, requantise, down by dot_ref,

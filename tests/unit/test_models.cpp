@@ -7,6 +7,7 @@
 #include "models/model.h"
 #include "quant/quant.h"
 #include "runtime/generate.h"
+#include "mem_model_file.h"
 
 #include <gtest/gtest.h>
 
@@ -18,46 +19,7 @@
 namespace sluice {
 namespace {
 
-class mem_model_file final : public model_file {
-public:
-    metadata m;
-    std::vector<tensor_view> ts;
-    std::vector<std::vector<std::byte>> store;
-
-    const metadata& meta() const override { return m; }
-    std::span<const tensor_view> tensors() const override { return ts; }
-    std::string_view format() const override { return "gguf"; }
-
-    void set_int(const std::string& k, int64_t v) { m.set(k, meta_value{meta_type::u32, v}); }
-    void set_float(const std::string& k, double v) { m.set(k, meta_value{meta_type::f32, v}); }
-    void set_bool(const std::string& k, bool v) { m.set(k, meta_value{meta_type::boolean, v}); }
-    void set_string(const std::string& k, std::string v) { m.set(k, meta_value{meta_type::string, std::move(v)}); }
-
-    // A random tensor of shape ne (GGML order), stored as `type` (F32 or Q8_0).
-    void add(const std::string& name, std::vector<int64_t> ne, std::mt19937& g, dtype type = dtype::f32,
-             float scale = 0.2f) {
-        int64_t n = 1;
-        for (auto e : ne) n *= e;
-        std::normal_distribution<float> d(0.0f, scale);
-        std::vector<float> v(static_cast<size_t>(n));
-        for (auto& x : v) x = d(g);
-        if (name.find("norm") != std::string::npos)
-            for (auto& x : v) x = 1.0f + x;
-        tensor_view t;
-        t.name = name;
-        t.type = type;
-        t.n_dims = static_cast<int>(ne.size());
-        for (size_t i = 0; i < ne.size(); ++i) t.ne[i] = ne[i];
-        std::vector<std::byte> bytes(*bytes_for(type, static_cast<uint64_t>(n)));
-        const int64_t row = ne[0];
-        for (int64_t r = 0; r < n / row; ++r)
-            quant::quantize_row(type, v.data() + r * row, bytes.data() + r * (bytes.size() / (n / row)), row);
-        store.push_back(std::move(bytes));
-        t.data = store.back().data();
-        t.nbytes = store.back().size();
-        ts.push_back(t);
-    }
-};
+using test_support::mem_model_file;
 
 struct spec {
     std::string arch;

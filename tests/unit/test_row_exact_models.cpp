@@ -7,6 +7,7 @@
 #include "models/model.h"
 #include "quant/quant.h"
 #include "runtime/generate.h"
+#include "mem_model_file.h"
 
 #include <gtest/gtest.h>
 
@@ -19,49 +20,7 @@
 namespace sluice {
 namespace {
 
-class mem_file final : public model_file {
-public:
-    metadata m;
-    std::vector<tensor_view> ts;
-    std::vector<std::vector<std::byte>> store;
-
-    const metadata& meta() const override { return m; }
-    std::span<const tensor_view> tensors() const override { return ts; }
-    std::string_view format() const override { return "gguf"; }
-
-    void set_int(const std::string& k, int64_t v) { m.set(k, meta_value{meta_type::u32, v}); }
-    void set_float(const std::string& k, double v) { m.set(k, meta_value{meta_type::f32, v}); }
-    void set_string(const std::string& k, std::string v) { m.set(k, meta_value{meta_type::string, std::move(v)}); }
-
-    // Random N(0, scale) values (norm weights: 1 + that) stored as `type`, shape ne (GGML order).
-    void add(const std::string& name, std::vector<int64_t> ne, std::mt19937& g, dtype type, float scale) {
-        int64_t n = 1;
-        for (auto e : ne) n *= e;
-        std::normal_distribution<float> d(0.0f, scale);
-        std::vector<float> v(static_cast<size_t>(n));
-        for (auto& x : v) x = d(g);
-        if (name.find("norm") != std::string::npos)
-            for (auto& x : v) x = 1.0f + x;
-        tensor_view t;
-        t.name = name;
-        t.type = type;
-        t.n_dims = static_cast<int>(ne.size());
-        for (size_t i = 0; i < ne.size(); ++i) t.ne[i] = ne[i];
-        const uint64_t row_bytes = *bytes_for(type, static_cast<uint64_t>(ne[0]));
-        const int64_t rows = n / ne[0];
-        std::vector<std::byte> bytes(row_bytes * static_cast<uint64_t>(rows));
-        // At most 32 rows quantised (the I-quant quantisers search grids and are slow); the other
-        // rows repeat them in a random order: any mix of valid rows tests the same promise.
-        const int64_t distinct = std::min<int64_t>(rows, 32);
-        for (int64_t r = 0; r < distinct; ++r) quant::quantize_row(type, v.data() + r * ne[0], bytes.data() + r * row_bytes, ne[0]);
-        std::uniform_int_distribution<int64_t> pick(0, distinct - 1);
-        for (int64_t r = distinct; r < rows; ++r) std::memcpy(bytes.data() + r * row_bytes, bytes.data() + pick(g) * row_bytes, row_bytes);
-        store.push_back(std::move(bytes));
-        t.data = store.back().data();
-        t.nbytes = store.back().size();
-        ts.push_back(t);
-    }
-};
+using mem_file = test_support::mem_model_file;
 
 constexpr int k_embd = 256, k_head = 4, k_kv = 2, k_hd = 64, k_ff = 512, k_vocab = 96;
 constexpr int k_expert = 8, k_used = 3, k_ff_exp = 256;
@@ -70,6 +29,7 @@ constexpr int k_expert = 8, k_used = 3, k_ff_exp = 256;
 // any format could hold; q8_0 keeps get_row cheap), norms and the router f32.
 std::unique_ptr<mem_file> make_model(const std::string& a, dtype wt) {
     auto f = std::make_unique<mem_file>();
+    f->max_distinct_rows = 32;
     f->store.reserve(64);   // tensor_views point into it
     std::mt19937 g(1234);
     const bool moe = a == "qwen3moe";

@@ -4,6 +4,7 @@
 // maximises expected tokens per second on a cost curve that noise does not bend.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <random>
@@ -373,23 +374,36 @@ TEST(depth_policy, calibration_leaves_the_target_state_unchanged) {
     EXPECT_THROW(p.calibrate(t, small, 5), error);
 }
 
-// The MTP interface compiles against a minimal head and fits the drafter's conventions.
+// The MTP interface compiles against a minimal head (the real one: tests/unit/test_hybrid_mtp.cpp):
+// a head whose logits favour the token it was given.
 struct echo_head final : mtp_head {
-    int32_t depth() const override { return 1; }
-    int32_t propose(std::span<const float>, int32_t last, int64_t, int32_t max_n, std::span<int32_t> out) override {
-        if (max_n < 1) return 0;
-        out[0] = last;
-        return 1;
+    int32_t past = 0;
+    std::vector<float> l = std::vector<float>(8, 0.0f), h = std::vector<float>(2, 0.0f);
+    int32_t n_vocab() const override { return 8; }
+    int32_t n_embd() const override { return 2; }
+    int32_t max_rows() const override { return 1; }
+    int32_t n_ctx() const override { return 64; }
+    int32_t n_past() const override { return past; }
+    void truncate(int32_t n) override { past = n; }
+    void target_hidden(const float* r, int64_t n, float* out) const override { std::copy(r, r + 2 * n, out); }
+    void forward(const float*, std::span<const int32_t> t, int32_t pos0, bool) override {
+        std::fill(l.begin(), l.end(), 0.0f);
+        l[size_t(t.back())] = 1.0f;
+        past = pos0 + int32_t(t.size());
     }
+    const float* out_hidden(int32_t) const override { return h.data(); }
+    const float* logits() const override { return l.data(); }
 };
 
 TEST(mtp, interface_is_usable) {
-    echo_head h;
-    std::vector<int32_t> out(4);
-    std::vector<float> hidden(8, 0.0f);
-    EXPECT_EQ(h.propose(hidden, 42, 10, 4, out), 1);
-    EXPECT_EQ(out[0], 42);
-    EXPECT_EQ(h.propose(hidden, 42, 10, 0, out), 0);
+    echo_head hd;
+    std::vector<float> hidden(2, 0.0f);
+    const int32_t t = 5;
+    hd.forward(hidden.data(), std::span<const int32_t>(&t, 1), 0, true);
+    EXPECT_EQ(hd.n_past(), 1);
+    EXPECT_EQ(hd.logits()[5], 1.0f);
+    hd.truncate(0);
+    EXPECT_EQ(hd.n_past(), 0);
 }
 
 }  // namespace

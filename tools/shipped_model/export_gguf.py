@@ -33,6 +33,9 @@ sys.path.insert(0, str(HERE))
 import train as T  # noqa: E402  (configs and the training module)
 import train_tokenizer as TT  # noqa: E402
 
+sys.path.insert(0, str(HERE.parent))
+from gguf_vocab import gguf_vocab  # noqa: E402
+
 MOE_NAME = "sluice-moe-25m"
 DRAFT_NAME = "sluice-draft-5m"
 
@@ -102,21 +105,6 @@ def save_hf(model, out: pathlib.Path, tok_dir: pathlib.Path) -> None:
     g = out / "generation_config.json"
     if g.exists():
         g.unlink()
-
-
-def gguf_vocab(tokenizer_json: pathlib.Path):
-    tj = json.loads(tokenizer_json.read_text())
-    vocab = dict(tj["model"]["vocab"])
-    for added in tj["added_tokens"]:
-        vocab[added["content"]] = added["id"]
-    tokens = [None] * len(vocab)
-    for text, idx in vocab.items():
-        tokens[idx] = text
-    assert all(t is not None for t in tokens), "tokenizer ids are not contiguous"
-    specials = {a["content"] for a in tj["added_tokens"] if a["special"]}
-    types = [3 if t in specials else 1 for t in tokens]  # 1 NORMAL, 3 CONTROL
-    merges = [m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]]
-    return tokens, types, merges
 
 
 def gguf_tensors(arch: str, config, sd: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray]]:
@@ -218,7 +206,7 @@ def main() -> None:
     torch.set_num_threads(2)
 
     result = json.loads((args.trained / "result.json").read_text())
-    vocab = gguf_vocab(args.tokenizer / "tokenizer.json")
+    vocab = gguf_vocab(args.tokenizer / "tokenizer.json")[:3]
     args.models.mkdir(parents=True, exist_ok=True)
     for which, arch, name in (("moe", "qwen3moe", MOE_NAME), ("draft", "qwen3", DRAFT_NAME)):
         sd = load_trained(args.trained, which)

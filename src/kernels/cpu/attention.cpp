@@ -7,12 +7,13 @@
 // operands in the same order, only several independent ones at a time:
 //  - a score is dot_f32_lanes: lane l (i % 16 == l) by fmaf in index order, two ymm accumulators
 //    holding lanes 0-7 and 8-15, then the pairwise fold (8, 4, 2, 1) with the same pairs;
-//  - the chunk max, exp_f32 of each score and the running sum of exponentials stay scalar, in
-//    order (32 values a chunk);
+//  - the chunk max and the running sum of exponentials stay scalar, in order (32 values a
+//    chunk); exp_f32 of the scores runs 8 at a time (exp8_avx2: the same operations per lane);
 //  - oc[d] += p_j * v_j[d] (a multiply, then an add: no FMA contraction) element-wise in j order;
 //    the merge o = o * a + oc * bc and the final o / l likewise.
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/dot.h"
+#include "kernels/cpu/exp_avx2.h"
 #include "kernels/math.h"
 
 #include <immintrin.h>
@@ -89,11 +90,13 @@ SLUICE_AVX2 void attend_avx2(const float* qh, const float* k, const float* v, in
             score[j] = dot16_avx2(qh, kc + j * kv_stride, hd) * scale;
             mc = (j == 0 || score[j] > mc) ? score[j] : mc;
         }
+        // The exponentials 8 at a time (exp8_avx2 gives exp_f32's bits), the sum in j order.
+        int j8 = 0;
+        for (; j8 + 8 <= n; j8 += 8)
+            _mm256_storeu_ps(score + j8, exp8_avx2(_mm256_sub_ps(_mm256_loadu_ps(score + j8), _mm256_set1_ps(mc))));
+        for (int j = j8; j < n; ++j) score[j] = exp_f32(score[j] - mc);
         float lc = 0.0f;
-        for (int j = 0; j < n; ++j) {
-            score[j] = exp_f32(score[j] - mc);
-            lc += score[j];
-        }
+        for (int j = 0; j < n; ++j) lc += score[j];
         float a = 0.0f, bc = 0.0f;
         if (c0 != 0) {
             const float mn = mc > m ? mc : m;

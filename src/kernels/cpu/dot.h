@@ -53,11 +53,28 @@ using dot_rows_fn = void (*)(const std::byte* w_row, const std::byte* act_rows, 
                              int n_rows, int64_t n, float* out);
 dot_rows_fn resolve_dot_rows(isa i, dtype wt);
 
+// Column tiles: 8 weight rows (8 output columns of a matmul, k_tile_cols) against n_rows
+// activation rows, one fp32 lane per column:
+//   out[r * out_stride + c] = dot_ref(wt, w + c * w_stride, act_rows + r * act_stride, n)
+// for c < 8 and r in [0, n_rows), bit for bit. dot_ref's per-block fold runs for 8 columns in
+// one vector add, and the activation block's dx and sum are read once for the 8 columns
+// (dot_tile_impl.h says why this is the fast form of a matmul). Arguments as dot_rows_fn, plus:
+// w_stride: bytes from one weight row to the next; out_stride: floats from one output row to
+// the next. Formats: the 32-wide ones (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4); nullptr
+// for the others (K-quants: dot_rows column by column is faster for them), for isa::scalar
+// and for an ISA this CPU cannot run.
+inline constexpr int k_tile_cols = 8;
+using dot_tile_fn = void (*)(const std::byte* w, size_t w_stride, const std::byte* act_rows, size_t act_stride,
+                             int n_rows, int64_t n, float* out, size_t out_stride);
+dot_tile_fn resolve_dot_tile(isa i, dtype wt);
+
 // The per-ISA kernel tables (dot_avx2.cpp, dot_avx512.cpp): nullptr for formats without a SIMD
 // version. Arguments as dot_rows, already validated.
 namespace detail {
 dot_rows_fn avx2_kernel(dtype wt);
 dot_rows_fn avx512_kernel(dtype wt);
+dot_tile_fn avx2_tile(dtype wt);
+dot_tile_fn avx512_tile(dtype wt);
 }  // namespace detail
 
 }  // namespace sluice::kernels

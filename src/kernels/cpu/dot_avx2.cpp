@@ -21,10 +21,12 @@
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
 #endif
 #include "kernels/cpu/dot_simd_impl.h"
+#include "kernels/cpu/dot_tile_impl.h"
 #undef SLUICE_DOT_WIDE
 
 namespace sluice::kernels::detail {
 dot_rows_fn avx2_kernel(dtype wt) { return kernel_for(wt); }
+dot_tile_fn avx2_tile(dtype wt) { return tile_for(wt); }
 }  // namespace sluice::kernels::detail
 #if defined(__clang__)
 #pragma clang attribute pop

@@ -26,10 +26,12 @@
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"))), apply_to = function)
 #endif
 #include "kernels/cpu/dot_simd_impl.h"
+#include "kernels/cpu/dot_tile_impl.h"
 #undef SLUICE_DOT_WIDE
 
 namespace sluice::kernels::detail {
 dot_rows_fn avx512_kernel(dtype wt) { return kernel_for(wt); }
+dot_tile_fn avx512_tile(dtype wt) { return tile_for(wt); }
 }  // namespace sluice::kernels::detail
 #pragma GCC diagnostic pop
 #if defined(__clang__)

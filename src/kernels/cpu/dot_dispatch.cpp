@@ -59,6 +59,16 @@ bool has_simd(isa i, dtype wt) { return table_for(i, wt) != nullptr; }
 
 dot_rows_fn resolve_dot_rows(isa i, dtype wt) { return cpu_supports(i) ? table_for(i, wt) : nullptr; }
 
+dot_tile_fn resolve_dot_tile(isa i, dtype wt) {
+    if (!cpu_supports(i)) return nullptr;
+    switch (i) {
+    case isa::avx2: return detail::avx2_tile(wt);
+    case isa::avx512: return detail::avx512_tile(wt);
+    case isa::scalar: return nullptr;
+    }
+    return nullptr;
+}
+
 void dot_rows(isa i, dtype wt, const std::byte* w_row, const std::byte* act_rows, size_t act_stride,
               int n_rows, int64_t n, float* out) {
     if (n_rows < 1 || n_rows > 16) fail("dot_rows: n_rows: expected 1..16, got {}", n_rows);

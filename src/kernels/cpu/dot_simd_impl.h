@@ -42,9 +42,12 @@ __m256i loadu256(const void* p) { return _mm256_loadu_si256(static_cast<const __
 __m128i loadu128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 
 // 16 packed bytes -> 32 nibbles: low nibbles are elements 0-15, high nibbles 16-31 (GGML order).
+// Both 128-bit lanes get the 16 bytes by a broadcast load (no shuffle-port uop, unlike an
+// insert: the column tiles decode 8 blocks per step and were bound by that port), the high lane
+// is shifted right by 4 bits, and the mask keeps each byte's nibble.
 __m256i nibbles32(const std::byte* qs) {
-    const __m128i v = loadu128(qs), m = _mm_set1_epi8(0x0F);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
+    const __m256i v = _mm256_broadcastsi128_si256(loadu128(qs));
+    return _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
 }
 
 // Byte i = 0xFF where bit i of bits is set.

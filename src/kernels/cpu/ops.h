@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 namespace sluice::kernels {
 
@@ -101,6 +102,17 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n_r
 void matmul_prepared(thread_pool& pool, const tensor_view& w, const std::byte* act, int64_t n_rows,
                      float* y);
 void prepare_act(const tensor_view& w, const float* x, int64_t n_rows, std::byte* act);
+// Several matrices that take the same prepared rows (same activation format and n_in: q/k/v, an
+// FFN's gate and up), y_i = w_i x, in one parallel_for: one barrier instead of one per matrix,
+// the same bits as matmul_prepared on each. At most 4 matrices.
+struct matmul_out {
+    const tensor_view* w = nullptr;
+    float* y = nullptr;   // [n_rows, w->ne[1]]
+};
+#if __cplusplus >= 202002L   // CUDA kernel files include this header as C++17 (kernels/cuda/ops.cuh)
+void matmul_prepared_many(thread_pool& pool, std::span<const matmul_out> outs, const std::byte* act,
+                          int64_t n_rows);
+#endif
 
 // Expert e of a 3-D expert tensor ne = {n_in, n_out, n_expert}, as a 2-D view.
 tensor_view expert_slice(const tensor_view& w, int64_t e);

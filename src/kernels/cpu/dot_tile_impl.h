@@ -1,0 +1,195 @@
+// The column-tile kernels of dot.h (dot_tile_fn) for the 32-wide formats (Q8_0, Q4_0, Q4_1,
+// Q5_0, Q5_1, IQ4_NL, MXFP4): 8 weight rows (8 output columns of a matmul) against 1..16
+// activation rows, one fp32 lane per column. Included by dot_avx2.cpp and dot_avx512.cpp right
+// after dot_simd_impl.h, whose helpers (nibbles32, bits_to_bytes, dot32_u, reduce8, hsum8,
+// f16_at, block_bytes) it uses, inside the same anonymous namespace and target.
+//
+// K-quants have no tile: measured (one thread, AMD EPYC, AVX2), a Q4_K/Q6_K one-row tile that
+// decoded each block in registers ran at 2.5-4.6 GB/s against dot_rows' 8.1-8.6 GB/s (their
+// fold is one add per 256 weights, not the bottleneck it is for 32-wide blocks).
+//
+// Why columns in lanes: dot_ref folds one term per 32-element block, y = ((t0 + t1) + t2) + ...,
+// a chain of dependent scalar adds in the one-column kernel (one add per 32 weights, ~20% of a
+// decode step's instructions with the hadds that feed it). With 8 columns in 8 lanes the same
+// per-column fold is one vector add per block for 8 columns, the term's multiplies are one
+// vector op for 8 columns, and what depends on the activation block alone (its dx, its sum)
+// is loaded or computed once for the 8 columns instead of once per column.
+//
+// Exactness (E3): lane c computes, for every block in order, dot_ref's integer sums and its
+// term A = (d_c * dx) * float(sumi_c), then + (m_c * dx) * float(summ) for Q4_1/Q5_1, each
+// operation rounded on its own, and folds y_c = t0, then y_c + t in block order: dot_ref's bits.
+// Integer sums are exact in any order. Q4_0 and Q5_0 are multiplied as their unsigned codes
+// (nibble, 5 bits) and the offset taken out as an integer: sum((u - 8) x) = sum(u x) - 8 sum(x),
+// both sides exact int32 (|.| <= 32 * 31 * 127), so sumi is dot_ref's.
+//
+// Bounds: unsigned codes <= 31; signed weights are multiplied as |w| (<= 128) by sign(w) * x
+// (|x| <= 127, act.h), so a pmaddubsw pair is <= 32,512 (no int16 saturation).
+
+namespace sluice::kernels {
+namespace {   // the same (translation-unit-local) namespace as dot_simd_impl.h's
+
+using namespace sluice::quant;
+
+// Codes kept unsigned (multiplied directly) and the integer offset dot_ref subtracts from them.
+constexpr bool tile_unsigned(dtype t) {
+    return t == dtype::q4_0 || t == dtype::q4_1 || t == dtype::q5_0 || t == dtype::q5_1;
+}
+constexpr int tile_offset(dtype t) { return t == dtype::q4_0 ? 8 : t == dtype::q5_0 ? 16 : 0; }
+// Formats whose term needs sum(x) of the activation block: an offset or a min.
+constexpr bool tile_needs_sumx(dtype t) { return tile_offset(t) != 0 || has_min(t); }
+
+// The 32 codes of one block at b: unsigned codes for tile_unsigned formats, else signed weights.
+template <dtype wt>
+[[gnu::always_inline]] inline __m256i tile_codes(const std::byte* b) {
+    if constexpr (wt == dtype::q8_0) {
+        return loadu256(b + 2);
+    } else if constexpr (wt == dtype::q4_0) {
+        return nibbles32(b + 2);
+    } else if constexpr (wt == dtype::q4_1) {
+        return nibbles32(b + 4);
+    } else if constexpr (wt == dtype::q5_0 || wt == dtype::q5_1) {
+        constexpr int off = wt == dtype::q5_0 ? 2 : 4;   // qh follows d (and m)
+        uint32_t qh;
+        std::memcpy(&qh, b + off, 4);
+        return _mm256_or_si256(nibbles32(b + off + 4), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10)));
+    } else if constexpr (wt == dtype::iq4_nl) {
+        return _mm256_shuffle_epi8(table16(k_kvalues_iq4nl), nibbles32(b + 2));
+    } else {
+        static_assert(wt == dtype::mxfp4);
+        return _mm256_shuffle_epi8(table16(k_kvalues_mxfp4), nibbles32(b + 1));
+    }
+}
+
+// d (and m) of the 8 blocks at b0 + c * ws: each block's first 4 bytes (d, then m for
+// Q4_1/Q5_1) by a plain 32-bit load, interleaved into one vector, widened with vcvtph2ps.
+// Not vpgatherdd: on AMD Zen it is microcoded, and with it this kernel ran at 7 GB/s for Q8_0
+// where dot_rows ran at 9. f16_at's rule for inf/NaN (fp16_to_fp32 keeps a signalling NaN's
+// payload, the instruction would quiet it) is kept by redoing a group that holds one in
+// scalar code.
+[[gnu::always_inline]] inline __m128i load4x32(const std::byte* p, size_t ws) {
+    auto at = [&](int c) {
+        int32_t v;
+        std::memcpy(&v, p + c * ws, 4);
+        return _mm_cvtsi32_si128(v);
+    };
+    return _mm_unpacklo_epi64(_mm_unpacklo_epi32(at(0), at(1)), _mm_unpacklo_epi32(at(2), at(3)));
+}
+
+template <dtype wt>
+[[gnu::always_inline]] inline void tile_scales(const std::byte* b0, size_t ws, __m256& d, __m256& m) {
+    if constexpr (wt == dtype::mxfp4) {
+        alignas(32) float ds[8];
+        for (int c = 0; c < 8; ++c) ds[c] = e8m0_to_fp32_half(static_cast<uint8_t>(b0[c * ws]));
+        d = _mm256_load_ps(ds);
+        m = _mm256_setzero_ps();
+    } else {
+        const __m256i g = _mm256_set_m128i(load4x32(b0 + 4 * ws, ws), load4x32(b0, ws));
+        const __m256i special = _mm256_set1_epi32(has_min(wt) ? 0x7C007C00 : 0x00007C00);
+        const __m256i hit = _mm256_cmpeq_epi16(_mm256_and_si256(g, special), _mm256_set1_epi16(0x7C00));
+        if (__builtin_expect(!_mm256_testz_si256(hit, hit), 0)) {
+            alignas(32) float ds[8], ms[8] = {};
+            for (int c = 0; c < 8; ++c) {
+                ds[c] = f16_at(b0 + c * ws);
+                if constexpr (has_min(wt)) ms[c] = f16_at(b0 + c * ws + 2);
+            }
+            d = _mm256_load_ps(ds);
+            m = _mm256_load_ps(ms);
+            return;
+        }
+        // Per 128-bit lane: [d0..d3 | m0..m3] as u16, then qwords reordered to [d0..d7 | m0..m7].
+        const __m256i p = _mm256_packus_epi32(_mm256_and_si256(g, _mm256_set1_epi32(0xFFFF)), _mm256_srli_epi32(g, 16));
+        const __m256i dm = _mm256_permute4x64_epi64(p, 0xD8);
+        d = _mm256_cvtph_ps(_mm256_castsi256_si128(dm));
+        m = has_min(wt) ? _mm256_cvtph_ps(_mm256_extracti128_si256(dm, 1)) : _mm256_setzero_ps();
+    }
+}
+
+// One block of 8 columns, decoded once for every activation row of the tile.
+template <dtype wt>
+struct tile_block {
+    static constexpr bool uns = tile_unsigned(wt);
+    __m256i q[8];    // codes of column c
+    __m256 d, m;     // per column
+
+    // Also prefetches the same block of the next tile's 8 rows (the matrix's next 8 weight
+    // rows). A tile reads 8 short rows side by side (a 576-wide Q4_1 row is 6 cache lines), which
+    // the hardware prefetcher does not follow as it follows one row after another: without this
+    // the one-row tile ran twice dot_rows' speed on cached weights and no faster on a decode step
+    // streaming them from RAM. Prefetching past the matrix's end is harmless (never faults).
+    [[gnu::always_inline]] void load(const std::byte* b0, size_t ws) {
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; ++c) {
+            _mm_prefetch(reinterpret_cast<const char*>(b0 + (8 + c) * ws), _MM_HINT_T0);
+            q[c] = tile_codes<wt>(b0 + c * ws);
+        }
+        tile_scales<wt>(b0, ws, d, m);
+    }
+    // Lane c: dot_ref's term of this block of column c against the activation block at xb.
+    [[gnu::always_inline]] __m256 term(const std::byte* xb) const {
+        const __m256i x = loadu256(xb + 4);
+        __m256i s[8];
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; ++c)   // signed: |q| (-128 becomes 128 as unsigned) times sign(q) * x
+            s[c] = uns ? dot32_u(q[c], x) : dot32_u(_mm256_sign_epi8(q[c], q[c]), _mm256_sign_epi8(x, q[c]));
+        __m256i sumi = reduce8(s);
+        float dxf;
+        std::memcpy(&dxf, xb, 4);
+        const __m256 dx = _mm256_set1_ps(dxf);
+        int32_t sx = 0;
+        if constexpr (tile_needs_sumx(wt)) sx = hsum8(dot32_u(_mm256_set1_epi8(1), x));
+        if constexpr (tile_offset(wt) != 0) sumi = _mm256_sub_epi32(sumi, _mm256_set1_epi32(tile_offset(wt) * sx));
+        const __m256 a = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(sumi));
+        if constexpr (!has_min(wt)) return a;
+        return _mm256_add_ps(a, _mm256_mul_ps(_mm256_mul_ps(m, dx), _mm256_set1_ps(static_cast<float>(sx))));
+    }
+};
+
+// dot_tile_fn: out[r * os + c] = dot_ref(wt, w + c * ws, a + r * as, n), c < 8, r < nr (1..16).
+template <dtype wt>
+void tile_rows(const std::byte* w, size_t ws, const std::byte* a, size_t as, int nr, int64_t n, float* out, size_t os) {
+    constexpr int64_t bb = static_cast<int64_t>(block_bytes<wt>());
+    constexpr int64_t ab = static_cast<int64_t>(sizeof(act_block32));
+    const int64_t nb = n / 32;
+    if (nb == 0) {   // dot_ref's empty row
+        for (int r = 0; r < nr; ++r) _mm256_storeu_ps(out + r * os, _mm256_setzero_ps());
+        return;
+    }
+    tile_block<wt> blk;
+    if (nr == 1) {   // the decode step: the fold stays in a register
+        blk.load(w, ws);
+        __m256 y = blk.term(a);   // y = t0
+        for (int64_t ib = 1; ib < nb; ++ib) {
+            blk.load(w + ib * bb, ws);
+            y = _mm256_add_ps(y, blk.term(a + ib * ab));
+        }
+        _mm256_storeu_ps(out, y);
+        return;
+    }
+    // A window: each block of the 8 columns decoded once for all rows; row r folds into y[r].
+    __m256 y[16];
+    blk.load(w, ws);
+    for (int r = 0; r < nr; ++r) y[r] = blk.term(a + r * as);
+    for (int64_t ib = 1; ib < nb; ++ib) {
+        blk.load(w + ib * bb, ws);
+        for (int r = 0; r < nr; ++r) y[r] = _mm256_add_ps(y[r], blk.term(a + r * as + ib * ab));
+    }
+    for (int r = 0; r < nr; ++r) _mm256_storeu_ps(out + r * os, y[r]);
+}
+
+// This ISA's tile table: nullptr for formats without a tile kernel (matmul then runs dot_rows
+// column by column).
+dot_tile_fn tile_for(dtype wt) {
+    switch (wt) {
+    case dtype::q8_0: return tile_rows<dtype::q8_0>;
+    case dtype::q4_0: return tile_rows<dtype::q4_0>;
+    case dtype::q4_1: return tile_rows<dtype::q4_1>;
+    case dtype::q5_0: return tile_rows<dtype::q5_0>;
+    case dtype::q5_1: return tile_rows<dtype::q5_1>;
+    case dtype::iq4_nl: return tile_rows<dtype::iq4_nl>;
+    case dtype::mxfp4: return tile_rows<dtype::mxfp4>;
+    default: return nullptr;
+    }
+}
+
+}  // namespace
+}  // namespace sluice::kernels

@@ -1,0 +1,250 @@
+// The expert lanes of a split MoE model (cuda_expert_lanes.h).
+#ifdef SLUICE_HAVE_CUDA
+
+#include "models/cuda_expert_lanes.h"
+
+#include "core/error.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/expert_rows.cuh"
+#include "kernels/cuda/matmul.cuh"
+#include "moe/expert_pool.h"
+#include "quant/act.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace sluice {
+
+namespace {
+
+void ck(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) fail("cuda expert lanes: {}: {}", what, cudaGetErrorString(e));
+}
+
+// Bytes of one expert's slice of a 3-D expert tensor.
+size_t slice_bytes(const tensor_view& t) { return t.row_bytes() * static_cast<size_t>(t.ne[1]); }
+
+std::vector<uint64_t> blob_bytes_of(const std::vector<moe::expert_bank>& banks) {
+    std::vector<uint64_t> b;
+    for (const moe::expert_bank& k : banks) b.push_back(slice_bytes(*k.gate) + slice_bytes(*k.up) + slice_bytes(*k.down));
+    return b;
+}
+
+// The counts the cache ranks by: the profile's, or without one n_expert - e in every layer, so
+// the lowest ids of every layer come first (ties by (layer, expert): expert 0 of each layer, then
+// expert 1, ...): a budget is spread evenly over the layers instead of filling the first ones.
+std::vector<uint64_t> ranking_of(const model_hparams& hp, const cuda_placement& p) {
+    const size_t L = static_cast<size_t>(hp.n_layer), X = static_cast<size_t>(hp.n_expert);
+    if (p.profile) {
+        if (p.profile->n_layer != L || p.profile->n_expert != X || p.profile->counts.size() != L * X)
+            fail("cuda placement: the routing profile is for {} layers x {} experts, the model has {} x {}",
+                 p.profile->n_layer, p.profile->n_expert, L, X);
+        return p.profile->counts;
+    }
+    std::vector<uint64_t> c(L * X);
+    for (size_t l = 0; l < L; ++l)
+        for (size_t e = 0; e < X; ++e) c[l * X + e] = X - e;
+    return c;
+}
+
+placement::cache_options cache_options_of(const model_hparams& hp, const cuda_placement& p) {
+    placement::cache_options o;
+    o.budget_bytes = p.vram_budget;
+    o.adaptive = false;   // first version: the initial set stays (swaps are the next step)
+    o.max_swaps_per_step = 0;
+    o.k_used = std::max(hp.n_expert_used, 1);
+    return o;
+}
+
+std::vector<dtype> gate_types_of(const std::vector<moe::expert_bank>& banks) {
+    std::vector<dtype> t;
+    for (const moe::expert_bank& k : banks) t.push_back(k.gate->type);
+    return t;
+}
+
+placement::planner_options planner_options_of() {
+    placement::planner_options o;
+    o.gpu = true;
+    o.staging_slots = 0;   // no PCIe lane yet: every miss goes to the CPU
+    return o;
+}
+
+}  // namespace
+
+cuda_expert_lanes::cuda_expert_lanes(const model_hparams& hp, std::vector<moe::expert_bank> banks,
+                                     const cuda_placement& p, void* stream)
+    : hp_(hp),
+      banks_(std::move(banks)),
+      stream_(stream),
+      cache_(hp.n_layer, hp.n_expert, blob_bytes_of(banks_), ranking_of(hp, p), cache_options_of(hp, p)),
+      planner_(hp.n_layer, hp.n_expert, blob_bytes_of(banks_), gate_types_of(banks_), placement::cost_model{},
+               planner_options_of()),
+      plan_(planner_.make_layer_plan()) {
+    if (banks_.size() != static_cast<size_t>(hp.n_layer)) fail("cuda expert lanes: {} banks for {} layers", banks_.size(), hp.n_layer);
+    const size_t X = static_cast<size_t>(hp.n_expert);
+    local_slot_.assign(static_cast<size_t>(hp.n_layer) * X, -1);
+    slots_.resize(static_cast<size_t>(hp.n_layer));
+    // Every layer's expert formats must take the grouped matmul for CPU pairs to be skipped on
+    // the GPU (int8 formats); float experts compute slot 0 for them instead, overwritten by join.
+    grouped_ok_ = hp.n_expert <= cuda::k_group_max_experts;
+    info_.total = hp.n_layer * hp.n_expert;
+    for (int il = 0; il < hp.n_layer; ++il) {
+        const moe::expert_bank& b = banks_[static_cast<size_t>(il)];
+        for (const tensor_view* t : {b.gate, b.up, b.down})
+            if (quant::act_format_for(t->type) == quant::act_format::f32) grouped_ok_ = false;
+        info_.total_bytes += cache_.blob_bytes(il) * X;
+        // Local slots in ascending expert order, uploaded from the file's slices.
+        layer_slots& s = slots_[static_cast<size_t>(il)];
+        std::vector<int32_t> resident;
+        for (int e = 0; e < hp.n_expert; ++e)
+            if (cache_.slot_of(il, e) >= 0) resident.push_back(e);
+        s.n_slots = static_cast<int>(resident.size());
+        if (s.n_slots == 0) continue;
+        const size_t gs = slice_bytes(*b.gate), us = slice_bytes(*b.up), ds = slice_bytes(*b.down);
+        std::byte* mats[3] = {};
+        const size_t sizes[3] = {gs, us, ds};
+        for (int m = 0; m < 3; ++m) {
+            void* d = nullptr;
+            ck(cudaMalloc(&d, sizes[m] * resident.size()), "cudaMalloc (expert slots)");
+            dev_allocs_.push_back(d);
+            mats[m] = static_cast<std::byte*>(d);
+        }
+        s.gate = mats[0];
+        s.up = mats[1];
+        s.down = mats[2];
+        for (size_t k = 0; k < resident.size(); ++k) {
+            const int32_t e = resident[k];
+            local_slot_[static_cast<size_t>(il) * X + static_cast<size_t>(e)] = static_cast<int32_t>(k);
+            const tensor_view* src[3] = {b.gate, b.up, b.down};
+            for (int m = 0; m < 3; ++m)
+                ck(cudaMemcpy(mats[m] + k * sizes[m], kernels::expert_slice(*src[m], e).data, sizes[m], cudaMemcpyHostToDevice),
+                   "expert slot upload");
+            cache_.copy_landed(cache_.slot_of(il, e));
+        }
+        info_.resident += s.n_slots;
+        info_.resident_bytes += cache_.blob_bytes(il) * resident.size();
+    }
+    info_.split = info_.resident < info_.total;
+    events_.assign(2 * static_cast<size_t>(hp.n_layer), nullptr);
+    for (void*& ev : events_) {
+        cudaEvent_t e = nullptr;
+        ck(cudaEventCreate(&e), "cudaEventCreate");
+        ev = e;
+    }
+    recorded_.assign(static_cast<size_t>(hp.n_layer), 0);
+}
+
+cuda_expert_lanes::~cuda_expert_lanes() {
+    cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+    free_host();
+    for (void* p : dev_allocs_) cudaFree(p);
+    for (void* e : events_)
+        if (e) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+}
+
+void cuda_expert_lanes::free_host() {
+    if (h_ids_) cudaFreeHost(h_ids_);
+    if (h_xn_) cudaFreeHost(h_xn_);
+    if (h_slot_) cudaFreeHost(h_slot_);
+    if (h_ey_) cudaFreeHost(h_ey_);
+    if (d_slot_) cudaFree(d_slot_);
+    h_ids_ = nullptr;
+    h_xn_ = nullptr;
+    h_slot_ = nullptr;
+    h_ey_ = nullptr;
+    d_slot_ = nullptr;
+    d_ey_host_ = nullptr;
+    max_rows_ = 0;
+}
+
+void cuda_expert_lanes::ensure(int max_rows) {
+    if (max_rows <= max_rows_) return;
+    free_host();
+    const size_t R = static_cast<size_t>(max_rows), K = static_cast<size_t>(std::max(hp_.n_expert_used, 1));
+    const size_t E = static_cast<size_t>(hp_.n_embd), RK = R * K;
+    ck(cudaHostAlloc(reinterpret_cast<void**>(&h_ids_), RK * 4, cudaHostAllocDefault), "cudaHostAlloc (ids)");
+    ck(cudaHostAlloc(reinterpret_cast<void**>(&h_xn_), R * E * 4, cudaHostAllocDefault), "cudaHostAlloc (input)");
+    ck(cudaHostAlloc(reinterpret_cast<void**>(&h_slot_), 2 * RK * 4, cudaHostAllocDefault), "cudaHostAlloc (slots)");
+    ck(cudaHostAlloc(reinterpret_cast<void**>(&h_ey_), RK * E * 4, cudaHostAllocMapped), "cudaHostAlloc (CPU rows)");
+    ck(cudaHostGetDevicePointer(reinterpret_cast<void**>(&d_ey_host_), h_ey_, 0), "cudaHostGetDevicePointer");
+    ck(cudaMalloc(reinterpret_cast<void**>(&d_slot_), 2 * RK * 4), "cudaMalloc (slots)");
+    cpu_ids_.assign(RK, -1);
+    scratch_ = moe::make_expert_scratch(max_rows, static_cast<int>(K), hp_.n_expert, hp_.n_embd, hp_.n_ff_exp);
+    max_rows_ = max_rows;
+}
+
+cuda_expert_lanes::routed cuda_expert_lanes::route(int il, int64_t n, const int32_t* d_ids, const float* d_xn) {
+    auto s = static_cast<cudaStream_t>(stream_);
+    const int64_t K = hp_.n_expert_used, P = n * K;
+    if (n > max_rows_) fail("cuda expert lanes: {} rows, buffers for {}", n, max_rows_);
+    ck(cudaMemcpyAsync(h_ids_, d_ids, static_cast<size_t>(P) * 4, cudaMemcpyDeviceToHost, s), "ids to host");
+    ck(cudaMemcpyAsync(h_xn_, d_xn, static_cast<size_t>(n * hp_.n_embd) * 4, cudaMemcpyDeviceToHost, s), "input to host");
+    // The one host wait of the layer (the doorbell, a kernel writing the ids to mapped memory
+    // inside a graph, replaces it next).
+    ck(cudaStreamSynchronize(s), "routed ids");
+    planner_.plan_layer(il, std::span<const int32_t>(h_ids_, static_cast<size_t>(P)), &cache_, plan_);
+    metrics_.add(plan_);
+    const int32_t* local = local_slot_.data() + static_cast<size_t>(il) * static_cast<size_t>(hp_.n_expert);
+    routed r;
+    r.grouped = grouped_ok_;
+    int32_t* join_slot = h_slot_;
+    int32_t* mm = h_slot_ + P;
+    for (int64_t p = 0; p < P; ++p) {
+        const int32_t e = h_ids_[p];
+        if (e < 0 || e >= hp_.n_expert) fail("cuda expert lanes: layer {}: routed id {} outside 0..{}", il, e, hp_.n_expert - 1);
+        const int32_t slot = local[e];
+        join_slot[p] = slot;
+        mm[p] = slot >= 0 ? slot : r.grouped ? -1 : 0;
+        cpu_ids_[static_cast<size_t>(p)] = slot >= 0 ? -1 : e;
+        if (slot >= 0) ++r.gpu_pairs;
+        else ++r.cpu_pairs;
+    }
+    ck(cudaMemcpyAsync(d_slot_, h_slot_, static_cast<size_t>(2 * P) * 4, cudaMemcpyHostToDevice, s), "slots to device");
+    r.mm_ids = d_slot_ + P;
+    pairs_ = P;
+    cpu_pairs_ = r.cpu_pairs;
+    return r;
+}
+
+void cuda_expert_lanes::gpu_begin(int il) {
+    ck(cudaEventRecord(static_cast<cudaEvent_t>(events_[2 * static_cast<size_t>(il)]), static_cast<cudaStream_t>(stream_)),
+       "cudaEventRecord");
+}
+
+void cuda_expert_lanes::gpu_end(int il) {
+    ck(cudaEventRecord(static_cast<cudaEvent_t>(events_[2 * static_cast<size_t>(il) + 1]),
+                       static_cast<cudaStream_t>(stream_)),
+       "cudaEventRecord");
+    recorded_[static_cast<size_t>(il)] = 1;
+}
+
+void cuda_expert_lanes::run_cpu(int64_t n, thread_pool& pool, int il) {
+    if (cpu_pairs_ == 0) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    moe::run_expert_pairs(pool, banks_[static_cast<size_t>(il)], h_xn_, cpu_ids_.data(), n, scratch_, h_ey_, hp_.n_embd);
+    metrics_.add_measured(0, 0, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+void cuda_expert_lanes::join(int64_t n, float* d_ey) {
+    if (cpu_pairs_ == 0) return;
+    cuda::copy_cpu_pair_rows(d_ey, d_ey_host_, d_slot_, n * hp_.n_expert_used, hp_.n_embd, stream_);
+}
+
+void cuda_expert_lanes::end_forward() {
+    double gpu_s = 0;
+    for (size_t il = 0; il < recorded_.size(); ++il) {
+        if (!recorded_[il]) continue;
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(events_[2 * il]), static_cast<cudaEvent_t>(events_[2 * il + 1])) ==
+            cudaSuccess)
+            gpu_s += ms * 1e-3;
+        recorded_[il] = 0;
+    }
+    metrics_.add_measured(gpu_s, 0, 0);
+}
+
+}  // namespace sluice
+
+#endif  // SLUICE_HAVE_CUDA

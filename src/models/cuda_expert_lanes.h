@@ -1,0 +1,104 @@
+// The two expert lanes of a split MoE model on one CUDA device (issue 10, first working path;
+// load_model_cuda with a cuda_placement, models/cuda_model.h): the VRAM cache lane, whose
+// resident experts the GPU computes, and the CPU lane, which computes every other routed
+// expert from host memory (moe/expert_pool.h: run_expert_pairs). cuda_model.cpp runs a layer as
+//   route (ids and normalised input to the host: a stream sync) -> GPU hits enqueued ->
+//   run_cpu (the CPU lane, while the GPU computes the hits) -> join (the CPU's rows copied into
+//   the layer's per-pair buffer) -> the all-GPU model's rank-order combine.
+// Host-side C++ (cuda_runtime.h only); included by cuda_model.cpp alone.
+#pragma once
+
+#include "core/thread_pool.h"
+#include "models/cuda_model.h"
+#include "moe/expert_pool.h"
+#include "placement/cost_model.h"
+#include "placement/expert_cache.h"
+#include "placement/metrics.h"
+#include "placement/plan.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace sluice {
+
+class cuda_expert_lanes {
+public:
+    // One layer's resident experts on the device: local slot s holds its expert's gate, up and
+    // down matrices at gate + s * gate_stride (and so on), each laid out as the expert's slice of
+    // the file's tensor, so the expert-mode matmuls read a slot as they read an expert.
+    struct layer_slots {
+        std::byte* gate = nullptr;   // device [n_slots, n_ff_exp rows of gate's row bytes]
+        std::byte* up = nullptr;     // device [n_slots, n_ff_exp rows of up's row bytes]
+        std::byte* down = nullptr;   // device [n_slots, n_embd rows of down's row bytes]
+        int n_slots = 0;
+    };
+    // Where one layer's window went.
+    struct routed {
+        const int32_t* mm_ids = nullptr;   // device [pairs]: the slot each pair's GPU matmul reads
+                                           // (grouped: -1 for a CPU pair, skipped; else 0, overwritten by join)
+        bool grouped = false;              // int8 experts: group_pairs over n_slots, CPU pairs skipped
+        int gpu_pairs = 0, cpu_pairs = 0;
+    };
+
+    // banks: [n_layer] the file's expert tensors of every layer (host memory: the CPU lane reads
+    // them and the resident slots are copied from them). Uploads the resident experts.
+    cuda_expert_lanes(const model_hparams& hp, std::vector<moe::expert_bank> banks, const cuda_placement& p,
+                      void* stream);
+    ~cuda_expert_lanes();
+    cuda_expert_lanes(const cuda_expert_lanes&) = delete;
+    cuda_expert_lanes& operator=(const cuda_expert_lanes&) = delete;
+
+    const layer_slots& slots(int il) const { return slots_[static_cast<size_t>(il)]; }
+    cuda_placement_info info() const { return info_; }
+
+    // Pinned and host buffers for windows of up to max_rows rows (the stream must be idle).
+    void ensure(int max_rows);
+    // Copies the layer's routed ids [n * k_used] and normalised input [n, n_embd] (device) to the
+    // host, waits for them (the stream's sync), plans the window and uploads each pair's slot.
+    routed route(int il, int64_t n, const int32_t* d_ids, const float* d_xn);
+    // Events around the GPU lane's expert launches (measured time, read by end_forward).
+    void gpu_begin(int il);
+    void gpu_end(int il);
+    // The CPU lane: every pair whose expert is not resident, into pinned host rows.
+    void run_cpu(int64_t n, thread_pool& pool, int il);
+    // Enqueues the copy of the CPU lane's rows into d_ey [n * k_used, n_embd] (device).
+    void join(int64_t n, float* d_ey);
+    // After the forward's last sync: adds the GPU lane's measured time to the metrics.
+    void end_forward();
+
+    const placement::placement_metrics& metrics() const { return metrics_; }
+    void reset_metrics() { metrics_ = {}; }
+
+private:
+    void free_host();
+
+    model_hparams hp_;
+    std::vector<moe::expert_bank> banks_;     // [n_layer] host tensors
+    void* stream_;
+    placement::expert_cache cache_;           // the resident set (adaptation off in this version)
+    placement::planner planner_;              // dedup and lane split, for the metrics
+    placement::layer_plan plan_;
+    placement::placement_metrics metrics_;
+    cuda_placement_info info_;
+    std::vector<layer_slots> slots_;          // [n_layer]
+    std::vector<int32_t> local_slot_;         // [n_layer * n_expert] local slot, or -1 (CPU lane)
+    std::vector<void*> dev_allocs_;
+    // Per-window buffers, for max_rows_ rows (RK = max_rows_ * k_used pairs).
+    int max_rows_ = 0;
+    int32_t* h_ids_ = nullptr;      // pinned [RK] routed ids, from the device
+    float* h_xn_ = nullptr;         // pinned [max_rows_, n_embd] normalised input, from the device
+    int32_t* h_slot_ = nullptr;     // pinned [2, RK]: join's slots (-1: CPU pair), then mm_ids
+    int32_t* d_slot_ = nullptr;     // device copy of h_slot_
+    float* h_ey_ = nullptr;         // pinned, mapped [RK, n_embd]: the CPU lane's pair rows
+    float* d_ey_host_ = nullptr;    // h_ey_ as the device addresses it
+    std::vector<int32_t> cpu_ids_;  // [RK] expert of a CPU pair, -1 for a GPU pair
+    moe::expert_scratch scratch_;
+    int64_t pairs_ = 0, cpu_pairs_ = 0;   // the current layer's
+    bool grouped_ok_ = false;             // expert formats take the grouped (skipping) matmul
+    // GPU lane timing: an event pair per layer, and whether this forward recorded it.
+    std::vector<void*> events_;           // [2 * n_layer] cudaEvent_t
+    std::vector<uint8_t> recorded_;       // [n_layer]
+};
+
+}  // namespace sluice

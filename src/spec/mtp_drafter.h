@@ -1,0 +1,86 @@
+// mtp_drafter: an MTP head (spec/mtp.h) as a drafter. The target's session runs through this
+// drafter's target() (the verifier's verify_target) and prefill(), so every committed row's
+// hidden state reaches the head, which folds it into its own KV cache:
+//   - a target row at position p becomes the head's row p once the token at p + 1 is known:
+//     at once for every committed row of a forward but the last; the last one's hidden state
+//     waits (`pending_`) for the next window's first token, or for propose(), whose context ends
+//     with that token;
+//   - propose() runs the pending row (final: its hidden state and token are committed), whose
+//     logits give draft 1, then chains drafts 2..n through provisional rows (the head's own h'
+//     and the draft before), and truncates the head's cache back to the final rows.
+// So the head's cache only ever holds rows of committed positions between calls, and the rows
+// of rejected drafts are never kept: the head's rows, and so its drafts, are a function of the
+// committed context alone (tested against a fresh head fed the same context).
+//
+// Picks use a keyed_sampler with the request's parameters (temperature 0: greedy), as the
+// draft-model drafter does, so sampled decoding drafts the target's keyed picks too.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "runtime/generate.h"
+#include "runtime/sampler.h"
+#include "spec/drafter.h"
+#include "spec/mtp.h"
+#include "spec/session_target.h"
+
+namespace sluice {
+
+struct mtp_drafter_params {
+    int32_t max_draft = 4;   // the most drafts one propose() makes (the head's chain: 1..15)
+};
+
+class mtp_drafter final : public drafter {
+public:
+    // target: the target's session (empty at the start of each request, like the head);
+    // head: its MTP head, with n_ctx >= the session's and max_rows >= the session's.
+    mtp_drafter(session& target, mtp_head& head, const sampling_params& sampling, mtp_drafter_params p = {});
+
+    std::string_view name() const override { return "mtp"; }
+    // Forgets the pending row and empties the head's cache (the caller resets the session).
+    void reset() override;
+    int32_t propose(std::span<const int32_t> context, int32_t max_n, std::span<int32_t> out) override;
+
+    // The session as the verifier's target: commit() feeds the kept rows to the head.
+    verify_target& target() { return adapter_; }
+    // Prompt prefill (logits of no row) through the session, in its chunks, feeding the head.
+    void prefill(std::span<const int32_t> tokens);
+
+private:
+    class adapter final : public verify_target {
+    public:
+        adapter(mtp_drafter& d, session& s);
+        int32_t n_vocab() const override { return st_.n_vocab(); }
+        int32_t n_past() const override { return st_.n_past(); }
+        void forward(std::span<const int32_t> tokens, float* logits) override;
+        void commit(int32_t n_rows_kept) override;
+
+    private:
+        mtp_drafter& d_;
+        session_target st_;
+        std::vector<int32_t> tokens_;   // [max_rows] the last forward's tokens
+        int32_t pos0_ = 0;              // the last forward's first position
+        int32_t rows_ = 0;
+    };
+
+    // The session just forwarded tokens at pos0.. and keeps the first n rows: fold them in.
+    void absorb(std::span<const int32_t> tokens, int32_t pos0, int32_t n);
+
+    session& session_;
+    mtp_head& head_;
+    keyed_sampler sampler_;
+    mtp_drafter_params p_;
+    adapter adapter_;
+    int64_t E_;
+    std::vector<float> pending_;    // [n_embd] final hidden state of the last committed target row
+    int32_t pending_pos_ = -1;      // its position, -1: none (nothing committed yet)
+    int32_t final_ = 0;             // the head's rows [0, final_) are final (the rest provisional)
+    std::vector<float> rows_;       // [max_rows, n_embd] final hidden states of the rows to fold in
+    std::vector<float> chain_;      // [n_embd] h' of the last chained row
+    std::vector<int32_t> next_;     // [max_rows] the token after each row to fold in
+    std::vector<int32_t> seen_;     // context + drafts so far (the penalties' history)
+};
+
+}  // namespace sluice
