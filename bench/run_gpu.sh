@@ -188,15 +188,14 @@ for f in flags:
 if out: print(" ".join(out))
 EOF
   chmod +x "$bundle/bin/pkg-config"
-  # GoogleTest (headers and Debian's static libraries, 2.2 MB) for bench/gpu/second_call.sh, which
-  # runs the CPU unit tests on the GPU machine's Xeon: its AVX-512 kernels have no other test
-  # machine (this one may have AVX2 only). CMake's FindGTest reads them with -DGTEST_ROOT.
-  for h in gtest gmock; do
-    [ -d "/usr/include/$h" ] && cp -r "/usr/include/$h" "$bundle/include/"
-  done
-  for f in "$lib"/libgtest.a "$lib"/libgtest_main.a "$lib"/libgmock.a "$lib"/libgmock_main.a; do
-    [ -e "$f" ] && cp "$f" "$bundle/lib/"
-  done
+  # GoogleTest (headers and Debian's static libraries, 1.5 MB) in a folder of its own,
+  # .peers/gpu-gtest, for bench/gpu/budgets_and_cpu_tests.sh, which runs the CPU unit tests on the
+  # GPU machine's Xeon: its AVX-512 kernels have no other test machine (the 2-core machine may have
+  # AVX2 only). Not in this folder: with it the tree and the carry pass the device tool's 64 MiB.
+  rm -rf "$root/.peers/gpu-gtest"
+  mkdir -p "$root/.peers/gpu-gtest/include" "$root/.peers/gpu-gtest/lib"
+  cp -r /usr/include/gtest "$root/.peers/gpu-gtest/include/"
+  cp "$lib"/libgtest.a "$lib"/libgtest_main.a "$root/.peers/gpu-gtest/lib/"
   # The llama.cpp source (slim tarball) and the gguf wheel (numpy, pyyaml, tqdm are in the image).
   if [ ! -f "$root/.peers/llama.cpp-slim.tar.gz" ]; then
     "$root/tools/peers/build_llama_cpp.sh" --pack "$root/.peers/llama.cpp-slim.tar.gz"

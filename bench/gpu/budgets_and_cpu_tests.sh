@@ -10,8 +10,11 @@
 #   2. the CPU unit tests built and run on this machine's Xeon (AVX-512): the lead's 2-core machine
 #      may have AVX2 only, where every AVX-512 kernel test skips.
 # The exact call, right after run_gpu.sh's:
-#   run(kind="nvidia-h200", timeout_s=420, carry=[".peers/gpu-bench"],
+#   run(kind="nvidia-h200", timeout_s=420, carry=[".peers/gpu-bench/include", ".peers/gpu-bench/lib",
+#       ".peers/gpu-bench/bin", ".peers/gpu-gtest"],
 #       command="OUT=$OUT BUDGET_S=400 bash bench/gpu/budgets_and_cpu_tests.sh")
+# (the llama.cpp tarball stays behind: the tree, models included, and a whole .peers/gpu-bench
+# would pass the device tool's 64 MiB; the llama.cpp build is already there)
 # $OUT gets budgets.log (everything, the unit tests' summary included), manifest.json and one JSON
 # per engine run (8 files at most: three budgets).
 set -uo pipefail
@@ -43,7 +46,7 @@ export LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
 # 2 (background, niced): the CPU unit tests, CPU-only Release build.
 unit_args=(-DCMAKE_BUILD_TYPE=Release -DSLUICE_CUDA=OFF -DSLUICE_TESTS=ON -DCMAKE_PREFIX_PATH="$bundle"
-  -DGTEST_ROOT="$bundle" -DHTTPLIB_INCLUDE_DIR="$bundle/include")
+  -DGTEST_ROOT="$root/.peers/gpu-gtest" -DHTTPLIB_INCLUDE_DIR="$bundle/include")
 command -v pkg-config >/dev/null || unit_args+=(-DPKG_CONFIG_EXECUTABLE="$bundle/bin/pkg-config")
 command -v ninja >/dev/null && unit_args+=(-G Ninja)
 ( timeout "$(cap 240 60)" cmake -S "$root" -B build/gpu-unit "${unit_args[@]}" > /tmp/unit_build.log 2>&1 \
