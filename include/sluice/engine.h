@@ -27,6 +27,10 @@ struct engine_options {
     // at open for gpu >= 0. The draft model stays on the CPU.
     int gpu = -1;
     uint64_t vram_budget = UINT64_MAX;
+    // The MTP drafter's trimmed draft vocabulary (tools/make_draft_vocab.py): the head's output
+    // projection computes only the listed ids' rows. Empty: <model>.draft-vocab beside the model
+    // when that file exists, else the whole vocabulary. Drafts only: never changes a token.
+    std::filesystem::path draft_vocab_path;
 };
 
 // Who proposes the drafts of a verify window. Drafting changes only speed: the tokens are the
@@ -73,6 +77,9 @@ struct generate_stats {
     double rows_mean = 0.0;
     double tokens_per_step = 0.0;
     double acceptance = 0.0;     // drafts kept / drafts proposed
+    // Acceptance per draft depth: [d] windows whose draft d+1 was proposed, and of those the
+    // ones that kept it; empty when no window carried a draft.
+    std::vector<int64_t> proposed_at, accepted_at;
     std::string spec_summary;    // one line with all of the above
     double prompt_tok_s() const { return prompt_seconds > 0 ? n_prompt / prompt_seconds : 0.0; }
     double decode_tok_s() const { return decode_seconds > 0 ? n_decoded / decode_seconds : 0.0; }

@@ -7,6 +7,7 @@
 
 #include "sluice/engine.h"
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -82,6 +83,9 @@ struct serving_metrics {
     int64_t queue_depth = 0, active = 0;
     int64_t prompt_tokens = 0, cached_prompt_tokens = 0, generated_tokens = 0;
     int64_t drafted = 0, accepted = 0;
+    // Per draft depth (1..k_depths): drafts proposed at that depth and, of those, kept.
+    static constexpr int k_depths = 15;
+    std::array<int64_t, k_depths> drafted_at{}, accepted_at{};
     int64_t windows_drafting_off = 0;  // windows of drafting requests the depth policy left without drafts
     double depth_calibration_seconds = 0.0;  // the one-off window cost measurement (0: not run yet)
     double decode_seconds = 0.0;       // summed over steps
@@ -115,6 +119,9 @@ public:
     std::string chat_template() const;   // the model's tokenizer.chat_template ("" if none)
     std::string bos_text() const, eos_text() const;
     std::string model_name() const;
+    // "" when requests cannot draft with an MTP head (the model has none, or runs on the GPU);
+    // else what the head drafts over ("MTP head, whole vocabulary (N ids)", or the trimmed one's file).
+    std::string mtp_summary() const;
 
     serving_metrics metrics() const;
     // Stops taking requests; cancel_in_flight ends active ones with "cancelled", else they finish.

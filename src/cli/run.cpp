@@ -41,6 +41,7 @@ struct run_args {
     bool spec = false;
     std::string spec_kind;   // --spec's value: "" or "ngram" (prompt lookup), "mtp" (the model's MTP layers)
     std::string draft_model;
+    std::string draft_vocab;   // --draft-vocab: the MTP head's trimmed vocabulary
     int draft_max = 15;
     bool chat = false;
     bool verbose = false;
@@ -59,6 +60,14 @@ void write_stats_json(const std::string& path, const generate_stats& st) {
                      {"verify_steps", st.verify_steps},   {"rows_min", st.rows_min},
                      {"rows_mean", st.rows_mean},         {"tokens_per_step", st.tokens_per_step},
                      {"acceptance", st.acceptance}};
+    // Acceptance per draft depth (1 = a window's first draft), over the depths that saw drafts.
+    nlohmann::json depths = nlohmann::json::array();
+    for (size_t d = 0; d < st.proposed_at.size(); ++d)
+        depths.push_back({{"depth", d + 1},
+                          {"proposed", st.proposed_at[d]},
+                          {"accepted", st.accepted_at[d]},
+                          {"acceptance", double(st.accepted_at[d]) / double(std::max<int64_t>(st.proposed_at[d], 1))}});
+    j["acceptance_by_depth"] = std::move(depths);
     std::ofstream out(path);
     if (!out) throw std::runtime_error(fmt::format("run: --stats-json {}: cannot write the file", path));
     out << j.dump(1) << "\n";
@@ -87,6 +96,7 @@ void run(const run_args& a) {
     eo.n_threads = a.threads;
     eo.numa = a.numa;
     eo.draft_model_path = a.draft_model;
+    eo.draft_vocab_path = a.draft_vocab;
     eo.gpu = a.gpu;
     eo.vram_budget = budget;
     auto eng = engine::open(eo);
@@ -155,6 +165,8 @@ void add_run_command(CLI::App& app) {
                                         "prompt lookup (or the --draft-model); --spec mtp: the model's own MTP layers")
                             ->expected(0, 1);
     cmd->add_option("--draft-model", args->draft_model, "Draft model with the target's tokenizer (implies --spec)");
+    cmd->add_option("--draft-vocab", args->draft_vocab, "With --spec mtp: the trimmed draft vocabulary "
+                    "(tools/make_draft_vocab.py; default: MODEL.draft-vocab when it exists)");
     cmd->add_option("--draft-max", args->draft_max, "Most drafts per verify window (0..15)")->capture_default_str();
     cmd->add_flag("--chat", args->chat, "Wrap the prompt in the model's ChatML template");
     cmd->add_option("--system", args->system, "With --chat: the system message");

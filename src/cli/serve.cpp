@@ -16,9 +16,11 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <pthread.h>
 #include <thread>
+#include <utility>
 
 namespace sluice::cli {
 namespace {
@@ -34,7 +36,9 @@ struct serve_args {
     int parallel = 8;
     int queue = 64;
     bool spec = false;
+    std::string spec_kind;   // --spec's value: "" or "ngram" (prompt lookup), "mtp" (the model's MTP layers)
     std::string draft_model;
+    std::string draft_vocab; // --draft-vocab: the MTP head's trimmed vocabulary (default: <model>.draft-vocab if present)
     int draft_max = 15;
     int prefix_cache_mb = 1024;
     std::string web_root;
@@ -88,6 +92,8 @@ void serve(const serve_args& a) {
         fail("serve: --web-root {}: not a directory", a.web_root);
     so.max_body_bytes = static_cast<size_t>(a.max_body_mb) << 20;
     so.drafter = !a.draft_model.empty() ? drafter_kind::draft_model : a.spec ? drafter_kind::ngram : drafter_kind::none;
+    if (a.spec && a.draft_model.empty() && a.spec_kind == "mtp") so.drafter = drafter_kind::mtp;
+    if (a.spec_kind == "mtp" && !a.draft_model.empty()) fail("serve: --spec mtp and --draft-model: choose one drafter");
     so.max_window = a.draft_max + 1;
     so.http_threads = std::max(64, 2 * (a.parallel + a.queue) + 8);
 
@@ -102,14 +108,24 @@ void serve(const serve_args& a) {
     opt.engine.n_threads = a.threads;
     opt.engine.numa = a.numa;
     opt.engine.draft_model_path = a.draft_model;
+    opt.engine.draft_vocab_path = a.draft_vocab;
     opt.engine.gpu = a.gpu;
     opt.engine.vram_budget = budget;
     opt.max_batch = a.parallel;
     opt.max_queue = a.queue;
     opt.prefix_cache_bytes = static_cast<size_t>(a.prefix_cache_mb) << 20;
     std::shared_ptr<serving_backend> backend;
+    std::string mtp;
     try {
-        backend = std::make_shared<engine_backend>(serving_engine::open(opt));
+        std::unique_ptr<serving_engine> eng = serving_engine::open(opt);
+        mtp = eng->mtp_summary();
+        if (so.drafter == drafter_kind::mtp && mtp.empty() && a.gpu >= 0)
+            fail("serve: --spec mtp: the MTP drafter runs with the CPU model only for now (drop --gpu)");
+        if (so.drafter == drafter_kind::mtp && mtp.empty())
+            fail("serve: --spec mtp: the model ({}) has no MTP (nextn) layers (use --spec for prompt lookup, or "
+                 "--draft-model)",
+                 eng->model_name());
+        backend = std::make_shared<engine_backend>(std::move(eng));
         server.set_backend(backend);
     } catch (...) {
         server.stop();
@@ -119,6 +135,7 @@ void serve(const serve_args& a) {
     fmt::print(stderr, "sluice serve: ready: {} (context {}, batch {}, queue {}){}{}\n", backend->model_name(),
                backend->n_ctx(), a.parallel, a.queue, so.web_root.empty() ? "" : ", page from ",
                so.web_root.string());
+    if (so.drafter == drafter_kind::mtp) fmt::print(stderr, "sluice serve: drafting with the {}\n", mtp);
 
     int sig = 0;
     sigwait(&sigs, &sig);
@@ -158,7 +175,12 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--numa", a->numa, "NUMA: auto (threads and routed experts per node where the machine has several nodes), off, or simulate:N (tests: N nodes from the allowed CPUs, no memory moved; SLUICE_NUMA_SIMULATE=N does this under auto)")->capture_default_str();
     cmd->add_option("--parallel", a->parallel, "Requests decoding together (max batch)")->capture_default_str();
     cmd->add_option("--queue", a->queue, "Requests waiting beyond the batch; more get 429")->capture_default_str();
-    cmd->add_flag("--spec", a->spec, "Speculative decoding with prompt lookup: same tokens, faster");
+    CLI::Option* spec = cmd->add_option("--spec", a->spec_kind,
+                                        "Speculative decoding: same tokens as serial, faster. --spec or --spec ngram: "
+                                        "prompt lookup (or the --draft-model); --spec mtp: the model's own MTP layers")
+                            ->expected(0, 1);
+    cmd->add_option("--draft-vocab", a->draft_vocab, "With --spec mtp: the trimmed draft vocabulary "
+                    "(tools/make_draft_vocab.py; default: MODEL.draft-vocab when it exists)");
     cmd->add_option("--draft-model", a->draft_model, "Draft model with the target's tokenizer (implies --spec)");
     cmd->add_option("--draft-max", a->draft_max, "Most drafts per verify window (0..15)")->capture_default_str();
     cmd->add_option("--prefix-cache-mb", a->prefix_cache_mb, "Memory for KV checkpoints of past prompts (MiB)")
@@ -170,7 +192,16 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--vram-budget", a->vram_budget, "GPU memory for routed experts, e.g. 12G, 512M, 0");
     cmd->add_option("--gpu", a->gpu, "CUDA device for the model (-1: the CPU); with --vram-budget, routed experts "
                     "beyond it run on the CPU")->capture_default_str();
-    cmd->callback([a] { serve(*a); });
+    cmd->callback([a, spec] {
+        a->spec = spec->count() > 0;
+        // `--spec MODEL` (the flag before the model, as before --spec took a value): the model.
+        if (a->spec && a->model.empty() && a->spec_kind != "ngram" && a->spec_kind != "mtp" && !a->spec_kind.empty() &&
+            std::filesystem::exists(a->spec_kind))
+            a->model = std::exchange(a->spec_kind, std::string());
+        if (a->spec && !a->spec_kind.empty() && a->spec_kind != "ngram" && a->spec_kind != "mtp")
+            fail("serve: --spec {}: expected ngram or mtp", a->spec_kind);
+        serve(*a);
+    });
 }
 
 }  // namespace sluice::cli

@@ -5,19 +5,31 @@
 #include "kernels/cpu/ops.h"
 
 #include <algorithm>
+#include <cstring>
+#include <limits>
 
 namespace sluice {
 namespace {
 
+// The head's output projection: its own (nextn shared_head_head) or the trunk's.
+const tensor_view& head_matrix_of(const hybrid_model& m) {
+    return m.mtp()->head ? *m.mtp()->head : *m.output().output;
+}
+
 class hybrid_mtp_head final : public mtp_head {
 public:
-    hybrid_mtp_head(const hybrid_model& m, thread_pool& pool, int n_ctx, int max_rows)
+    hybrid_mtp_head(const hybrid_model& m, thread_pool& pool, int n_ctx, int max_rows,
+                    std::shared_ptr<const mtp_draft_rows> draft_rows)
         : hp_(m.hparams()), w_(*m.mtp()), out_(m.output()), kv_(kv_shape{1, n_ctx, hp_.n_kv_head, hp_.head_dim, {}}),
-          s_(m.make_scratch(max_rows, pool)) {
+          s_(m.make_scratch(max_rows, pool)), draft_rows_(std::move(draft_rows)) {
         const size_t E = static_cast<size_t>(hp_.n_embd), R = static_cast<size_t>(max_rows);
         cat_.resize(R * 2 * E);
         hout_.resize(R * E);
         logits_.resize(static_cast<size_t>(hp_.n_vocab));
+        if (draft_rows_) {   // ids outside the list stay -inf: no pick can choose them
+            std::fill(logits_.begin(), logits_.end(), -std::numeric_limits<float>::infinity());
+            trimmed_.resize(draft_rows_->ids.size());
+        }
         // The eh_proj input is 2*n_embd wide and the head reads one row: the trunk's scratch
         // may size its activation buffer for narrower rows.
         s_.act.resize(std::max({s_.act.size(), kernels::matmul_act_bytes(*w_.eh_proj, max_rows),
@@ -64,7 +76,14 @@ public:
         const std::vector<float>& hn = w_.head_norm.empty() ? out_.norm : w_.head_norm;
         for (int64_t r = 0; r < n; ++r)
             kernels::rmsnorm(s_.x.data() + r * E, hn.data(), hout_.data() + r * E, E, hp_.rms_eps);
-        if (want_logits) kernels::matmul(*s_.pool, head_matrix(), hout_.data() + (n - 1) * E, 1, logits_.data(), s_.act.data());
+        if (!want_logits) return;
+        const float* h = hout_.data() + (n - 1) * E;
+        if (!draft_rows_) {
+            kernels::matmul(*s_.pool, head_matrix(), h, 1, logits_.data(), s_.act.data());
+            return;
+        }
+        kernels::matmul(*s_.pool, draft_rows_->matrix, h, 1, trimmed_.data(), s_.act.data());
+        for (size_t i = 0; i < trimmed_.size(); ++i) logits_[static_cast<size_t>(draft_rows_->ids[i])] = trimmed_[i];
     }
 
     const float* out_hidden(int32_t row) const override { return hout_.data() + int64_t{row} * hp_.n_embd; }
@@ -81,15 +100,49 @@ private:
     std::vector<float> cat_;       // [max_rows, 2*n_embd] enorm(embed(t)) | hnorm(h)
     std::vector<float> hout_;      // [max_rows, n_embd] h' per row
     std::vector<float> logits_;    // [n_vocab] the last row's logits
+    std::shared_ptr<const mtp_draft_rows> draft_rows_;   // null: the whole vocabulary
+    std::vector<float> trimmed_;   // [draft ids] the listed rows' logits
 };
 
 }  // namespace
 
-std::unique_ptr<mtp_head> make_mtp_head(const model& m, thread_pool& pool, int n_ctx, int max_rows) {
+bool has_mtp_head(const model& m) {
+    const auto* h = dynamic_cast<const hybrid_model*>(&m);
+    return h && h->mtp();
+}
+
+std::shared_ptr<const mtp_draft_rows> gather_mtp_draft_rows(const model& m, const draft_vocab& v) {
+    const auto* h = dynamic_cast<const hybrid_model*>(&m);
+    if (!h || !h->mtp()) return nullptr;
+    const tensor_view& w = head_matrix_of(*h);
+    if (v.n_vocab != w.ne[1] || v.ids.empty())
+        fail("mtp head: a draft vocabulary of {} ids out of {}, but the head's output '{}' {} has {} rows", v.ids.size(),
+             v.n_vocab, w.name, w.shape_string(), w.ne[1]);
+    auto r = std::make_shared<mtp_draft_rows>();
+    r->ids = v.ids;
+    const uint64_t rb = w.row_bytes();
+    r->bytes.resize(static_cast<size_t>(rb * v.ids.size()));
+    for (size_t i = 0; i < v.ids.size(); ++i) {
+        if (v.ids[i] < 0 || v.ids[i] >= w.ne[1]) fail("mtp head: draft id {}: expected [0, {})", v.ids[i], w.ne[1]);
+        std::memcpy(r->bytes.data() + i * rb, w.row(v.ids[i]), static_cast<size_t>(rb));
+    }
+    r->matrix = w;
+    r->matrix.name = w.name + "[draft vocabulary]";
+    r->matrix.n_dims = 2;
+    r->matrix.ne = {w.ne[0], static_cast<int64_t>(v.ids.size()), 1, 1};
+    r->matrix.data = r->bytes.data();
+    r->matrix.nbytes = rb * v.ids.size();
+    return r;
+}
+
+std::unique_ptr<mtp_head> make_mtp_head(const model& m, thread_pool& pool, int n_ctx, int max_rows,
+                                        std::shared_ptr<const mtp_draft_rows> draft_rows) {
     const auto* h = dynamic_cast<const hybrid_model*>(&m);
     if (!h || !h->mtp()) return nullptr;
     if (n_ctx < 1 || max_rows < 1) fail("mtp head: n_ctx {} and max_rows {}: expected >= 1", n_ctx, max_rows);
-    return std::make_unique<hybrid_mtp_head>(*h, pool, n_ctx, max_rows);
+    if (draft_rows && draft_rows->matrix.ne[0] != head_matrix_of(*h).ne[0])
+        fail("mtp head: draft rows {} wide, the head's output {}", draft_rows->matrix.ne[0], head_matrix_of(*h).ne[0]);
+    return std::make_unique<hybrid_mtp_head>(*h, pool, n_ctx, max_rows, std::move(draft_rows));
 }
 
 }  // namespace sluice

@@ -13,6 +13,7 @@
 #include "runtime/sampler.h"
 #include "spec/depth_policy.h"
 #include "spec/draft_model_drafter.h"
+#include "spec/draft_vocab.h"
 #include "spec/mtp_drafter.h"
 #include "spec/ngram_drafter.h"
 #include "spec/session_target.h"
@@ -62,6 +63,7 @@ struct engine::impl {
     // Window costs measured once per engine (calibration times windows of 1..16 rows); the
     // acceptance estimate restarts with every request.
     depth_policy policy;
+    std::shared_ptr<const mtp_draft_rows> draft_rows;   // the MTP head's trimmed draft vocabulary, or null
 };
 
 engine::engine(std::unique_ptr<impl> p) : p_(std::move(p)) {}
@@ -108,6 +110,14 @@ std::unique_ptr<engine> engine::open(const engine_options& o) {
         if (p->draft->net->hparams().n_vocab != hp.n_vocab)
             fail("draft model: {}: its output has {} logits but the target's has {}: the keyed picks need the "
                  "same vocabulary", o.draft_model_path.string(), p->draft->net->hparams().n_vocab, hp.n_vocab);
+    }
+    // The MTP head's trimmed draft vocabulary: the one named, else the file beside the model.
+    if (const auto vp = !o.draft_vocab_path.empty() ? o.draft_vocab_path : default_draft_vocab_path(p->target.path);
+        !o.draft_vocab_path.empty() || std::filesystem::exists(vp)) {
+        if (!has_mtp_head(*p->target.net))
+            fail("draft vocabulary {}: the model has no MTP head to use it{}", vp.string(),
+                 o.gpu >= 0 ? " (the MTP drafter runs with the CPU model only for now)" : "");
+        p->draft_rows = gather_mtp_draft_rows(*p->target.net, read_draft_vocab(vp, hp.n_vocab));
     }
     return std::unique_ptr<engine>(new engine(std::move(p)));
 }
@@ -169,7 +179,7 @@ generate_stats engine::generate(std::string_view prompt, const generate_params& 
     std::unique_ptr<mtp_head> head;       // drafter_kind::mtp: the model's MTP head
     mtp_drafter* mtp = nullptr;           // then drafts.get(), whose target() the decoder runs
     if (p.drafter == drafter_kind::mtp) {
-        head = make_mtp_head(net, s.pool(), so.n_ctx, k_session_rows);
+        head = make_mtp_head(net, s.pool(), so.n_ctx, k_session_rows, p_->draft_rows);
         const std::string& arch = net.hparams().arch;
         if (!head && p_->target.file->meta().get_int(arch + ".nextn_predict_layers").value_or(0) > 0)
             fail("run: --spec mtp: the MTP drafter runs with the CPU model only for now (drop --gpu)");
@@ -248,6 +258,10 @@ generate_stats engine::generate(std::string_view prompt, const generate_params& 
     st.rows_mean = r.stats.rows_mean();
     st.tokens_per_step = r.stats.accepted_per_step();
     st.acceptance = r.stats.acceptance_rate();
+    for (size_t d = 0; d < r.stats.proposed_at.size() && r.stats.proposed_at[d] > 0; ++d) {
+        st.proposed_at.push_back(r.stats.proposed_at[d]);
+        st.accepted_at.push_back(r.stats.accepted_at[d]);
+    }
     st.spec_summary = r.stats.summary();
     return st;
 }

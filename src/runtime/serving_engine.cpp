@@ -15,6 +15,12 @@
 // whose drafts stop paying runs serial windows until they pay again. The depth changes only the
 // rows of a step, never a token.
 //
+// MTP drafting (hybrid models whose file has an MTP layer): each request owns an MTP head (its
+// own one-layer KV cache and buffers) and an mtp_drafter fed after every step with its segment's
+// kept rows and their residual stream, which the batched forward leaves in the scratch
+// (hybrid_model::forward_batch), so no two requests share MTP state. The output rows of a
+// trimmed draft vocabulary are gathered once per engine and shared read-only.
+//
 // After a request, its committed KV rows go to the prefix cache (src/kv/prefix_cache.h); a
 // request whose prompt shares a prefix with a checkpoint restores those rows and prefills only
 // the rest (E5).
@@ -25,6 +31,7 @@
 #include "core/thread_pool.h"
 #include "kv/kv_cache.h"
 #include "kv/prefix_cache.h"
+#include "models/hybrid_mtp.h"
 #include "runtime/generate.h"
 #include "runtime/loaded_model.h"
 #include "runtime/numa_setup.h"
@@ -32,15 +39,21 @@
 #include "runtime/token_sha.h"
 #include "spec/depth_policy.h"
 #include "spec/draft_model_drafter.h"
+#include "spec/draft_vocab.h"
+#include "spec/mtp_drafter.h"
 #include "spec/ngram_drafter.h"
 #include "spec/session_target.h"
 #include "spec/spec_stats.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <limits>
 #include <mutex>
 #include <thread>
@@ -69,7 +82,9 @@ struct request_state {
     std::unique_ptr<stream_decoder> text;
     std::unique_ptr<session> draft_session;         // the draft model's state (draft_model only)
     std::unique_ptr<session_target> draft_target;
+    std::unique_ptr<mtp_head> head;                 // the request's MTP head (mtp only)
     std::unique_ptr<drafter> drafts;                // null: serial decoding
+    mtp_drafter* mtp = nullptr;                     // drafts.get() when it is the MTP drafter
     depth_policy policy;            // this request's acceptance; the engine's window costs
     bool use_policy = false;        // drafts and adaptive_depth: the policy picks each window's depth
     std::vector<double> confidence; // [k_max_window] the drafter's chance of each draft being kept
@@ -81,6 +96,7 @@ struct request_state {
 
     // This step.
     int32_t pos0 = 0, n_prefill = 0, n_drafts = 0;
+    int64_t row0 = 0;             // the segment's first row among the step's stacked rows
     bool has_window = false;
 
     int32_t generated = 0;
@@ -132,6 +148,9 @@ struct serving_engine::impl {
     std::unique_ptr<loaded_model> draft;
     int n_ctx = 0;
     int32_t n_vocab = 0;
+    bool has_mtp = false;                                 // the target has an MTP head (CPU model)
+    std::shared_ptr<const mtp_draft_rows> draft_rows;    // the trimmed draft vocabulary's rows, or null
+    std::string mtp_summary;                             // "" without an MTP head
     std::vector<int32_t> eog;   // ids that end a generation
 
     numa_setup numa;   // the pool's topology; the target's experts placed per node at open
@@ -163,6 +182,7 @@ struct serving_engine::impl {
     bool admit(request_state& r);
     void finish(request_state& r, const char* finish_reason, const char* stop_reason, std::string error = {});
     void walk_window(request_state& r, const float* logits);
+    void absorb_mtp(request_state& r, int32_t kept);
     void calibrate_costs(int32_t token);
     int32_t choose_drafts(request_state& r, int32_t cap);
 };
@@ -257,6 +277,22 @@ std::unique_ptr<serving_engine> serving_engine::open(const serving_options& o) {
     }
     for (int32_t id = 0; id < p->target.tok->n_vocab(); ++id)
         if (p->target.tok->is_end_of_generation(id)) p->eog.push_back(id);
+    p->has_mtp = has_mtp_head(*p->target.net);
+    if (p->has_mtp) {
+        const std::filesystem::path model_path = p->target.path;
+        const std::filesystem::path vp =
+            !eo.draft_vocab_path.empty() ? eo.draft_vocab_path : default_draft_vocab_path(model_path);
+        if (!eo.draft_vocab_path.empty() || std::filesystem::exists(vp)) {
+            p->draft_rows = gather_mtp_draft_rows(*p->target.net, read_draft_vocab(vp, hp.n_vocab));
+            p->mtp_summary = fmt::format("MTP head, draft vocabulary of {} of {} ids ({})", p->draft_rows->ids.size(),
+                                         hp.n_vocab, vp.string());
+        } else {
+            p->mtp_summary = fmt::format("MTP head, whole vocabulary ({} ids)", hp.n_vocab);
+        }
+    } else if (!eo.draft_vocab_path.empty()) {
+        fail("draft vocabulary {}: the model has no MTP head to use it{}", eo.draft_vocab_path.string(),
+             eo.gpu >= 0 ? " (the MTP drafter runs with the CPU model only for now)" : "");
+    }
 
     const int threads = eo.n_threads > 0 ? eo.n_threads : usable_cpus();
     p->numa = setup_numa(eo.numa, threads, *p->target.file);
@@ -329,6 +365,7 @@ std::string serving_engine::eos_text() const {
     return e >= 0 ? p_->target.tok->token_bytes(e) : std::string();
 }
 std::string serving_engine::model_name() const { return p_->target.path.filename().string(); }
+std::string serving_engine::mtp_summary() const { return p_->mtp_summary; }
 
 serving_metrics serving_engine::metrics() const {
     std::lock_guard<std::mutex> lk(p_->mu);
@@ -417,8 +454,10 @@ bool serving_engine::impl::admit(request_state& r) {
             fail("max_window: expected 1..{}, got {}", k_max_window, p.max_window);
         if (p.drafter == drafter_kind::draft_model && !draft)
             fail("the draft-model drafter needs a draft model (engine_options::draft_model_path)");
-        if (p.drafter == drafter_kind::mtp)   // the batched forward does not hand rows' hidden states out yet
-            fail("the MTP drafter is not available in the server yet: use `sluice run --spec mtp`, or ngram here");
+        if (p.drafter == drafter_kind::mtp && !has_mtp)
+            fail("the MTP drafter needs a model whose file has MTP (nextn) layers, on the CPU (the served model has "
+                 "none{})",
+                 opt.engine.gpu >= 0 ? ", or runs on the GPU" : "");
         const int32_t room = n_ctx - r.n_prompt;
         r.max_tokens = p.n_predict < 0 ? room : std::min(p.n_predict, room);
         r.ctx_capped = p.n_predict < 0 || p.n_predict > room;
@@ -432,7 +471,8 @@ bool serving_engine::impl::admit(request_state& r) {
         r.kv = std::make_unique<kv_cache>(target.net->kv_shape_for(r.n_prompt + std::max(r.max_tokens, 1)));
         // Hybrid models (Gated DeltaNet layers) keep a recurrent state that the prefix cache does
         // not checkpoint yet, so their prompts are always prefilled in full (and never stored).
-        if (q.use_prefix_cache && r.kv->recurrent().empty())
+        // (The MTP head must see every prompt row's hidden state: such requests prefill in full.)
+        if (q.use_prefix_cache && r.kv->recurrent().empty() && p.drafter != drafter_kind::mtp)
             r.result.cached_tokens = cache->restore(q.prompt, r.n_prompt - 1, *r.kv);
         r.context.reserve(static_cast<size_t>(r.n_prompt + r.max_tokens + 1));
         r.context.assign(q.prompt.begin(), q.prompt.end());
@@ -443,7 +483,16 @@ bool serving_engine::impl::admit(request_state& r) {
             r.biased.resize(static_cast<size_t>(n_vocab));
             r.event.top.reserve(k_max_top_logprobs);
         }
-        if (p.drafter == drafter_kind::ngram) {
+        if (p.drafter == drafter_kind::mtp) {
+            // Positions up to the last window's chained drafts; rows: a window's at most (a prefill
+            // chunk is folded in by pieces).
+            r.head = make_mtp_head(*target.net, *pool, r.n_prompt + r.max_tokens + k_max_window, k_max_window, draft_rows);
+            mtp_drafter_params mp;
+            mp.max_draft = std::clamp(p.max_window - 1, 1, 4);   // as `sluice run --spec mtp`
+            auto d = std::make_unique<mtp_drafter>(*r.head, sp, mp);
+            r.mtp = d.get();
+            r.drafts = std::move(d);
+        } else if (p.drafter == drafter_kind::ngram) {
             r.drafts = std::make_unique<ngram_drafter>();
         } else if (p.drafter == drafter_kind::draft_model) {
             session_options so;
@@ -489,6 +538,7 @@ void serving_engine::impl::step() {
     in_batch.clear();
     int32_t budget = opt.prefill_rows_per_step;
     int64_t off_windows = 0;   // windows the depth policy left without drafts this step
+    int64_t batch_rows = 0;    // rows stacked so far
     for (auto& up : active) {
         request_state& r = *up;
         r.has_window = false;
@@ -514,6 +564,8 @@ void serving_engine::impl::step() {
             r.rows.push_back(r.context.back());
             r.rows.insert(r.rows.end(), r.proposal.begin(), r.proposal.begin() + r.n_drafts);
         }
+        r.row0 = batch_rows;
+        batch_rows += static_cast<int64_t>(r.rows.size());
         batch_segment g;
         g.tokens = r.rows;
         g.pos0 = r.pos0;
@@ -536,9 +588,13 @@ void serving_engine::impl::step() {
         costs.record_cost(in_batch[0]->n_drafts + 1, seconds(t0, t1));
 
     int64_t gen = 0, drafted = 0, accepted = 0;
+    std::array<int64_t, serving_metrics::k_depths> drafted_at{}, accepted_at{};
     size_t off = 0;   // logit rows used so far
     for (request_state* r : in_batch) {
-        if (!r->has_window) continue;
+        if (!r->has_window) {
+            if (r->mtp) absorb_mtp(*r, r->n_prefill);   // a prefill chunk: every row is kept
+            continue;
+        }
         const int32_t g0 = r->generated;
         const int64_t a0 = r->spec.drafts_accepted;
         if (!r->first_done) {
@@ -550,6 +606,10 @@ void serving_engine::impl::step() {
         gen += r->generated - g0;
         drafted += r->n_drafts;
         accepted += r->spec.drafts_accepted - a0;
+        for (int32_t d = 0; d < std::min<int32_t>(r->n_drafts, serving_metrics::k_depths); ++d) {
+            ++drafted_at[size_t(d)];
+            if (d < r->spec.drafts_accepted - a0) ++accepted_at[size_t(d)];
+        }
     }
     std::lock_guard<std::mutex> lk(mu);
     m.steps += 1;
@@ -558,6 +618,10 @@ void serving_engine::impl::step() {
     m.generated_tokens += gen;
     m.drafted += drafted;
     m.accepted += accepted;
+    for (size_t d = 0; d < drafted_at.size(); ++d) {
+        m.drafted_at[d] += drafted_at[d];
+        m.accepted_at[d] += accepted_at[d];
+    }
     m.windows_drafting_off += off_windows;
     m.decode_seconds += seconds(t0, t1);
 }
@@ -611,6 +675,7 @@ void serving_engine::impl::walk_window(request_state& r, const float* l) {
     // Rows 0..emitted-1 carried the old pending token and the kept drafts: keep them (and the
     // prompt rows before them); roll back the rest.
     r.kv->truncate(r.pos0 + r.n_prefill + emitted);
+    if (r.mtp && !finish_reason) absorb_mtp(r, r.n_prefill + emitted);   // a finished request drafts no more
     r.spec.add_window(rows, r.n_drafts, accepted, emitted);
     if (r.n_drafts > 0) {
         // A window cut by a stop says nothing about the drafts after the cut.
@@ -618,6 +683,13 @@ void serving_engine::impl::walk_window(request_state& r, const float* l) {
         if (r.use_policy && !finish_reason) r.policy.record_acceptance(accepted, r.n_drafts);
     }
     if (finish_reason) finish(r, finish_reason, stop);
+}
+
+// The MTP head folds in the first `kept` rows of this step's segment of r, with their residual
+// stream from the batched forward (still in the scratch: nothing runs between).
+void serving_engine::impl::absorb_mtp(request_state& r, int32_t kept) {
+    const float* res = scratch.x.data() + r.row0 * static_cast<int64_t>(target.net->hparams().n_embd);
+    r.mtp->absorb(r.rows, r.pos0, kept, res);
 }
 
 // Ends a request: its result, its checkpoint in the prefix cache, on_done (once; `finished`
@@ -647,6 +719,12 @@ void serving_engine::impl::finish(request_state& r, const char* finish_reason, c
     st.rows_mean = r.spec.rows_mean();
     st.tokens_per_step = r.spec.accepted_per_step();
     st.acceptance = r.spec.acceptance_rate();
+    st.proposed_at.clear();
+    st.accepted_at.clear();
+    for (size_t d = 0; d < r.spec.proposed_at.size() && r.spec.proposed_at[d] > 0; ++d) {
+        st.proposed_at.push_back(r.spec.proposed_at[d]);
+        st.accepted_at.push_back(r.spec.accepted_at[d]);
+    }
     st.spec_summary = r.spec.summary();
     res.drafts_proposed = r.spec.drafts_proposed;
     res.drafts_accepted = r.spec.drafts_accepted;
@@ -663,6 +741,11 @@ void serving_engine::impl::finish(request_state& r, const char* finish_reason, c
     r.kv.reset();
     r.draft_target.reset();
     r.draft_session.reset();
+    if (r.mtp) {   // the head's cache and buffers go now, not when the scheduler drops the request
+        r.mtp = nullptr;
+        r.drafts.reset();   // before the head it reads
+        r.head.reset();
+    }
     {
         std::lock_guard<std::mutex> lk(mu);
         m.requests_done += 1;

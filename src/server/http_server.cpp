@@ -14,11 +14,13 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <limits>
 #include <mutex>
 #include <random>
+#include <thread>
 
 namespace sluice {
 
@@ -118,6 +120,9 @@ struct http_server::impl {
     std::string tmpl_text, tmpl_error;
     std::string phase = "loading";
     std::atomic<bool> draining{false};
+    // stop() may come before run() has started listening (a model that fails to load at once):
+    // httplib's stop() does nothing until the listen loop runs, which would then block forever.
+    std::atomic<bool> stop_requested{false}, run_returned{false};
     std::atomic<int> in_flight{0};
 
     explicit impl(server_options opts) : o(std::move(opts)) {}
@@ -140,7 +145,12 @@ http_server::~http_server() = default;
 server_metrics& http_server::metrics() { return p_->stats; }
 int http_server::in_flight() const { return p_->in_flight.load(); }
 void http_server::begin_drain() { p_->draining.store(true); }
-void http_server::stop() { p_->svr.stop(); }
+void http_server::stop() {
+    p_->stop_requested = true;
+    // Until the listen loop runs, or run() has seen the request and returned without listening.
+    while (!p_->run_returned && !p_->svr.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    p_->svr.stop();
+}
 
 void http_server::set_phase(std::string phase) {
     std::lock_guard<std::mutex> lock(p_->m);
@@ -179,7 +189,10 @@ int http_server::bind() {
     return port;
 }
 
-void http_server::run() { p_->svr.listen_after_bind(); }
+void http_server::run() {
+    if (!p_->stop_requested) p_->svr.listen_after_bind();
+    p_->run_returned = true;
+}
 
 void http_server::impl::routes() {
     svr.set_payload_max_length(o.max_body_bytes);

@@ -80,6 +80,16 @@ std::string server_metrics::render(const serving_metrics* e) const {
            static_cast<double>(e->accepted));
     metric(out, "sluice_draft_acceptance", "gauge", "Accepted / drafted over the server's life",
            e->drafted > 0 ? static_cast<double>(e->accepted) / static_cast<double>(e->drafted) : 0.0);
+    // By draft depth (1 = the first draft of a window), over the depths that saw drafts: where a
+    // drafter's chain stops paying (the MTP head chains up to 4).
+    out += "# HELP sluice_drafted_tokens_by_depth_total Draft tokens proposed at each depth of their window\n"
+           "# TYPE sluice_drafted_tokens_by_depth_total counter\n";
+    for (size_t d = 0; d < e->drafted_at.size() && e->drafted_at[d] > 0; ++d)
+        out += fmt::format("sluice_drafted_tokens_by_depth_total{{depth=\"{}\"}} {}\n", d + 1, e->drafted_at[d]);
+    out += "# HELP sluice_accepted_tokens_by_depth_total Draft tokens accepted at each depth of their window\n"
+           "# TYPE sluice_accepted_tokens_by_depth_total counter\n";
+    for (size_t d = 0; d < e->drafted_at.size() && e->drafted_at[d] > 0; ++d)
+        out += fmt::format("sluice_accepted_tokens_by_depth_total{{depth=\"{}\"}} {}\n", d + 1, e->accepted_at[d]);
     return out;
 }
 

@@ -123,6 +123,24 @@ std::string openai_session::finish_reason(const choice& ch) const {
     return r;
 }
 
+namespace {
+
+// Acceptance per draft depth: [{"depth": 1, "proposed": P, "accepted": A, "acceptance": A/P}, ...]
+// over the depths that saw drafts (proposed[d] counts the windows whose draft d+1 was proposed).
+ojson depth_table(const std::vector<int64_t>& proposed, const std::vector<int64_t>& accepted) {
+    ojson t = ojson::array();
+    for (size_t d = 0; d < proposed.size() && proposed[d] > 0; ++d) {
+        const int64_t a = d < accepted.size() ? accepted[d] : 0;
+        t.push_back(ojson{{"depth", d + 1},
+                          {"proposed", proposed[d]},
+                          {"accepted", a},
+                          {"acceptance", double(a) / double(proposed[d])}});
+    }
+    return t;
+}
+
+}  // namespace
+
 ojson openai_session::sluice_block(int i) const {
     const choice& ch = choices_[static_cast<size_t>(i)];
     const generate_stats& st = ch.result.stats;
@@ -136,6 +154,7 @@ ojson openai_session::sluice_block(int i) const {
     spec["rows_mean"] = st.rows_mean;
     spec["tokens_per_step"] = st.tokens_per_step;
     spec["acceptance"] = st.acceptance;
+    spec["acceptance_by_depth"] = depth_table(st.proposed_at, st.accepted_at);
     ojson s = ojson::object();
     s["token_sha"] = st.token_sha;
     s["exact"] = std::move(exact);
@@ -178,6 +197,7 @@ ojson openai_session::usage_sluice() const {
     double rows = 0.0;
     int32_t rows_min = 0, rows_max = 0;
     bool drafting = false;
+    std::vector<int64_t> proposed_at, accepted_at;   // per draft depth, summed over the choices
     ojson shas = ojson::array();
     for (const choice& ch : choices_) {
         const completion_result& r = ch.result;
@@ -194,6 +214,14 @@ ojson openai_session::usage_sluice() const {
         proposed += r.drafts_proposed;
         kept += r.drafts_accepted;
         off += r.windows_drafting_off;
+        if (proposed_at.size() < st.proposed_at.size()) {
+            proposed_at.resize(st.proposed_at.size());
+            accepted_at.resize(st.proposed_at.size());
+        }
+        for (size_t d = 0; d < st.proposed_at.size(); ++d) {
+            proposed_at[d] += st.proposed_at[d];
+            accepted_at[d] += d < st.accepted_at.size() ? st.accepted_at[d] : 0;
+        }
     }
     ojson s = ojson::object();
     s["token_sha"] = choices_.empty() ? std::string() : choices_[0].result.stats.token_sha;
@@ -206,6 +234,7 @@ ojson openai_session::usage_sluice() const {
     s["drafts_proposed"] = proposed;
     s["drafts_accepted"] = kept;
     s["windows_drafting_off"] = off;
+    s["acceptance_by_depth"] = depth_table(proposed_at, accepted_at);
     return s;
 }
 

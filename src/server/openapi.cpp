@@ -277,8 +277,15 @@ constexpr const char* k_document = R"JSON({
           "acceptance": {"type": "number", "description": "drafts kept / drafts proposed (0 when none were proposed)"},
           "drafts_proposed": {"type": "integer"},
           "drafts_accepted": {"type": "integer"},
-          "windows_drafting_off": {"type": "integer", "description": "windows the draft-depth policy ran without drafts because they did not pay"}
+          "windows_drafting_off": {"type": "integer", "description": "windows the draft-depth policy ran without drafts because they did not pay"},
+          "acceptance_by_depth": {"$ref": "#/components/schemas/AcceptanceByDepth"}
         }
+      },
+      "AcceptanceByDepth": {
+        "type": "array", "description": "sluice extension: per draft depth (1: a window's first draft), the drafts proposed at that depth and the ones kept, over the depths that saw drafts",
+        "items": {"type": "object", "required": ["depth", "proposed", "accepted", "acceptance"],
+                  "properties": {"depth": {"type": "integer", "minimum": 1}, "proposed": {"type": "integer"},
+                                 "accepted": {"type": "integer"}, "acceptance": {"type": "number"}}}
       },
       "Sluice": {
         "type": "object", "required": ["token_sha", "exact", "seed", "spec"],
@@ -291,7 +298,8 @@ constexpr const char* k_document = R"JSON({
           "decode_tok_s": {"type": "number"},
           "spec": {"type": "object", "required": ["drafter", "verify_steps", "rows_min", "rows_mean", "tokens_per_step", "acceptance"],
                    "properties": {"drafter": {"type": "string"}, "verify_steps": {"type": "integer"}, "rows_min": {"type": "integer"},
-                                  "rows_mean": {"type": "number"}, "tokens_per_step": {"type": "number"}, "acceptance": {"type": "number"}}}
+                                  "rows_mean": {"type": "number"}, "tokens_per_step": {"type": "number"}, "acceptance": {"type": "number"},
+                                  "acceptance_by_depth": {"$ref": "#/components/schemas/AcceptanceByDepth"}}}
         }
       },
       "ToolCall": {

@@ -19,25 +19,37 @@ void mtp_drafter::adapter::forward(std::span<const int32_t> tokens, float* logit
 
 void mtp_drafter::adapter::commit(int32_t n) {
     st_.commit(n);
-    d_.absorb(std::span<const int32_t>(tokens_.data(), static_cast<size_t>(rows_)), pos0_, n);
+    d_.absorb(std::span<const int32_t>(tokens_.data(), static_cast<size_t>(rows_)), pos0_, n,
+              d_.session_->residual_rows());
     rows_ = 0;
 }
 
-mtp_drafter::mtp_drafter(session& target, mtp_head& head, const sampling_params& sampling, mtp_drafter_params p)
-    : session_(target), head_(head), sampler_(head.n_vocab(), sampling), p_(p), adapter_(*this, target),
-      E_(head.n_embd()) {
-    const model_hparams& hp = target.get_model().hparams();
+mtp_drafter::mtp_drafter(mtp_head& head, const sampling_params& sampling, mtp_drafter_params p)
+    : head_(head), sampler_(head.n_vocab(), sampling), p_(p), E_(head.n_embd()) {
     if (p_.max_draft < 1 || p_.max_draft > 15) fail("mtp drafter: max_draft: expected 1..15, got {}", p_.max_draft);
-    if (head.n_vocab() != hp.n_vocab || head.n_embd() != hp.n_embd)
-        fail("mtp drafter: the head has {} logits of {} wide rows but the target {} of {}", head.n_vocab(),
-             head.n_embd(), hp.n_vocab, hp.n_embd);
-    if (head.n_ctx() < target.n_ctx() || head.max_rows() < 1)
-        fail("mtp drafter: the head holds {} positions, the target {}", head.n_ctx(), target.n_ctx());
+    if (head.max_rows() < 1) fail("mtp drafter: the head takes {} rows per forward: expected >= 1", head.max_rows());
     pending_.resize(static_cast<size_t>(E_));
     chain_.resize(static_cast<size_t>(E_));
     rows_.resize(static_cast<size_t>(head.max_rows() * E_));
     next_.resize(static_cast<size_t>(head.max_rows()));
-    seen_.reserve(static_cast<size_t>(target.n_ctx()) + 16);
+    seen_.reserve(static_cast<size_t>(head.n_ctx()) + 16);
+}
+
+mtp_drafter::mtp_drafter(session& target, mtp_head& head, const sampling_params& sampling, mtp_drafter_params p)
+    : mtp_drafter(head, sampling, p) {
+    const model_hparams& hp = target.get_model().hparams();
+    if (head.n_vocab() != hp.n_vocab || head.n_embd() != hp.n_embd)
+        fail("mtp drafter: the head has {} logits of {} wide rows but the target {} of {}", head.n_vocab(),
+             head.n_embd(), hp.n_vocab, hp.n_embd);
+    if (head.n_ctx() < target.n_ctx())
+        fail("mtp drafter: the head holds {} positions, the target {}", head.n_ctx(), target.n_ctx());
+    session_ = &target;
+    adapter_ = std::make_unique<adapter>(*this, target);
+}
+
+verify_target& mtp_drafter::target() {
+    if (!adapter_) fail("mtp drafter: target(): this drafter is fed by absorb(), not through a session");
+    return *adapter_;
 }
 
 // The decoder resets its drafter after its own prefill, which this drafter has already folded
@@ -46,17 +58,22 @@ mtp_drafter::mtp_drafter(session& target, mtp_head& head, const sampling_params&
 void mtp_drafter::reset() {}
 
 void mtp_drafter::prefill(std::span<const int32_t> tokens) {
-    const size_t chunk = static_cast<size_t>(session_.max_rows());
+    if (!session_) fail("mtp drafter: prefill(): this drafter is fed by absorb(), not through a session");
+    session& s = *session_;
+    const size_t chunk = static_cast<size_t>(s.max_rows());
     for (size_t i = 0; i < tokens.size(); i += chunk) {
         const std::span<const int32_t> part = tokens.subspan(i, std::min(chunk, tokens.size() - i));
-        const int32_t pos0 = session_.n_pos();
-        session_.prefill(part);   // one forward: part.size() <= the session's rows
-        absorb(part, pos0, static_cast<int32_t>(part.size()));
+        const int32_t pos0 = s.n_pos();
+        s.prefill(part);   // one forward: part.size() <= the session's rows
+        absorb(part, pos0, static_cast<int32_t>(part.size()), s.residual_rows());
     }
 }
 
-void mtp_drafter::absorb(std::span<const int32_t> tokens, int32_t pos0, int32_t n) {
+void mtp_drafter::absorb(std::span<const int32_t> tokens, int32_t pos0, int32_t n, const float* res) {
     if (n <= 0) return;
+    if (n > static_cast<int32_t>(tokens.size()) || pos0 < 0 || pos0 + n > head_.n_ctx())
+        fail("mtp drafter: absorb {} of {} rows at {}: expected n <= rows and positions below {}", n, tokens.size(),
+             pos0, head_.n_ctx());
     if (pos0 == 0) {   // a new sequence
         head_.truncate(0);
         final_ = 0;
@@ -69,7 +86,6 @@ void mtp_drafter::absorb(std::span<const int32_t> tokens, int32_t pos0, int32_t 
         fail("mtp drafter: the head holds {} final rows but the target's rows start at {}: the session was fed "
              "outside the drafter",
              final_, pos0);
-    const float* res = session_.residual_rows();
     const int32_t last = pos0 + n - 1;   // the new pending row
     for (int32_t c = q; c < last;) {
         const int32_t cnt = std::min(head_.max_rows(), last - c);

@@ -12,11 +12,18 @@
 // of rejected drafts are never kept: the head's rows, and so its drafts, are a function of the
 // committed context alone (tested against a fresh head fed the same context).
 //
+// Two ways to feed it: through a session (`sluice run --spec mtp`: the constructor with the
+// session, its target() and prefill()), or by the caller after each forward it runs itself (the
+// serving engine's batched forward: the constructor without a session, then absorb() with the
+// rows' residual stream). Either way one drafter and one head serve one sequence: the server
+// gives every request its own, so no two requests share MTP state.
+//
 // Picks use a keyed_sampler with the request's parameters (temperature 0: greedy), as the
 // draft-model drafter does, so sampled decoding drafts the target's keyed picks too.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -37,6 +44,8 @@ public:
     // target: the target's session (empty at the start of each request, like the head);
     // head: its MTP head, with n_ctx >= the session's and max_rows >= the session's.
     mtp_drafter(session& target, mtp_head& head, const sampling_params& sampling, mtp_drafter_params p = {});
+    // Fed by the caller: absorb() after every forward of the sequence (prefill chunks included).
+    mtp_drafter(mtp_head& head, const sampling_params& sampling, mtp_drafter_params p = {});
 
     std::string_view name() const override { return "mtp"; }
     // Forgets the pending row and empties the head's cache (the caller resets the session).
@@ -44,9 +53,18 @@ public:
     int32_t propose(std::span<const int32_t> context, int32_t max_n, std::span<int32_t> out) override;
 
     // The session as the verifier's target: commit() feeds the kept rows to the head.
-    verify_target& target() { return adapter_; }
+    // (The session constructor only.)
+    verify_target& target();
     // Prompt prefill (logits of no row) through the session, in its chunks, feeding the head.
+    // (The session constructor only.)
     void prefill(std::span<const int32_t> tokens);
+
+    // The sequence just forwarded tokens at positions pos0.. and keeps the first n rows (n <=
+    // tokens.size()): fold them in. residual: those rows' residual stream after the target's
+    // last layer [>= n, n_embd] (what hybrid_model::forward_batch leaves in scratch.x). The
+    // rows must continue the ones absorbed before (pos0 = the previous pos0 + n), or start a
+    // new sequence at 0; anything else throws.
+    void absorb(std::span<const int32_t> tokens, int32_t pos0, int32_t n, const float* residual);
 
 private:
     class adapter final : public verify_target {
@@ -65,14 +83,11 @@ private:
         int32_t rows_ = 0;
     };
 
-    // The session just forwarded tokens at pos0.. and keeps the first n rows: fold them in.
-    void absorb(std::span<const int32_t> tokens, int32_t pos0, int32_t n);
-
-    session& session_;
+    session* session_ = nullptr;         // null: fed by absorb()
     mtp_head& head_;
     keyed_sampler sampler_;
     mtp_drafter_params p_;
-    adapter adapter_;
+    std::unique_ptr<adapter> adapter_;   // with a session
     int64_t E_;
     std::vector<float> pending_;    // [n_embd] final hidden state of the last committed target row
     int32_t pending_pos_ = -1;      // its position, -1: none (nothing committed yet)

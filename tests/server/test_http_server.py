@@ -143,7 +143,8 @@ def test_chat_reply_has_openai_shape_and_exactness(server):
     s = j["sluice"]
     assert len(s["token_sha"]) == 64 and int(s["token_sha"], 16) >= 0
     assert {"E1", "E2", "E4"} <= set(s["exact"])
-    assert set(s["spec"]) == {"drafter", "verify_steps", "rows_min", "rows_mean", "tokens_per_step", "acceptance"}
+    assert set(s["spec"]) == {"drafter", "verify_steps", "rows_min", "rows_mean", "tokens_per_step", "acceptance",
+                              "acceptance_by_depth"}
     # Greedy twice, and sampled twice with one seed: the same tokens (E4).
     assert server.post("/v1/chat/completions", CHAT)[2]["sluice"]["token_sha"] == s["token_sha"]
     sampled = {**CHAT, "temperature": 0.9, "seed": 1234}
