@@ -27,7 +27,15 @@ struct bench_args {
     bool quiet = false;
     uint64_t probe_mb = 0;
     std::string vram_budget;
+    bool chunk_given = false;   // --chunk on the command line (else the backend's default)
 };
+
+// Rows per prefill forward when --chunk is not given: 32 on the CPU (the bench's default from the
+// start; run_cpu.sh and the recorded CPU rows use it), 512 on a GPU, llama-bench's default ubatch:
+// the tensor-core kernel takes 64 rows a block, and a 512-row chunk gives each of 128 experts ~32
+// pairs to share its decoded weights.
+constexpr int k_cpu_chunk = 32;
+constexpr int k_gpu_chunk = 512;
 
 // "0" alone means an empty list (llama-bench's -p 0: no prefill test).
 std::vector<int> zero_is_none(std::vector<int> v) {
@@ -44,6 +52,7 @@ void run(bench_args a) {
         if (const std::string note = placement::cpu_only_budget_note(budget); !note.empty() && a.o.gpu < 0 && !a.quiet)
             fmt::print(stderr, "{}\n", note);
     }
+    if (!a.chunk_given) a.o.chunk = a.o.gpu >= 0 ? k_gpu_chunk : k_cpu_chunk;
     a.o.model_path = a.model.empty() ? engine::default_model_path() : std::filesystem::path(a.model);
     a.o.n_prompt = zero_is_none(a.o.n_prompt);
     a.o.windows = zero_is_none(a.o.windows);
@@ -77,7 +86,8 @@ void add_bench_command(CLI::App& app) {
         ->delimiter(',')
         ->default_str("512,4096");
     cmd->add_option("-r,--repetitions", a->o.repetitions, "Repetitions of each test")->default_str("3");
-    cmd->add_option("--chunk,--ubatch-size", a->o.chunk, "Rows per prefill forward")->default_str("32");
+    cmd->add_option("--chunk,--ubatch-size", a->o.chunk, "Rows per prefill forward (default: 32 on the CPU, 512 with --gpu)")
+        ->each([a](const std::string&) { a->chunk_given = true; });
     cmd->add_option("--windows", a->o.windows, "Cost curve: window sizes 1..16 (comma-separated; 0: none)")
         ->delimiter(',')
         ->default_str("1..16");

@@ -330,7 +330,9 @@ private:
         router_ = salloc<float>(R * static_cast<size_t>(std::max(hp_.n_expert, 1)));
         ids_ = salloc<int32_t>(RK);
         perm_ = salloc<int32_t>(RK);
-        tiles_ = salloc<int32_t>(3 * static_cast<size_t>(cuda::group_tiles_max(static_cast<int64_t>(RK), std::max(hp_.n_expert, 1))));
+        // [3, max tiles]: sized for the smallest tile (16 rows), which gives the most tiles.
+        tiles_ = salloc<int32_t>(3 * static_cast<size_t>(cuda::group_tiles_max(
+                                         static_cast<int64_t>(RK), std::max(hp_.n_expert, 1), cuda::k_tile_rows_window)));
         n_tiles_ = salloc<int32_t>(1);
         ew_ = salloc<float>(RK);
         shgate_ = salloc<float>(R);
@@ -473,7 +475,8 @@ private:
             a.perm = perm_;
             a.tiles = tiles_;
             a.n_tiles = n_tiles_;
-            a.max_tiles = cuda::group_tiles_max(n_rows, group_experts_);
+            a.max_tiles = cuda::group_tiles_max(n_rows, group_experts_, cuda::k_tile_rows_mma);
+            a.tile_rows = cuda::k_tile_rows_mma;
         }
         if (w2) {
             a.w2 = w2->data;
@@ -608,7 +611,8 @@ private:
                 lanes_->gpu_begin(il);
                 group_experts_ = lanes_->slots(il).n_slots;
                 grouped_ = r.grouped;
-                if (grouped_) cuda::group_pairs(r.mm_ids, n * K, group_experts_, perm_, tiles_, n_tiles_, stream_);
+                if (grouped_)
+                    cuda::group_pairs(r.mm_ids, n * K, group_experts_, cuda::k_tile_rows_mma, perm_, tiles_, n_tiles_, stream_);
                 routed_experts(l, n, r.mm_ids, g_act);
                 lanes_->gpu_end(il);
             }
@@ -616,11 +620,13 @@ private:
             lanes_->join(n, ey_);
         } else {
             // Many pairs per expert (a prefill): group them by expert on the device, so each
-            // expert's weights are decoded once per 16 pairs instead of once per pair. The choice
-            // depends on the sizes only; either way every pair's bits are the same (E1).
+            // expert's weights are decoded once per tile of 64 pairs (the tensor-core kernel)
+            // instead of once per pair. The choice depends on the sizes only; either way every
+            // pair's bits are the same (E1).
             group_experts_ = hp_.n_expert;
             grouped_ = n * K >= 2 * hp_.n_expert && hp_.n_expert <= cuda::k_group_max_experts;
-            if (grouped_) cuda::group_pairs(ids_, n * K, hp_.n_expert, perm_, tiles_, n_tiles_, stream_);
+            if (grouped_)
+                cuda::group_pairs(ids_, n * K, hp_.n_expert, cuda::k_tile_rows_mma, perm_, tiles_, n_tiles_, stream_);
             routed_experts(l, n, ids_, g_act);
         }
         grouped_ = false;

@@ -120,9 +120,46 @@ float emulate_dot(const uint8_t* w_row, const uint8_t* act_row, int64_t n, const
     return y;
 }
 
-float emulate(dtype t, const uint8_t* w, const uint8_t* a, int64_t n, const cuda::iq_tables& tb) {
+// The tensor-core kernel's arithmetic (matmul_mma.cuh): the integer dot of each 16-element
+// group (what one MMA gives), times the group's sc, summed into sumi; the group's activation sum
+// times its mn into summ; the block term and the fold as above. Its premise is that the two
+// pieces of a group share sc and mn: checked here for every block of every format.
+template <dtype T>
+float emulate_mma_dot(const uint8_t* w_row, const uint8_t* act_row, int64_t n, const cuda::iq_tables& tb) {
+    using tr = cuda::fmt_traits<T>;
+    float y = 0.0f;
+    for (int64_t ib = 0; ib < n / tr::qk; ++ib) {
+        const uint8_t* b = w_row + ib * tr::block_bytes;
+        const uint8_t* ab = act_row + ib * tr::act_bytes;
+        float d, dmin;
+        cuda::decode_scales<T>(b, d, dmin);
+        int32_t sumi = 0, summ = 0;
+        for (int g = 0; g < tr::qk / 16; ++g) {
+            int8_t q[16];
+            int sc, mn, sc2, mn2;
+            cuda::decode_piece<T>(b, 2 * g, tb, q, sc, mn);
+            cuda::decode_piece<T>(b, 2 * g + 1, tb, q + 8, sc2, mn2);
+            if (sc != sc2 || mn != mn2 || sc != static_cast<int8_t>(sc) || mn != static_cast<int8_t>(mn)) return std::nanf("1");
+            int32_t dot = 0, sx = 0;
+            for (int e = 0; e < 16; ++e) {
+                const int8_t x = static_cast<int8_t>(ab[4 + 16 * g + e]);
+                dot += q[e] * x;
+                sx += x;
+            }
+            sumi += sc * dot;
+            summ += mn * sx;
+        }
+        float dx;
+        std::memcpy(&dx, ab, 4);
+        const float t = cuda::block_term<tr::kind>(d, dmin, dx, sumi, summ);
+        y = ib == 0 ? t : y + t;
+    }
+    return y;
+}
+
+float emulate(dtype t, const uint8_t* w, const uint8_t* a, int64_t n, const cuda::iq_tables& tb, bool mma) {
     switch (t) {
-#define C(T) case dtype::T: return emulate_dot<dtype::T>(w, a, n, tb);
+#define C(T) case dtype::T: return mma ? emulate_mma_dot<dtype::T>(w, a, n, tb) : emulate_dot<dtype::T>(w, a, n, tb);
         C(q8_0) C(q4_0) C(q4_1) C(q5_0) C(q5_1) C(iq4_nl) C(mxfp4) C(q2_k) C(q3_k) C(q4_k) C(q5_k) C(q6_k)
         C(iq4_xs) C(iq2_xxs) C(iq2_xs) C(iq2_s) C(iq3_xxs) C(iq3_s)
 #undef C
@@ -141,20 +178,21 @@ int host_emulation() {
         const auto w = make_weights(t, n_in, n_out, 11);
         const auto a = make_act(t, n_in, n_rows, 12);
         const size_t wrb = *bytes_for(t, n_in), arb = act_row_bytes(act_format_for(t), n_in);
-        int bad = 0;
-        for (int64_t j = 0; j < n_out; ++j)
-            for (int64_t r = 0; r < n_rows; ++r) {
-                const float ref = kernels::dot_ref(t, w.data() + j * wrb, a.data() + r * arb, n_in);
-                const float got = emulate(t, reinterpret_cast<const uint8_t*>(w.data() + j * wrb),
-                                          reinterpret_cast<const uint8_t*>(a.data() + r * arb), n_in, tb);
-                if (f2u(ref) != f2u(got)) {
-                    if (bad++ == 0) std::printf("  %s col %lld row %lld: dot_ref %.9g, lanes %.9g\n", std::string(name(t)).c_str(),
-                                                static_cast<long long>(j), static_cast<long long>(r), ref, got);
+        for (bool mma : {false, true}) {
+            int bad = 0;
+            for (int64_t j = 0; j < n_out; ++j)
+                for (int64_t r = 0; r < n_rows; ++r) {
+                    const float ref = kernels::dot_ref(t, w.data() + j * wrb, a.data() + r * arb, n_in);
+                    const float got = emulate(t, reinterpret_cast<const uint8_t*>(w.data() + j * wrb),
+                                              reinterpret_cast<const uint8_t*>(a.data() + r * arb), n_in, tb, mma);
+                    if (f2u(ref) != f2u(got) && bad++ == 0)
+                        std::printf("  %s col %lld row %lld: dot_ref %.9g, %s %.9g\n", std::string(name(t)).c_str(),
+                                    static_cast<long long>(j), static_cast<long long>(r), ref, mma ? "groups" : "lanes", got);
                 }
-            }
-        std::printf("%s host-lanes %-8s: %s\n", bad ? "FAIL" : "PASS", std::string(name(t)).c_str(),
-                    bad ? "differs from dot_ref" : "bit-identical to dot_ref");
-        failures += bad ? 1 : 0;
+            std::printf("%s host-%s %-8s: %s\n", bad ? "FAIL" : "PASS", mma ? "groups" : "lanes", std::string(name(t)).c_str(),
+                        bad ? "differs from dot_ref" : "bit-identical to dot_ref");
+            failures += bad ? 1 : 0;
+        }
     }
     return failures;
 }
@@ -221,11 +259,10 @@ int gpu_parity(dtype t, int64_t n_in) {
         bad_windows += bad ? 1 : 0;
     }
     // Two matrices in one launch, both accumulating (y += w . x): w itself and its first
-    // n_out - 2 rows as the second matrix, 7 rows; each output must be init + dot_ref, the sum
-    // a separate add would make.
+    // n_out - 2 rows as the second matrix, 7 rows (the dp4a kernel) and 40 (the tensor-core
+    // kernel); each output must be init + dot_ref, the sum a separate add would make.
     int bad_pair = 0;
-    {
-        const int nr = 7;
+    for (const int nr : {7, 40}) {
         const int64_t n_out2 = n_out - 2;
         std::vector<float> init(static_cast<size_t>(nr * n_out)), init2(static_cast<size_t>(nr * n_out2));
         for (size_t i = 0; i < init.size(); ++i) init[i] = static_cast<float>(static_cast<int>(i % 13) - 6) * 0.37f;
@@ -284,21 +321,27 @@ int gpu_parity(dtype t, int64_t n_in) {
         for (int64_t j = 0; j < n_out; ++j)
             if (f2u(got[p * n_out + j]) != f2u(ref[(p / 2) * n_out + j]) && bad_exp++ == 0)
                 std::printf("  %s expert pair %d col %lld differs\n", std::string(name(t)).c_str(), p, static_cast<long long>(j));
-    // Grouped expert mode (int8 formats): 60 pairs over the 3 experts (20 each: tiles of 16 and
-    // 4), grouped on the device by group_pairs; every pair must equal dot_ref of its token.
+    // Grouped expert mode (int8 formats), for both tile sizes: 60 pairs over the 3 experts (20
+    // each: tiles of 16 and 4 for the dp4a kernel, one of 20 for the tensor-core kernel), then 200
+    // pairs over 2 experts (100 each: tiles of 64 and 36); grouped on the device by group_pairs;
+    // every pair must equal dot_ref of its token.
     int bad_grp = 0;
     const bool is_float = t == dtype::f32 || t == dtype::f16 || t == dtype::bf16;
-    if (!is_float) {
-        const int g_pairs = 60;
+    const int grouped_cases[3][3] = {{60, 3, cuda::k_tile_rows_window}, {60, 3, cuda::k_tile_rows_mma}, {200, 2, cuda::k_tile_rows_mma}};
+    for (const auto& gc : grouped_cases) {
+        if (is_float) break;
+        const int g_pairs = gc[0], g_exp = gc[1], tile_rows = gc[2];
         std::vector<int32_t> gids(g_pairs);
-        for (int p = 0; p < g_pairs; ++p) gids[static_cast<size_t>(p)] = (p * 7) % n_exp;
-        const int64_t max_tiles = cuda::group_tiles_max(g_pairs, n_exp);
+        for (int p = 0; p < g_pairs; ++p) gids[static_cast<size_t>(p)] = (p * 7) % g_exp;
+        // Pair p reads token p / 2; tokens beyond the activation rows wrap (act_div 2 and the
+        // n_pre rows bound the tokens a case may use).
+        const int64_t max_tiles = cuda::group_tiles_max(g_pairs, g_exp, tile_rows);
         dev_buf dgids(g_pairs * 4), dperm(g_pairs * 4), dtiles(static_cast<size_t>(max_tiles) * 12), dnt(4),
             dyg(static_cast<size_t>(g_pairs * n_out) * 4);
         CK(cudaMemcpy(dgids.p, gids.data(), gids.size() * 4, cudaMemcpyHostToDevice));
         CK(cudaMemset(dyg.p, 0xff, static_cast<size_t>(g_pairs * n_out) * 4));   // NaNs: an unwritten output fails
-        cuda::group_pairs(dgids.as<int32_t>(), g_pairs, n_exp, dperm.as<int32_t>(), dtiles.as<int32_t>(), dnt.as<int32_t>(),
-                          nullptr);
+        cuda::group_pairs(dgids.as<int32_t>(), g_pairs, g_exp, tile_rows, dperm.as<int32_t>(), dtiles.as<int32_t>(),
+                          dnt.as<int32_t>(), nullptr);
         cuda::mm_args mg = m;
         mg.ids = dgids.as<int32_t>();
         mg.n_rows = g_pairs;
@@ -307,6 +350,7 @@ int gpu_parity(dtype t, int64_t n_in) {
         mg.tiles = dtiles.as<int32_t>();
         mg.n_tiles = dnt.as<int32_t>();
         mg.max_tiles = max_tiles;
+        mg.tile_rows = tile_rows;
         cuda::matmul(mg, nullptr);
         CK(cudaDeviceSynchronize());
         std::vector<float> gg(static_cast<size_t>(g_pairs * n_out));
@@ -314,7 +358,8 @@ int gpu_parity(dtype t, int64_t n_in) {
         for (int p = 0; p < g_pairs; ++p)
             for (int64_t j = 0; j < n_out; ++j)
                 if (f2u(gg[p * n_out + j]) != f2u(ref[(p / 2) * n_out + j]) && bad_grp++ == 0)
-                    std::printf("  %s grouped pair %d col %lld differs\n", std::string(name(t)).c_str(), p, static_cast<long long>(j));
+                    std::printf("  %s grouped (tiles of %d) pair %d col %lld differs\n", std::string(name(t)).c_str(),
+                                tile_rows, p, static_cast<long long>(j));
     }
     const bool ok = bad_windows == 0 && bad_pre == 0 && bad_exp == 0 && bad_pair == 0 && bad_grp == 0;
     std::printf("%s gpu %-8s n_in %5lld: windows 1..16 %s, prefill %lld rows %s, expert mode %s, grouped %s, paired + "
@@ -368,9 +413,11 @@ void bench(dtype t, int64_t n_in, int64_t n_out, int n_copies, int n_rows, const
     float ms = 0.0f;
     CK(cudaEventElapsedTime(&ms, e0, e1));
     const double us = 1000.0 * ms / iters;
-    std::printf("BENCH %-8s %-14s %6lld x %-6lld rows %2d: %8.2f us/launch, %7.1f GB/s of weights (%.2f MB)\n",
+    // Multiply-adds per second: what bounds a many-row (prefill) launch, where weights are reused.
+    const double macs = static_cast<double>(n_in) * static_cast<double>(n_out) * n_rows;
+    std::printf("BENCH %-8s %-14s %6lld x %-6lld rows %3d: %8.2f us/launch, %7.1f GB/s of weights (%.2f MB), %6.1f TMAC/s\n",
                 std::string(name(t)).c_str(), what, static_cast<long long>(n_in), static_cast<long long>(n_out), n_rows, us,
-                static_cast<double>(mat) / (us * 1e3), static_cast<double>(mat) / 1e6);
+                static_cast<double>(mat) / (us * 1e3), static_cast<double>(mat) / 1e6, macs / (us * 1e6));
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
 }
@@ -451,7 +498,12 @@ int main(int argc, char** argv) {
     CK(cudaGetDeviceProperties(&prop, 0));
     std::printf("device: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
     cuda::upload_tables();
-    for (dtype t : k_formats) failures += gpu_parity(t, 2048) + gpu_parity(t, 2816);
+    for (dtype t : k_formats) {
+        failures += gpu_parity(t, 2048) + gpu_parity(t, 2816);
+        // 576 (SmolLM2's width): 18 blocks of 32, so the tensor-core kernel's last step of 256
+        // elements is partial (2 blocks).
+        if (info(t).block_elems == 32) failures += gpu_parity(t, 576);
+    }
     if (do_bench && failures == 0) {
         for (dtype t : {dtype::q4_k, dtype::q8_0, dtype::q4_0, dtype::q6_k, dtype::iq4_xs, dtype::mxfp4}) {
             bench(t, 2048, 768, 128, 1, "expert");
@@ -460,6 +512,10 @@ int main(int argc, char** argv) {
         }
         bench(dtype::q4_k, 8192, 8192, 4, 8, "dense");
         bench(dtype::q4_k, 8192, 8192, 4, 16, "dense");
+        // Prefill chunks (the tensor-core kernel): a 512-row chunk through a Qwen3-30B-A3B q
+        // projection and a 4096 x 4096 matrix.
+        for (dtype t : {dtype::q4_k, dtype::q6_k, dtype::q8_0, dtype::q4_0})
+            for (int rows : {64, 512}) bench(t, 2048, 4096, 4, rows, "prefill");
         bench(dtype::f32, 2048, 128, 64, 1, "router");
         // A Qwen3-30B-A3B layer's routed experts for one token: gate + up (one launch), down.
         bench_experts(dtype::q4_k, 2048, 768, 128, 8, true, "gate+up");

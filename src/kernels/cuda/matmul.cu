@@ -36,6 +36,7 @@
 #include <cuda_runtime.h>
 
 #include <mutex>
+#include <type_traits>
 
 namespace sluice::cuda {
 namespace {
@@ -315,11 +316,11 @@ __global__ void __launch_bounds__(k_warps * 32)
 }
 
 // One block: counts per expert (shared-memory atomics), offsets by a serial scan, tiles of up
-// to k_max_rows pairs per expert, then each pair placed into its expert's range. The order of
+// to tile_rows pairs per expert, then each pair placed into its expert's range. The order of
 // pairs inside an expert's range depends on the atomics' order, which changes nothing: every
 // row's result depends on that row alone (E1).
-__global__ void group_pairs_kernel(const int32_t* ids, int n_pairs, int n_expert, int32_t* perm, int32_t* tiles,
-                                   int32_t* n_tiles) {
+__global__ void group_pairs_kernel(const int32_t* ids, int n_pairs, int n_expert, int tile_rows, int32_t* perm,
+                                   int32_t* tiles, int32_t* n_tiles) {
     wait_prior_grids();   // first: see launch.cuh
     extern __shared__ int32_t gsh[];
     int32_t* cnt = gsh;                 // [n_expert]
@@ -339,17 +340,17 @@ __global__ void group_pairs_kernel(const int32_t* ids, int n_pairs, int n_expert
             off[e] = o;
             fill[e] = tb;
             o += cnt[e];
-            tb += (cnt[e] + k_max_rows - 1) / k_max_rows;
+            tb += (cnt[e] + tile_rows - 1) / tile_rows;
         }
         *n_tiles = tb;
     }
     __syncthreads();
     for (int e = tid; e < n_expert; e += nt) {
         const int tb = fill[e];
-        for (int i = 0; i * k_max_rows < cnt[e]; ++i) {
-            const int rest = cnt[e] - i * k_max_rows;
-            tiles[3 * (tb + i)] = off[e] + i * k_max_rows;
-            tiles[3 * (tb + i) + 1] = rest < k_max_rows ? rest : k_max_rows;
+        for (int i = 0; i * tile_rows < cnt[e]; ++i) {
+            const int rest = cnt[e] - i * tile_rows;
+            tiles[3 * (tb + i)] = off[e] + i * tile_rows;
+            tiles[3 * (tb + i) + 1] = rest < tile_rows ? rest : tile_rows;
             tiles[3 * (tb + i) + 2] = e;
         }
     }
@@ -361,6 +362,14 @@ __global__ void group_pairs_kernel(const int32_t* ids, int n_pairs, int n_expert
         if (e >= 0 && e < n_expert) perm[off[e] + atomicAdd(&fill[e], 1)] = p;
     }
 }
+
+}  // namespace
+}  // namespace sluice::cuda
+
+#include "kernels/cuda/matmul_mma.cuh"
+
+namespace sluice::cuda {
+namespace {
 
 std::mutex g_tables_mutex;
 bool g_tables_done[64] = {};
@@ -405,6 +414,33 @@ void launch_float(const mm_args& a, dim3 grid, cudaStream_t s) {
            a.y2_stride);
 }
 
+// Calls f(std::integral_constant<dtype, T>{}) for an int8-activation format T (the caller has
+// checked has_matmul and excluded the float formats).
+template <class F>
+void with_int8_format(dtype t, F&& f) {
+    switch (t) {
+    case dtype::q8_0: f(std::integral_constant<dtype, dtype::q8_0>{}); break;
+    case dtype::q4_0: f(std::integral_constant<dtype, dtype::q4_0>{}); break;
+    case dtype::q4_1: f(std::integral_constant<dtype, dtype::q4_1>{}); break;
+    case dtype::q5_0: f(std::integral_constant<dtype, dtype::q5_0>{}); break;
+    case dtype::q5_1: f(std::integral_constant<dtype, dtype::q5_1>{}); break;
+    case dtype::iq4_nl: f(std::integral_constant<dtype, dtype::iq4_nl>{}); break;
+    case dtype::mxfp4: f(std::integral_constant<dtype, dtype::mxfp4>{}); break;
+    case dtype::q2_k: f(std::integral_constant<dtype, dtype::q2_k>{}); break;
+    case dtype::q3_k: f(std::integral_constant<dtype, dtype::q3_k>{}); break;
+    case dtype::q4_k: f(std::integral_constant<dtype, dtype::q4_k>{}); break;
+    case dtype::q5_k: f(std::integral_constant<dtype, dtype::q5_k>{}); break;
+    case dtype::q6_k: f(std::integral_constant<dtype, dtype::q6_k>{}); break;
+    case dtype::iq4_xs: f(std::integral_constant<dtype, dtype::iq4_xs>{}); break;
+    case dtype::iq2_xxs: f(std::integral_constant<dtype, dtype::iq2_xxs>{}); break;
+    case dtype::iq2_xs: f(std::integral_constant<dtype, dtype::iq2_xs>{}); break;
+    case dtype::iq2_s: f(std::integral_constant<dtype, dtype::iq2_s>{}); break;
+    case dtype::iq3_xxs: f(std::integral_constant<dtype, dtype::iq3_xxs>{}); break;
+    case dtype::iq3_s: f(std::integral_constant<dtype, dtype::iq3_s>{}); break;
+    default: fail("cuda: matmul: weight format {} has no dot product", name(t));
+    }
+}
+
 }  // namespace
 
 bool has_matmul(dtype t) {
@@ -420,14 +456,18 @@ bool has_matmul(dtype t) {
     }
 }
 
-int64_t group_tiles_max(int64_t n_pairs, int n_expert) { return (n_pairs + k_max_rows - 1) / k_max_rows + n_expert; }
+int64_t group_tiles_max(int64_t n_pairs, int n_expert, int tile_rows) {
+    return (n_pairs + tile_rows - 1) / tile_rows + n_expert;
+}
 
-void group_pairs(const int32_t* ids, int64_t n_pairs, int n_expert, int32_t* perm, int32_t* tiles, int32_t* n_tiles,
-                 void* stream) {
+void group_pairs(const int32_t* ids, int64_t n_pairs, int n_expert, int tile_rows, int32_t* perm, int32_t* tiles,
+                 int32_t* n_tiles, void* stream) {
     if (n_pairs < 1 || n_pairs > 65535 || n_expert < 1 || n_expert > k_group_max_experts)
         fail("cuda: group_pairs: {} pairs (1..65535), {} experts (1..{})", n_pairs, n_expert, k_group_max_experts);
+    if (tile_rows != k_tile_rows_window && tile_rows != k_tile_rows_mma)
+        fail("cuda: group_pairs: tiles of {} rows (expected {} or {})", tile_rows, k_tile_rows_window, k_tile_rows_mma);
     launch(group_pairs_kernel, dim3(1), dim3(1024), static_cast<size_t>(n_expert) * 3 * 4,
-           static_cast<cudaStream_t>(stream), ids, static_cast<int>(n_pairs), n_expert, perm, tiles, n_tiles);
+           static_cast<cudaStream_t>(stream), ids, static_cast<int>(n_pairs), n_expert, tile_rows, perm, tiles, n_tiles);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) fail("cuda: group_pairs: launch failed: {}", cudaGetErrorString(e));
 }
 
@@ -470,36 +510,28 @@ void matmul(const mm_args& a, void* stream) {
     const bool is_float = a.type == dtype::f32 || a.type == dtype::f16 || a.type == dtype::bf16;
     if (a.tiles && (!a.ids || !a.perm || !a.n_tiles || a.max_tiles < 1 || is_float))
         fail("cuda: matmul: grouped expert mode needs ids, perm, tiles, n_tiles, max_tiles and an int8 format");
+    if (a.tiles && a.tile_rows != k_tile_rows_window && a.tile_rows != k_tile_rows_mma)
+        fail("cuda: matmul: grouped tiles of {} rows (expected {} or {})", a.tile_rows, k_tile_rows_window, k_tile_rows_mma);
     const int64_t row_groups = a.tiles ? a.max_tiles : a.ids ? a.n_rows : (a.n_rows + k_max_rows - 1) / k_max_rows;
     if (row_groups > 65535) fail("cuda: matmul: {} rows exceed one launch ({})", a.n_rows, 65535 * k_max_rows);
     if (a.w2 && (a.n_out2 <= 0 || !a.y2 || a.y2_stride < a.n_out2))
         fail("cuda: matmul: second matrix: bad sizes (n_out2 {}, y2_stride {})", a.n_out2, a.y2_stride);
     if ((a.n_out + (a.w2 ? a.n_out2 : 0)) / k_warps + 2 > 0x7fffffff) fail("cuda: matmul: {} columns exceed one launch", a.n_out);
-    dim3 grid(1, static_cast<unsigned>(row_groups));   // x: set by the launcher (column blocks)
     auto s = static_cast<cudaStream_t>(stream);
     switch (a.type) {
-    case dtype::f32: launch_float<dtype::f32>(a, grid, s); break;
-    case dtype::f16: launch_float<dtype::f16>(a, grid, s); break;
-    case dtype::bf16: launch_float<dtype::bf16>(a, grid, s); break;
-    case dtype::q8_0: launch_quant<dtype::q8_0>(a, grid, s); break;
-    case dtype::q4_0: launch_quant<dtype::q4_0>(a, grid, s); break;
-    case dtype::q4_1: launch_quant<dtype::q4_1>(a, grid, s); break;
-    case dtype::q5_0: launch_quant<dtype::q5_0>(a, grid, s); break;
-    case dtype::q5_1: launch_quant<dtype::q5_1>(a, grid, s); break;
-    case dtype::iq4_nl: launch_quant<dtype::iq4_nl>(a, grid, s); break;
-    case dtype::mxfp4: launch_quant<dtype::mxfp4>(a, grid, s); break;
-    case dtype::q2_k: launch_quant<dtype::q2_k>(a, grid, s); break;
-    case dtype::q3_k: launch_quant<dtype::q3_k>(a, grid, s); break;
-    case dtype::q4_k: launch_quant<dtype::q4_k>(a, grid, s); break;
-    case dtype::q5_k: launch_quant<dtype::q5_k>(a, grid, s); break;
-    case dtype::q6_k: launch_quant<dtype::q6_k>(a, grid, s); break;
-    case dtype::iq4_xs: launch_quant<dtype::iq4_xs>(a, grid, s); break;
-    case dtype::iq2_xxs: launch_quant<dtype::iq2_xxs>(a, grid, s); break;
-    case dtype::iq2_xs: launch_quant<dtype::iq2_xs>(a, grid, s); break;
-    case dtype::iq2_s: launch_quant<dtype::iq2_s>(a, grid, s); break;
-    case dtype::iq3_xxs: launch_quant<dtype::iq3_xxs>(a, grid, s); break;
-    case dtype::iq3_s: launch_quant<dtype::iq3_s>(a, grid, s); break;
-    default: fail("cuda: matmul: weight format {} has no dot product", name(a.type));
+    case dtype::f32: launch_float<dtype::f32>(a, dim3(1, static_cast<unsigned>(row_groups)), s); break;
+    case dtype::f16: launch_float<dtype::f16>(a, dim3(1, static_cast<unsigned>(row_groups)), s); break;
+    case dtype::bf16: launch_float<dtype::bf16>(a, dim3(1, static_cast<unsigned>(row_groups)), s); break;
+    default: {
+        // Many rows (a prefill chunk, or grouped pairs in tiles of 64): the tensor-core kernel;
+        // windows, one-row and one-pair launches: the dp4a kernel. The same bits either way.
+        const bool mma = a.tiles ? a.tile_rows == k_tile_rows_mma : !a.ids && a.n_rows > k_tile_rows_window;
+        with_int8_format(a.type, [&](auto fmt) {
+            constexpr dtype T = decltype(fmt)::value;
+            if (mma) launch_mma<T>(a, s);
+            else launch_quant<T>(a, dim3(1, static_cast<unsigned>(row_groups)), s);
+        });
+    }
     }
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) fail("cuda: matmul: launch failed: {}", cudaGetErrorString(e));
 }

@@ -52,23 +52,30 @@ struct mm_args {
     float* y2 = nullptr;              // device [n_rows, y2_stride]
     int64_t y2_stride = 0;
     // Grouped expert mode (int8 formats, with ids): the pairs as group_pairs tiled them, so a
-    // warp takes up to 16 pairs of one expert and decodes each weight block once for all of them
-    // (prefill). Pair p still reads activation row p / act_div and writes y row p: the same bits
-    // as one pair at a time (E1).
+    // block takes up to tile_rows pairs of one expert and decodes each weight block once for all
+    // of them (prefill): 16 (the dp4a kernel) or 64 (the tensor-core kernel). Pair p still reads
+    // activation row p / act_div and writes y row p: the same bits as one pair at a time (E1).
     const int32_t* perm = nullptr;    // device [n_rows]: pairs in expert order
     const int32_t* tiles = nullptr;   // device [max_tiles][3]: (first index into perm, count, expert)
     const int32_t* n_tiles = nullptr; // device [1]
-    int64_t max_tiles = 0;            // group_tiles_max(n_rows, n_expert): the launch's grid rows
+    int64_t max_tiles = 0;            // group_tiles_max(n_rows, n_expert, tile_rows): the launch's grid rows
+    int tile_rows = 16;               // k_tile_rows_window or k_tile_rows_mma, as group_pairs made them
 };
+
+// Rows a block of the dp4a kernel takes (a verify window; grouped tiles for it), and rows a block
+// of the tensor-core kernel takes (prefill chunks of more than 16 rows; grouped tiles for it).
+inline constexpr int k_tile_rows_window = 16;
+inline constexpr int k_tile_rows_mma = 64;
 
 // Experts that group_pairs handles (its shared memory: 12 bytes per expert).
 inline constexpr int k_group_max_experts = 4096;
 // Tiles group_pairs can make for n_pairs pairs over n_expert experts (the grid's upper bound).
-int64_t group_tiles_max(int64_t n_pairs, int n_expert);
-// Groups the pairs of ids [n_pairs] by expert: perm [n_pairs], tiles [group_tiles_max][3],
-// *n_tiles, all device memory, enqueued on `stream` (no host round trip).
-void group_pairs(const int32_t* ids, int64_t n_pairs, int n_expert, int32_t* perm, int32_t* tiles, int32_t* n_tiles,
-                 void* stream);
+int64_t group_tiles_max(int64_t n_pairs, int n_expert, int tile_rows);
+// Groups the pairs of ids [n_pairs] by expert in tiles of up to tile_rows pairs (one of the two
+// k_tile_rows_*): perm [n_pairs], tiles [group_tiles_max][3], *n_tiles, all device memory,
+// enqueued on `stream` (no host round trip).
+void group_pairs(const int32_t* ids, int64_t n_pairs, int n_expert, int tile_rows, int32_t* perm, int32_t* tiles,
+                 int32_t* n_tiles, void* stream);
 // Enqueues the product on `stream` (a cudaStream_t). Fails on an unsupported format or bad
 // sizes (a caller bug, checked before the launch).
 void matmul(const mm_args& a, void* stream);

@@ -1,0 +1,245 @@
+// Tensor-core form of the quantised matmul for many rows (a prefill chunk, or up to 64 pairs of
+// one expert), bit-identical to mm_quant_kernel and so to kernels::dot_ref (E1, E3). Included by
+// matmul.cu only, after its device tables (device_tables()) and its helpers.
+//
+// Why it gives the same bits: dot_ref's output is a chain over the row's format blocks,
+//   y = t0, y = y + t1, y = y + t2, ...      t_b = block_term(d_b, dmin_b, dx_b, sumi_b, summ_b)
+// where sumi_b = sum over the block's 16-element groups g of sc_g * dot(q_g, x_g) and summ_b =
+// sum of mn_g * sum(x_g): integers, so any order and any split gives the same values (every
+// sub-block of every format is 16 or 32 elements, so a 16-element group has one sc and one mn).
+// Here an int8 MMA (mma.sync m16n8k16 s8, exact int32 sums) makes dot(q_g, x_g) for a 16 x 8 tile
+// of (row, column) at once; each thread multiplies its four results by sc_g and adds them to its
+// sumi; at the end of a block it forms t_b with the same block_term and folds it into its y in
+// block order. Only the integer part moved to the tensor cores; every float operation is the
+// one the one-row kernel does, in the same order.
+//
+// A block of 8 warps computes 64 rows x 64 columns. Per step of 256 elements (one K-quant or
+// I-quant super-block, or eight 32-wide blocks) it decodes its 64 weight rows into shared memory
+// as int8 (the per-lane decode of quant_decode.cuh: each weight block is decoded once for all 64
+// rows, against once per 16 rows in mm_quant_kernel), with sc / mn per group and d / dmin per
+// block, copies the 64 activation rows' int8 values and scales beside them, then each warp runs
+// its 16 rows x 32 columns (four 16 x 8 MMAs per group).
+#pragma once
+
+namespace sluice::cuda {
+namespace {
+
+constexpr int k_mma_rows = k_tile_rows_mma;   // activation rows per block (group_pairs' tiles in this mode)
+constexpr int k_mma_cols = 64;      // output columns per block
+constexpr int k_mma_k = 256;        // elements of a row per step
+constexpr int k_mma_warps = 8;      // 4 row groups of 16 x 2 column groups of 32
+// Bytes per staged row: 272 = 68 words, so the fragment loads of a warp (8 rows x 4 words) fall in
+// 32 different banks (68 = 4 mod 32).
+constexpr int k_mma_stride = k_mma_k + 16;
+constexpr int k_mma_groups = k_mma_k / 16;   // 16-element groups per step
+
+struct __align__(16) mma_smem {
+    int8_t w[k_mma_cols][k_mma_stride];    // decoded weights of the step, one row per output column
+    int8_t x[k_mma_rows][k_mma_stride];    // activation int8 values of the step, one row per row
+    int8_t sc[k_mma_groups][k_mma_cols];   // each group's integer scale, per column
+    int8_t mn[k_mma_groups][k_mma_cols];   // ... and integer min (formats with a min term)
+    float d[8][k_mma_cols];                // each block's d, per column (up to 8 blocks a step)
+    float dmin[8][k_mma_cols];             // ... and dmin
+    float dx[8][k_mma_rows];               // each activation block's scale, per row
+    int32_t xs[k_mma_groups][k_mma_rows];  // sum of each group's int8 activations, per row
+};
+static_assert(sizeof(mma_smem) <= 48 * 1024, "static shared memory within the default limit");
+
+// d[0..3] = A (16 x 16 int8, rows of the row-major tile) . B (16 x 8 int8) with int32 sums.
+// Fragments (PTX ISA, mma.m16n8k16 with .s8): lane = 4 * g + t; a0 = A[g][4t..4t+3],
+// a1 = A[g+8][4t..4t+3], b0 = B[4t..4t+3][g] (column g of B is output column g); d0, d1 =
+// D[g][2t], D[g][2t+1], d2, d3 = D[g+8][2t], D[g+8][2t+1].
+__device__ inline void mma_s8_16x8x16(int32_t (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%7, %8, %9, %10};\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a0), "r"(a1), "r"(b0), "r"(0), "r"(0), "r"(0), "r"(0));
+#else
+    __trap();   // the builds are sm_80 and newer (CMakeLists.txt); matmul() checks the device
+#endif
+}
+
+// grid (column blocks of the one or two matrices, row tiles): row tiles of 64 rows (plain), or
+// group_pairs' tiles of up to 64 pairs of one expert (grouped expert mode).
+template <dtype T>
+__global__ void __launch_bounds__(k_mma_warps * 32, 2)
+    mm_mma_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_blocks, int64_t n_out, size_t expert_stride,
+                  const uint8_t* __restrict__ act, size_t act_stride, int act_div, int64_t n_rows, float* __restrict__ y,
+                  int64_t y_stride, bool accumulate, int64_t n_cb1, const uint8_t* __restrict__ w2, int64_t n_out2,
+                  float* __restrict__ y2, int64_t y2_stride, const int32_t* __restrict__ tiles,
+                  const int32_t* __restrict__ n_tiles, const int32_t* __restrict__ perm) {
+    wait_prior_grids();   // first: see launch.cuh
+    int64_t bx = blockIdx.x;
+    if (bx >= n_cb1) {   // column blocks [0, n_cb1) are the first matrix's, the rest the second's
+        bx -= n_cb1;
+        w = w2;
+        n_out = n_out2;
+        y = y2;
+        y_stride = y2_stride;
+    }
+    using tr = fmt_traits<T>;
+    constexpr int QK = tr::qk, BB = tr::block_bytes, AB = tr::act_bytes;
+    constexpr int CB = k_mma_k / QK;   // format blocks per step: 1 or 8
+    constexpr int PPB = QK / 8;        // pieces (8 elements) per block
+    constexpr int GPB = QK / 16;       // groups per block
+    constexpr bool has_min = tr::kind != term_kind::sym;
+    __shared__ mma_smem s;
+    const int tid = static_cast<int>(threadIdx.x), nthr = static_cast<int>(blockDim.x);
+    const int warp = tid / 32, lane = tid & 31;
+    const int64_t col0 = bx * k_mma_cols;
+    int nr;
+    int64_t r0 = 0;
+    const int32_t* rows = nullptr;
+    const uint8_t* wm = w;
+    if (tiles) {
+        const int64_t t = blockIdx.y;
+        if (t >= *n_tiles) return;   // the whole block, before any barrier
+        rows = perm + tiles[3 * t];
+        nr = tiles[3 * t + 1];
+        wm = w + static_cast<size_t>(tiles[3 * t + 2]) * expert_stride;
+    } else {
+        r0 = static_cast<int64_t>(blockIdx.y) * k_mma_rows;
+        nr = static_cast<int>(n_rows - r0 < k_mma_rows ? n_rows - r0 : k_mma_rows);
+    }
+    const int ncols = static_cast<int>(n_out - col0 < k_mma_cols ? n_out - col0 : k_mma_cols);
+    const iq_tables tb = device_tables();
+    const int g8 = lane >> 2, t4 = lane & 3;
+    const int wr = 16 * (warp & 3), wc = 32 * (warp >> 2);   // the warp's first row and column in the tile
+    const bool live = wr < nr && wc < ncols;                  // uniform across the warp
+    int32_t si[4][4], sm[4][4];
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            si[i][c] = 0;
+            sm[i][c] = 0;
+            acc[i][c] = 0.0f;
+        }
+
+    for (int64_t kb = 0; kb < n_blocks; kb += CB) {
+        const int nb = static_cast<int>(n_blocks - kb < CB ? n_blocks - kb : CB);
+        __syncthreads();   // the previous step is consumed
+        // Weights: (column, piece) items, consecutive threads on consecutive pieces of a column.
+        const int ppc = nb * PPB;   // pieces per column this step
+        for (int it = tid; it < ncols * ppc; it += nthr) {
+            const int c = it / ppc, p = it - c * ppc;
+            const int blk = p / PPB, piece = p - blk * PPB;
+            const uint8_t* b = wm + static_cast<size_t>(col0 + c) * row_bytes + static_cast<size_t>(kb + blk) * BB;
+            int32_t q0, q1;
+            int sc, mn;
+            decode_piece_packed<T>(b, piece, tb, (reinterpret_cast<uintptr_t>(b) & 3) == 0, q0, q1, sc, mn);
+            *reinterpret_cast<int2*>(&s.w[c][8 * p]) = make_int2(q0, q1);
+            if ((piece & 1) == 0) {   // the two pieces of a group share sc and mn
+                s.sc[p / 2][c] = static_cast<int8_t>(sc);
+                if constexpr (has_min) s.mn[p / 2][c] = static_cast<int8_t>(mn);
+            }
+            if (piece == 0) {
+                float d, dmin;
+                decode_scales<T>(b, d, dmin);
+                s.d[blk][c] = d;
+                s.dmin[blk][c] = dmin;
+            }
+        }
+        // Activations: the int8 values as words (blocks are 4-byte aligned: matmul() checks),
+        // and each block's scale.
+        const int wpr = nb * QK / 4;   // words per row this step
+        for (int it = tid; it < nr * wpr; it += nthr) {
+            const int r = it / wpr, wi = it - r * wpr;
+            const int blk = (4 * wi) / QK, off = 4 * wi - blk * QK;
+            const int64_t row = rows ? rows[r] : r0 + r;
+            const uint8_t* ab = act + static_cast<size_t>(row / act_div) * act_stride + static_cast<size_t>(kb + blk) * AB;
+            *reinterpret_cast<uint32_t*>(&s.x[r][4 * wi]) = *reinterpret_cast<const uint32_t*>(ab + 4 + off);
+            if (off == 0) s.dx[blk][r] = *reinterpret_cast<const float*>(ab);
+        }
+        __syncthreads();
+        if constexpr (has_min) {   // per-group activation sums (the min term's integer)
+            const int gpr = nb * GPB;
+            for (int it = tid; it < nr * gpr; it += nthr) {
+                const int r = it / gpr, g = it - r * gpr;
+                const uint32_t* xw = reinterpret_cast<const uint32_t*>(&s.x[r][16 * g]);
+                int32_t sum = 0;
+#pragma unroll
+                for (int k = 0; k < 4; ++k) sum = __dp4a(static_cast<int32_t>(xw[k]), 0x01010101, sum);
+                s.xs[g][r] = sum;
+            }
+            __syncthreads();
+        }
+        if (!live) continue;
+        const int ng = nb * GPB;
+        for (int g = 0; g < ng; ++g) {
+            const uint32_t a0 = *reinterpret_cast<const uint32_t*>(&s.x[wr + g8][16 * g + 4 * t4]);
+            const uint32_t a1 = *reinterpret_cast<const uint32_t*>(&s.x[wr + g8 + 8][16 * g + 4 * t4]);
+            int32_t xs0 = 0, xs1 = 0;
+            if constexpr (has_min) {
+                xs0 = s.xs[g][wr + g8];
+                xs1 = s.xs[g][wr + g8 + 8];
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int cc = wc + 8 * i;
+                const uint32_t b0 = *reinterpret_cast<const uint32_t*>(&s.w[cc + g8][16 * g + 4 * t4]);
+                int32_t dd[4];
+                mma_s8_16x8x16(dd, a0, a1, b0);
+                const int c0 = cc + 2 * t4;
+                const int32_t sc0 = s.sc[g][c0], sc1 = s.sc[g][c0 + 1];
+                si[i][0] += sc0 * dd[0];
+                si[i][1] += sc1 * dd[1];
+                si[i][2] += sc0 * dd[2];
+                si[i][3] += sc1 * dd[3];
+                if constexpr (has_min) {
+                    const int32_t mn0 = s.mn[g][c0], mn1 = s.mn[g][c0 + 1];
+                    sm[i][0] += mn0 * xs0;
+                    sm[i][1] += mn1 * xs0;
+                    sm[i][2] += mn0 * xs1;
+                    sm[i][3] += mn1 * xs1;
+                }
+            }
+            if ((g + 1) % GPB == 0) {   // the end of a format block: its terms, folded in order
+                const int blk = g / GPB;
+                const bool first = kb + blk == 0;
+                const float dx0 = s.dx[blk][wr + g8], dx1 = s.dx[blk][wr + g8 + 8];
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int c0 = wc + 8 * i + 2 * t4;
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) {
+                        const int col = c0 + (c & 1);
+                        const float dmin = has_min ? s.dmin[blk][col] : 0.0f;
+                        const float t = block_term<tr::kind>(s.d[blk][col], dmin, c < 2 ? dx0 : dx1, si[i][c], sm[i][c]);
+                        acc[i][c] = first ? t : __fadd_rn(acc[i][c], t);
+                        si[i][c] = 0;
+                        sm[i][c] = 0;
+                    }
+                }
+            }
+        }
+    }
+    if (!live) return;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            const int r = wr + g8 + (c < 2 ? 0 : 8), col = wc + 8 * i + 2 * t4 + (c & 1);
+            if (r >= nr || col >= ncols) continue;
+            const int64_t row = rows ? rows[r] : r0 + r;
+            float* yy = y + row * y_stride + col0 + col;
+            *yy = accumulate ? __fadd_rn(*yy, acc[i][c]) : acc[i][c];
+        }
+}
+
+template <dtype T>
+void launch_mma(const mm_args& a, cudaStream_t s) {
+    const int64_t nb = a.n_in / fmt_traits<T>::qk;
+    const int64_t cb1 = (a.n_out + k_mma_cols - 1) / k_mma_cols;
+    const int64_t cb2 = a.w2 ? (a.n_out2 + k_mma_cols - 1) / k_mma_cols : 0;
+    const int64_t row_tiles = a.tiles ? a.max_tiles : (a.n_rows + k_mma_rows - 1) / k_mma_rows;
+    launch(mm_mma_kernel<T>, dim3(static_cast<unsigned>(cb1 + cb2), static_cast<unsigned>(row_tiles)),
+           dim3(k_mma_warps * 32), 0, s, reinterpret_cast<const uint8_t*>(a.w), a.row_bytes, nb, a.n_out,
+           a.expert_stride, reinterpret_cast<const uint8_t*>(a.act), a.act_stride, a.act_div, a.n_rows, a.y, a.y_stride,
+           a.accumulate, cb1, reinterpret_cast<const uint8_t*>(a.w2), a.n_out2, a.y2, a.y2_stride, a.tiles, a.n_tiles,
+           a.perm);
+}
+
+}  // namespace
+}  // namespace sluice::cuda
