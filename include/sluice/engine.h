@@ -11,6 +11,10 @@
 
 namespace sluice {
 
+// Rows per prefill forward of `sluice run` on the CPU, and `sluice bench`'s default there (the
+// bench measures what run does). Why 128: src/runtime/engine.cpp. Any value gives the same bits (E1).
+inline constexpr int k_cpu_prefill_rows = 128;
+
 struct engine_options {
     std::filesystem::path model_path;  // GGUF file or Hugging Face directory; empty: the default model
     int n_ctx = 0;                     // 0: the model's training context, capped at 4096

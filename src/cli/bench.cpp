@@ -30,11 +30,11 @@ struct bench_args {
     bool chunk_given = false;   // --chunk on the command line (else the backend's default)
 };
 
-// Rows per prefill forward when --chunk is not given: 32 on the CPU (the bench's default from the
-// start; run_cpu.sh and the recorded CPU rows use it), 512 on a GPU, llama-bench's default ubatch:
-// the tensor-core kernel takes 64 rows a block, and a 512-row chunk gives each of 128 experts ~32
-// pairs to share its decoded weights.
-constexpr int k_cpu_chunk = 32;
+// Rows per prefill forward when --chunk is not given: on the CPU what `sluice run` uses
+// (k_cpu_prefill_rows), on a GPU 512, llama-bench's default ubatch: the tensor-core kernel takes
+// 64 rows a block, and a 512-row chunk gives each of 128 experts ~32 pairs to share its decoded
+// weights.
+constexpr int k_cpu_chunk = k_cpu_prefill_rows;
 constexpr int k_gpu_chunk = 512;
 
 // "0" alone means an empty list (llama-bench's -p 0: no prefill test).
@@ -86,7 +86,8 @@ void add_bench_command(CLI::App& app) {
         ->delimiter(',')
         ->default_str("512,4096");
     cmd->add_option("-r,--repetitions", a->o.repetitions, "Repetitions of each test")->default_str("3");
-    cmd->add_option("--chunk,--ubatch-size", a->o.chunk, "Rows per prefill forward (default: 32 on the CPU, 512 with --gpu)")
+    cmd->add_option("--chunk,--ubatch-size", a->o.chunk,
+                    "Rows per prefill forward (default: 128 on the CPU, as `sluice run`; 512 with --gpu)")
         ->each([a](const std::string&) { a->chunk_given = true; });
     cmd->add_option("--windows", a->o.windows, "Cost curve: window sizes 1..16 (comma-separated; 0: none)")
         ->delimiter(',')

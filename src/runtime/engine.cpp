@@ -34,9 +34,12 @@ namespace {
 // 128, measured (bench_forward, 512-token prompt, 2 threads, process CPU seconds, 2026-11-29):
 // synthetic 8-layer Qwen3-30B-A3B Q4_K_M 13.3 s at 32 rows, 10.1 at 128, 10.5 at 256, 11.9 at
 // 512 (at 32 each of 128 experts sees ~2 rows per chunk, at 128 ~8, so each expert block is
-// decoded for more rows); SmolLM2-135M (dense) 6.0 s at 32, 5.2-5.9 at 128. Costs a
-// [128, n_vocab] logits buffer (78 MB at Qwen3's 151,936 tokens). Any value gives the same bits (E1).
-constexpr int k_session_rows = 128;
+// decoded for more rows); SmolLM2-135M (dense) 6.0 s at 32, 5.2-5.9 at 128. Again on 2026-12-01
+// (sluice bench pp256, same file, 2 threads, AMD EPYC with AVX-512): 141-153 tok/s at 32,
+// 174-197 at 128; pp512 with 16 threads on the H200 machine's Xeon: 55.6 at 32, 63.6 at 128,
+// 64.6 at 256, 59.2 at 512. Costs a [128, n_vocab] logits buffer (78 MB at Qwen3's 151,936
+// tokens). Any value gives the same bits (E1).
+constexpr int k_session_rows = k_cpu_prefill_rows;
 
 // The model a folder offers as the default: models/ ships the MoE (sluice-moe-*.gguf) beside its
 // draft model (sluice-draft-*.gguf), which is never the default; other folders (the SmolLM2
