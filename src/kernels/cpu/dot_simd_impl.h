@@ -296,6 +296,19 @@ void decode_grid(const std::byte* b, kblock& k) {
     }
 }
 
+// Q6_K's codes of half h (elements 128h..128h+127) as 4 chunks of 32, biased to q + 32 in
+// [0, 63]: the ql nibble, and 2 bits of qh above it.
+[[gnu::always_inline]] inline void q6k_codes(const std::byte* b, int h, __m256i* q) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
+    const __m256i qh = loadu256(b + 128 + 32 * h);
+    const __m256i ql0 = loadu256(b + 64 * h), ql1 = loadu256(b + 64 * h + 32);
+    const __m256i l[4] = {_mm256_and_si256(ql0, m4), _mm256_and_si256(ql1, m4),
+                          _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4)};
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c)
+        q[c] = _mm256_or_si256(l[c], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), m2), 4));
+}
+
 template <dtype wt>
 [[gnu::always_inline]] inline void decode256(const std::byte* b, kblock& k) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
@@ -331,16 +344,9 @@ template <dtype wt>
         _mm256_store_si256(reinterpret_cast<__m256i*>(k.mn), sc16);
         set_scales16(k, sc16);
         for (int h = 0; h < 2; ++h) {
-            const __m256i qh = loadu256(b + 128 + 32 * h);
-            const __m256i ql0 = loadu256(b + 64 * h), ql1 = loadu256(b + 64 * h + 32);
-            const __m256i l[4] = {_mm256_and_si256(ql0, m4), _mm256_and_si256(ql1, m4),
-                                  _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                                  _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4)};
-            const __m256i hh[4] = {_mm256_and_si256(qh, m2), _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2),
-                                   _mm256_and_si256(_mm256_srli_epi16(qh, 4), m2),
-                                   _mm256_and_si256(_mm256_srli_epi16(qh, 6), m2)};
-            for (int c = 0; c < 4; ++c)
-                store_q(k, 4 * h + c, _mm256_or_si256(l[c], _mm256_slli_epi16(hh[c], 4)));
+            __m256i q[4];
+            q6k_codes(b, h, q);
+            for (int c = 0; c < 4; ++c) store_q(k, 4 * h + c, q[c]);
         }
     } else if constexpr (wt == dtype::q2_k || wt == dtype::q3_k) {
         // Q2_K: scales[16], qs[64], d, dmin. Q3_K: hmask[32], qs[64], scales[12], d.
@@ -424,6 +430,82 @@ template <bool uns>
 #endif
     }
     return acc;
+}
+
+// Formats whose one-row dot skips the kblock (fused_row_sums).
+template <dtype wt>
+constexpr bool k_fused_row = wt == dtype::q4_k || wt == dtype::q6_k;
+
+// acc + the int16 pairs p times the int16 scales sc, pairwise into 8 int32 lanes.
+[[gnu::always_inline]] inline __m256i add_scaled(__m256i acc, __m256i p, __m256i sc) {
+#if SLUICE_DOT_WIDE
+    return _mm256_dpwssd_epi32(acc, p, sc);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, sc));
+#endif
+}
+
+// One activation row against one Q4_K or Q6_K block without the kblock: the codes are split in
+// registers and multiplied at once, where decode256 + kblock_sumi store 256 bytes and the
+// expanded scales and load them back. The integer sums are the same (exact in any order), so
+// the terms and the fold are dot_ref's. Used for one row (decode). Measured 2026-12-01 on a
+// 2-core AMD EPYC with AVX-512: bench_dot one row, one thread, AVX-512, Q4_K 17.1 GB/s (19.0 via
+// the kblock: within its noise), Q6_K 26.9 (24.2); `sluice bench` tg128 on the 8-layer
+// Qwen3-30B-A3B-shaped Q4_K_M file, 2 threads, five runs each: 41.8 tok/s mean (38.9-46.3) against
+// 39.7 (39.1-40.4) via the kblock. Returns the sumi partials in vi, the summ partials in vm
+// (zero for Q6_K, whose bias is folded into vi as in k_ops::sumi), d and dmin (Q6_K: 0).
+template <dtype wt>
+[[gnu::always_inline]] inline void fused_row_sums(const std::byte* b, const std::byte* ab, __m256i& vi, __m256i& vm,
+                                                  float& d, float& m) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const std::byte* x = ab + 4;
+    const __m256i bsums = loadu256(ab + offsetof(act_block256, bsums));
+    __m256i acc = _mm256_setzero_si256();
+    if constexpr (wt == dtype::q4_k) {
+        // d, dmin, scales[12], qs[128]; sub-blocks 2h and 2h + 1: the low and high nibbles of qs[32h..].
+        d = f16_at(b);
+        m = f16_at(b + 2);
+        const __m128i sm = k4_scales_mins(b + 4);
+        const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));   // int16 scales 0-7, both lanes
+#pragma GCC unroll 4
+        for (int h = 0; h < 4; ++h) {
+            const __m256i v = loadu256(b + 16 + 32 * h);
+            const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            const __m256i pl = _mm256_maddubs_epi16(lo, loadu256(x + 64 * h));
+            const __m256i ph = _mm256_maddubs_epi16(hi, loadu256(x + 64 * h + 32));
+            acc = add_scaled(acc, pl, _mm256_shuffle_epi8(sc, _mm256_set1_epi16(static_cast<int16_t>((4 * h + 1) << 8 | 4 * h))));
+            acc = add_scaled(acc, ph, _mm256_shuffle_epi8(sc, _mm256_set1_epi16(static_cast<int16_t>((4 * h + 3) << 8 | (4 * h + 2)))));
+        }
+        // summ: the mins are per 32 elements, the bsums per 16: each min taken twice.
+        const __m128i mn8 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+        const __m256i mn = _mm256_set_m128i(_mm_unpackhi_epi16(mn8, mn8), _mm_unpacklo_epi16(mn8, mn8));
+        vi = acc;
+        vm = _mm256_madd_epi16(bsums, mn);
+    } else {
+        static_assert(wt == dtype::q6_k);
+        // ql[128], qh[64], scales[16] (int8), d; codes biased to q + 32 in [0, 63] as in decode256,
+        // the bias taken out as 32 * sum_j sc_j * bsum_j (|.| < 2^25).
+        d = f16_at(b + 208);
+        m = 0.0f;
+        const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(b + 192));
+        const __m256i sc_lo = _mm256_permute2x128_si256(sc16, sc16, 0x00), sc_hi = _mm256_permute2x128_si256(sc16, sc16, 0x11);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+            __m256i q[4];
+            q6k_codes(b, h, q);
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; ++c) {
+                const int ch = 4 * h + c;   // chunk: elements 32ch..32ch+31, scales 2ch (low half), 2ch + 1
+                const __m256i p = _mm256_maddubs_epi16(q[c], loadu256(x + 32 * ch));
+                const int i = 4 * (ch % 4);
+                const __m256i ctrl = _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>((i + 3) << 8 | (i + 2))),
+                                                      _mm_set1_epi16(static_cast<int16_t>((i + 1) << 8 | i)));
+                acc = add_scaled(acc, p, _mm256_shuffle_epi8(ch < 4 ? sc_lo : sc_hi, ctrl));
+            }
+        }
+        vi = _mm256_sub_epi32(acc, _mm256_slli_epi32(_mm256_madd_epi16(bsums, sc16), 5));
+        vm = _mm256_setzero_si256();
+    }
 }
 
 template <dtype wt>
@@ -618,26 +700,39 @@ void quant_rows_with(const std::byte* w, const std::byte* a, size_t stride, int 
             alignas(32) float ds[8], ms[8], dxs[8], ts[8];
 #pragma GCC unroll 8
             for (int k = 0; k < 8; ++k) {
-                o.decode(w, ib + k);
                 const std::byte* ab = a + (ib + k) * ab_bytes;
                 std::memcpy(&dxs[k], ab, 4);
-                ds[k] = o.d;
-                ms[k] = o.m;
-                vi[k] = o.sumi(ab);
-                vm[k] = has_min(wt) ? o.summ(ab) : _mm256_setzero_si256();
+                if constexpr (k_fused_row<wt>) {
+                    fused_row_sums<wt>(w + (ib + k) * static_cast<int64_t>(block_bytes<wt>()), ab, vi[k], vm[k], ds[k], ms[k]);
+                } else {
+                    o.decode(w, ib + k);
+                    ds[k] = o.d;
+                    ms[k] = o.m;
+                    vi[k] = o.sumi(ab);
+                    vm[k] = has_min(wt) ? o.summ(ab) : _mm256_setzero_si256();
+                }
             }
             const __m256i summ = has_min(wt) ? reduce8(vm) : _mm256_setzero_si256();
             _mm256_store_ps(ts, term8<wt>(_mm256_load_ps(ds), _mm256_load_ps(ms), _mm256_load_ps(dxs), reduce8(vi), summ));
             for (int k = 0; k < 8; ++k) y = ib + k == 0 ? ts[k] : y + ts[k];   // y = t0, then y + t in block order
         }
         for (; ib < nb; ++ib) {
-            o.decode(w, ib);
             const std::byte* ab = a + ib * ab_bytes;
-            float dx;
+            float dx, d, m;
             std::memcpy(&dx, ab, 4);
-            const int32_t sumi = hsum8(o.sumi(ab));
-            const int32_t summ = has_min(wt) ? hsum8(o.summ(ab)) : 0;
-            const float t = term1<wt>(o.d, o.m, dx, sumi, summ);
+            __m256i vi, vm;
+            if constexpr (k_fused_row<wt>) {
+                fused_row_sums<wt>(w + ib * static_cast<int64_t>(block_bytes<wt>()), ab, vi, vm, d, m);
+            } else {
+                o.decode(w, ib);
+                d = o.d;
+                m = o.m;
+                vi = o.sumi(ab);
+                vm = has_min(wt) ? o.summ(ab) : _mm256_setzero_si256();
+            }
+            const int32_t sumi = hsum8(vi);
+            const int32_t summ = has_min(wt) ? hsum8(vm) : 0;
+            const float t = term1<wt>(d, m, dx, sumi, summ);
             y = ib == 0 ? t : y + t;
         }
         out[0] = y;
