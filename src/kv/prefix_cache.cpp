@@ -9,7 +9,9 @@ namespace sluice {
 namespace {
 
 bool same_rows(const kv_shape& a, const kv_shape& b) {
-    return a.n_layer == b.n_layer && a.n_kv_head == b.n_kv_head && a.head_dim == b.head_dim;
+    return a.n_layer == b.n_layer && a.n_kv_head == b.n_kv_head && a.head_dim == b.head_dim &&
+           a.rec.n_layer == b.rec.n_layer && a.rec.conv_floats == b.rec.conv_floats &&
+           a.rec.ssm_floats == b.rec.ssm_floats;
 }
 
 size_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
@@ -23,7 +25,8 @@ size_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
 
 size_t prefix_cache::entry_bytes(size_t n_tokens, const kv_shape& s) {
     const size_t row = static_cast<size_t>(s.n_kv_head) * static_cast<size_t>(s.head_dim);
-    return n_tokens * sizeof(int32_t) + n_tokens * row * 2 * static_cast<size_t>(s.n_layer) * sizeof(float);
+    const size_t state = static_cast<size_t>(s.rec.n_layer) * static_cast<size_t>(s.rec.conv_floats + s.rec.ssm_floats);
+    return n_tokens * sizeof(int32_t) + (n_tokens * row * 2 * static_cast<size_t>(s.n_layer) + state) * sizeof(float);
 }
 
 void prefix_cache::erase(std::list<entry>::iterator it) {
@@ -42,13 +45,15 @@ bool prefix_cache::store(std::span<const int32_t> tokens, const kv_cache& kv) {
     if (n > static_cast<size_t>(kv.n_pos()))
         fail("prefix cache: store of {} rows from a cache holding {}", n, kv.n_pos());
     const kv_shape& shape = kv.shape();
+    const bool recurrent = !kv.recurrent().empty();
+    if (recurrent && n != static_cast<size_t>(kv.recurrent().length())) return false;   // no state at n
     for (auto it = entries_.begin(); it != entries_.end();) {
         if (!same_rows(it->shape, shape)) {
             ++it;
             continue;
         }
         const size_t lcp = common_prefix(it->tokens, tokens);
-        if (lcp == n) {  // already covered by a checkpoint at least this long
+        if (lcp == n && (!recurrent || it->tokens.size() == n)) {  // already covered by a checkpoint at least this long
             entries_.splice(entries_.begin(), entries_, it);
             return true;
         }
@@ -78,6 +83,7 @@ bool prefix_cache::store(std::span<const int32_t> tokens, const kv_cache& kv) {
         std::memcpy(dst, kv.v(il), n * row * sizeof(float));
         dst += n * row;
     }
+    if (recurrent) e.state = kv.recurrent().live();
     bytes_ += e.bytes();
     entries_.push_front(std::move(e));
     ++stats_.stored;
@@ -90,12 +96,16 @@ int32_t prefix_cache::restore(std::span<const int32_t> tokens, int32_t max_rows,
     const kv_shape& shape = kv.shape();
     auto best = entries_.end();
     size_t best_n = 0;
+    const bool recurrent = !kv.recurrent().empty();
+    const size_t cap = std::min(static_cast<size_t>(std::max(max_rows, 0)), static_cast<size_t>(shape.n_ctx));
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {
         if (!same_rows(it->shape, shape)) continue;
         const size_t lcp = common_prefix(it->tokens, tokens);
+        // A state exists at the checkpoint's length only: all of it must be reused.
+        if (recurrent && (lcp != it->tokens.size() || lcp > cap)) continue;
         if (lcp > best_n) best = it, best_n = lcp;
     }
-    best_n = std::min({best_n, static_cast<size_t>(std::max(max_rows, 0)), static_cast<size_t>(shape.n_ctx)});
+    best_n = std::min(best_n, cap);
     if (best == entries_.end() || best_n == 0) return 0;
     const size_t n_kept = best->tokens.size();
     const size_t row = static_cast<size_t>(kv.row_floats());
@@ -106,6 +116,7 @@ int32_t prefix_cache::restore(std::span<const int32_t> tokens, int32_t max_rows,
         std::memcpy(kv.v(il), src, best_n * row * sizeof(float));
         src += n_kept * row;
     }
+    if (recurrent) kv.recurrent().assign(best->state, static_cast<int32_t>(best_n));
     kv.set_n_pos(static_cast<int32_t>(best_n));
     entries_.splice(entries_.begin(), entries_, best);
     ++stats_.hits;

@@ -7,6 +7,12 @@
 // new prompt would write; prefilling the suffix after them writes the rest exactly as a fresh
 // prefill does (a prefill's chunking never changes a row). The match need not end on a whole
 // checkpoint: any common prefix of the two token lists is reusable.
+//
+// Hybrid models (a recurrent state beside the attention rows): the state depends on every token
+// folded into it and exists only at the checkpoint's length, so a checkpoint keeps the state
+// after its last token and is restored only when all its tokens begin the new prompt (a
+// conversation's next turn): the rows and the state are then the bits a fresh prefill of those
+// tokens leaves (E1), and the rest is prefilled as before.
 #pragma once
 
 #include "kv/kv_cache.h"
@@ -29,17 +35,20 @@ class prefix_cache {
 public:
     explicit prefix_cache(size_t max_bytes) : max_bytes_(max_bytes) {}
 
-    // Keeps rows [0, tokens.size()) of kv (tokens.size() <= kv.n_pos()) keyed by tokens.
-    // Checkpoints whose tokens are a prefix of these are dropped (this one covers them); when
-    // these tokens are a prefix of a checkpoint already kept, that one is only marked used.
-    // Least recently used checkpoints go until the new one fits; one larger than the whole
-    // budget is not kept. Returns whether the rows are held afterwards.
+    // Keeps rows [0, tokens.size()) of kv (tokens.size() <= kv.n_pos()) keyed by tokens; with a
+    // recurrent state, tokens.size() must be the state's length (else nothing is kept) and the
+    // state is kept too. Checkpoints whose tokens are a prefix of these are dropped (this one
+    // covers them); when these tokens are a prefix of a checkpoint already kept, that one is
+    // only marked used (attention rows only: a longer one has no state at this length). Least
+    // recently used checkpoints go until the new one fits; one larger than the whole budget is
+    // not kept. Returns whether the rows are held afterwards.
     bool store(std::span<const int32_t> tokens, const kv_cache& kv);
 
     // Finds the checkpoint sharing the longest prefix with `tokens` (same KV shape), copies
     // min(common prefix, max_rows) rows into kv (whose previous contents are dropped) and sets
-    // kv.n_pos() to that; marks the checkpoint used. Returns the rows restored, 0 on a miss
-    // (kv then holds nothing).
+    // kv.n_pos() to that; marks the checkpoint used. With a recurrent state only checkpoints
+    // whose every token begins `tokens`, at most max_rows of them, qualify, and their state is
+    // restored with the rows. Returns the rows restored, 0 on a miss (kv then holds nothing).
     int32_t restore(std::span<const int32_t> tokens, int32_t max_rows, kv_cache& kv);
 
     size_t bytes() const { return bytes_; }
@@ -53,7 +62,10 @@ private:
         std::vector<int32_t> tokens;  // [n] the sequence whose rows are kept
         kv_shape shape;               // n_layer, n_kv_head, head_dim of the rows (n_ctx unused)
         std::vector<float> rows;      // per layer: K rows [n, row_floats] then V rows [n, row_floats]
-        size_t bytes() const { return tokens.size() * sizeof(int32_t) + rows.size() * sizeof(float); }
+        std::vector<float> state;     // [rec layers, conv + ssm floats] after token n-1 (hybrid models), else empty
+        size_t bytes() const {
+            return tokens.size() * sizeof(int32_t) + (rows.size() + state.size()) * sizeof(float);
+        }
     };
     static size_t entry_bytes(size_t n_tokens, const kv_shape& s);
     void erase(std::list<entry>::iterator it);

@@ -48,6 +48,15 @@ void recurrent_state::begin_window(int32_t pos0, int32_t rows) {
     n_valid_ = kept;
 }
 
+void recurrent_state::assign(const std::vector<float>& state, int32_t n) {
+    if (state.size() != live_.size())
+        fail("recurrent_state: a state of {} floats for one of {}", state.size(), live_.size());
+    if (n < 0) fail("recurrent_state: length {}: expected >= 0", n);
+    std::copy(state.begin(), state.end(), live_.begin());
+    len_ = lo_ = n;
+    n_valid_ = 0;
+}
+
 void recurrent_state::end_window(int32_t n) {
     if (empty()) return;
     len_ = n;

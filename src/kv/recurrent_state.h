@@ -8,8 +8,8 @@
 // the window. truncate(n) for any n in [first checkpointed length, length] copies slot n back,
 // which is exactly the state after position n-1 (the bits that serial decoding leaves there, E1).
 // Lengths before the last window's checkpoints cannot be restored (rewind throws); 0 always can.
-// A prefix-cache restore (attention rows only) cannot rebuild this state: kv_cache::set_n_pos
-// refuses a length the state does not hold.
+// Attention rows alone cannot rebuild this state (kv_cache::set_n_pos refuses a length the state
+// does not hold): a prefix-cache checkpoint keeps the live state with the rows (assign()).
 //
 // Cost (an estimate, not measured): a checkpoint copies every recurrent layer's conv + DeltaNet
 // state; for Qwen3-Next-80B-A3B (36 DeltaNet layers, 32 value heads of 128x128, conv 3 x 8192)
@@ -48,6 +48,13 @@ public:
     // Restores the state of length n (throws when !can_rewind(n)).
     void rewind(int32_t n);
     void reset();   // zero state, length 0
+
+    // The live state [n_layer, conv_floats + ssm_floats] (what a prefix-cache checkpoint keeps).
+    const std::vector<float>& live() const { return live_; }
+    // Sets the live state to `state` (from live() of a state of this shape) of length n, and
+    // forgets the window checkpoints (only n itself can then be rewound to, and 0). Throws when
+    // the size differs.
+    void assign(const std::vector<float>& state, int32_t n);
 
     // A window of `rows` rows starting at length pos0 (== length() after rewind): sets which of
     // its rows get checkpoints. Call once per forward, before the layers.

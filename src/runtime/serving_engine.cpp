@@ -469,10 +469,10 @@ bool serving_engine::impl::admit(request_state& r) {
         // The KV holds every position a window can reach: the last generated token is never
         // forwarded and a window never drafts past max_tokens (n_prompt + max_tokens - 2).
         r.kv = std::make_unique<kv_cache>(target.net->kv_shape_for(r.n_prompt + std::max(r.max_tokens, 1)));
-        // Hybrid models (Gated DeltaNet layers) keep a recurrent state that the prefix cache does
-        // not checkpoint yet, so their prompts are always prefilled in full (and never stored).
-        // (The MTP head must see every prompt row's hidden state: such requests prefill in full.)
-        if (q.use_prefix_cache && r.kv->recurrent().empty() && p.drafter != drafter_kind::mtp)
+        // Hybrid models: a checkpoint restores with its recurrent state when all of it begins the
+        // prompt (kv/prefix_cache.h). The MTP head must see every prompt row's hidden state:
+        // such requests prefill in full.
+        if (q.use_prefix_cache && p.drafter != drafter_kind::mtp)
             r.result.cached_tokens = cache->restore(q.prompt, r.n_prompt - 1, *r.kv);
         r.context.reserve(static_cast<size_t>(r.n_prompt + r.max_tokens + 1));
         r.context.assign(q.prompt.begin(), q.prompt.end());
@@ -733,7 +733,7 @@ void serving_engine::impl::finish(request_state& r, const char* finish_reason, c
     if (r.text) res.text_tail = r.text->flush();
 
     // The checkpoint: every committed row, keyed by the tokens it holds.
-    if (r.kv && r.req.use_prefix_cache && r.kv->recurrent().empty() && res.finish_reason != "error" &&
+    if (r.kv && r.req.use_prefix_cache && res.finish_reason != "error" &&
         r.kv->n_pos() > 0) {
         const size_t n = static_cast<size_t>(r.kv->n_pos());
         cache->store(std::span<const int32_t>(r.context.data(), n), *r.kv);

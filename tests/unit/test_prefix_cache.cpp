@@ -75,6 +75,46 @@ TEST(prefix_cache, restores_the_longest_common_prefix) {
     EXPECT_EQ(c.stats().lookups, 3);
 }
 
+// Hybrid models: the recurrent state exists at the checkpoint's length only, so a checkpoint
+// comes back (rows and state) only when all of its tokens begin the prompt.
+TEST(prefix_cache, a_recurrent_state_comes_back_only_with_the_whole_checkpoint) {
+    kv_shape s = small_shape(64);
+    s.rec.n_layer = 2;
+    s.rec.conv_floats = 3;
+    s.rec.ssm_floats = 5;
+    s.rec.n_ckpt = 1;
+    const std::vector<int32_t> toks{5, 6, 7, 8, 9};
+    kv_cache a(s);
+    std::vector<float> state(2 * (3 + 5));
+    for (size_t i = 0; i < state.size(); ++i) state[i] = float(i) + 0.5f;
+    a.recurrent().assign(state, 5);
+    fill(a, toks);
+    prefix_cache c(1 << 20);
+    ASSERT_TRUE(c.store(toks, a));
+    kv_cache b(s);
+    // The prompt leaves the checkpoint after 3 tokens: no state of length 3 exists, a miss.
+    EXPECT_EQ(c.restore(std::vector<int32_t>{5, 6, 7, 1, 2, 3}, 100, b), 0);
+    EXPECT_EQ(b.n_pos(), 0);
+    EXPECT_EQ(b.recurrent().length(), 0);
+    // The whole checkpoint begins the prompt but max_rows is shorter: a miss, not 4 rows.
+    EXPECT_EQ(c.restore(std::vector<int32_t>{5, 6, 7, 8, 9, 10}, 4, b), 0);
+    // Rows and state back.
+    EXPECT_EQ(c.restore(std::vector<int32_t>{5, 6, 7, 8, 9, 10, 11}, 6, b), 5);
+    EXPECT_EQ(b.n_pos(), 5);
+    EXPECT_EQ(b.recurrent().length(), 5);
+    EXPECT_EQ(b.recurrent().live(), state);
+    EXPECT_TRUE(rows_equal(a, b, 5));
+    // Only the restored length can be rolled back to (and 0): no checkpoint slots came with it.
+    EXPECT_FALSE(b.can_truncate(4));
+    EXPECT_TRUE(b.can_truncate(0));
+    // A store at a length the state does not hold keeps nothing.
+    EXPECT_FALSE(c.store(std::span<const int32_t>(toks).first(3), a));
+    EXPECT_EQ(c.entries(), 1u);
+    // An attention-only cache of the same rows never takes a checkpoint with a state.
+    kv_cache plain(small_shape(64));
+    EXPECT_EQ(c.restore(std::vector<int32_t>{5, 6, 7, 8, 9, 10}, 100, plain), 0);
+}
+
 TEST(prefix_cache, a_longer_checkpoint_replaces_its_prefixes) {
     prefix_cache c(1 << 20);
     const std::vector<int32_t> turn1 = {1, 2, 3}, turn2 = {1, 2, 3, 4, 5};
