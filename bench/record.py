@@ -20,7 +20,9 @@ n_prompt 512, its tg64@d0 llama-bench's n_gen 64 at n_depth 0.
 Ceilings: every figure is shown as a fraction of the roofline ceiling of its test, bytes per
 token from the sluice run's report (the same file, so the same traffic) over the bandwidth its
 placement reads from: cpu = the RAM read probe, gpu = the GPU's HBM probe, experts-cpu = routed
-expert bytes from RAM and the rest from HBM (time = bytes_e / RAM + bytes_rest / HBM). A
+expert bytes from RAM and the rest from HBM (time = bytes_e / RAM + bytes_rest / HBM),
+three-lane = routed expert bytes from RAM and over PCIe at once, the rest from HBM (time =
+bytes_e / (RAM + PCIe) + bytes_rest / HBM: what a split with nothing cached allows). A
 bandwidth that was not measured (no GPU probe in a CPU-only build) gives no ceiling: "-".
 
 Each ceiling is min(memory bound, compute bound): the compute bound is the peak of the device
@@ -48,7 +50,7 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PLACEMENTS = ("cpu", "gpu", "experts-cpu")
+PLACEMENTS = ("cpu", "gpu", "experts-cpu", "three-lane")
 
 
 def load_manifest(path):
@@ -183,7 +185,7 @@ def compute_bound(report, result, placement, probe=None):
         return cpu / ops if cpu else None
     if placement == "gpu":
         return gpu / ops if gpu else None
-    if placement == "experts-cpu":
+    if placement in ("experts-cpu", "three-lane"):
         routed = 2.0 * (rl.get("routed_macs_per_row") or 0.0)
         if not (cpu and gpu) or routed > ops:
             return None
@@ -205,13 +207,14 @@ def memory_bound(report, result, placement, probe=None):
         return bw * 1e9 / bpt if bw else None
     if placement == "gpu":
         return hbm * 1e9 / bpt if hbm else None
-    if placement == "experts-cpu":
-        if not (ram and hbm):
+    if placement in ("experts-cpu", "three-lane"):
+        pcie = gpu.get("pcie_h2d_gb_s") if placement == "three-lane" else 0.0
+        if not (ram and hbm) or pcie is None:
             return None
         groups = {g["name"]: g["bytes_per_token"] for g in report["roofline"]["groups"]}
         total = sum(groups.values()) or 1
         experts = bpt * groups.get("routed experts", 0) / total
-        return 1.0 / (experts / (ram * 1e9) + (bpt - experts) / (hbm * 1e9))
+        return 1.0 / (experts / ((ram + pcie) * 1e9) + (bpt - experts) / (hbm * 1e9))
     return None
 
 

@@ -17,7 +17,10 @@
 #   whole script may take, default 585: the device tool's limit is 600), --record (append to
 #   bench/RESULTS.md and bench/results.jsonl; the lead normally records from the fetched $OUT with
 #   bench/record.py report $OUT/manifest.json ... --record), --sluice-bin PATH (a sluice already
-#   built: no sluice build).
+#   built: no sluice build), --placement (issue 10's runs instead of the default ones: the whole
+#   model in VRAM for both engines, then sluice --vram-budget 0/2G/4G/8G against llama.cpp
+#   -ncmoe 48/42/36/24, the layers whose experts stay in RAM for about the same VRAM (17.3 GB of
+#   routed experts over 48 layers: ~0.36 GB a layer); the JSONs are packed into results.tar.gz).
 #
 # On the GPU machine, in this order (the llama.cpp CUDA build, ~5.4 min on 16 cores, is the long
 # pole; sluice's build and the model file are made beside it, niced; nothing is timed while
@@ -39,7 +42,7 @@ set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 bundle=$root/.peers/gpu-bench
-mode=run layers="" threads=$(nproc) skew=0 locality=0 budget=585 record=0 prebuilt=""
+mode=run layers="" threads=$(nproc) skew=0 locality=0 budget=585 record=0 prebuilt="" placement_runs=0
 die() { echo "run_gpu.sh: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -53,6 +56,7 @@ while [ $# -gt 0 ]; do
     --budget) budget=$2; shift ;;
     --record) record=1 ;;
     --sluice-bin) prebuilt=$2; shift ;;
+    --placement) placement_runs=1 ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
@@ -410,6 +414,26 @@ if [ $mode != local ] && [ $cuda = 1 ]; then
     [ $mode = dry ] || "${rec[@]}" add-probe "$manifest" --file /tmp/gpu_probe.json
   fi
 fi
+if [ $placement_runs = 1 ]; then
+  # Issue 10: both engines with the whole model in VRAM, then each sluice budget against the
+  # llama.cpp -ncmoe that keeps about as many expert bytes in VRAM. Ceilings: three-lane (routed
+  # experts from RAM and PCIe together, the rest from HBM: what nothing cached allows).
+  llama_run "llama.cpp GPU -ngl 99" llama_gpu.json gpu "$(cap 90 300)" --gpu -p "$p" -n "$n" -r 2
+  sluice_run "sluice GPU" sluice_gpu.json gpu "$(cap 90 260)" "$sluice_gpu" "${sluice_main[@]}" --gpu 0
+  [ -f "$out/sluice_gpu.json" ] && [ -f "$out/llama_gpu.json" ] && \
+    "${rec[@]}" compare "$manifest" "sluice GPU" "llama.cpp GPU -ngl 99"
+  left=4
+  for pair in 0:48 2G:42 4G:36 8G:24; do
+    b=${pair%%:*} nc=${pair##*:}
+    llama_run "llama.cpp -ngl 99 -ncmoe $nc" "llama_ncmoe$nc.json" three-lane "$(cap 60 $(( left * 50 - 25 )))" \
+      --ncmoe "$nc" -p "$p" -n "$n" -r 2
+    sluice_run "sluice GPU --vram-budget $b" "sluice_gpu_$b.json" three-lane "$(cap 60 $(( left * 50 - 50 )))" \
+      "$sluice_gpu" "${sluice_main[@]}" --gpu 0 --vram-budget "$b"
+    [ -f "$out/sluice_gpu_$b.json" ] && [ -f "$out/llama_ncmoe$nc.json" ] && \
+      "${rec[@]}" compare "$manifest" "sluice GPU --vram-budget $b" "llama.cpp -ngl 99 -ncmoe $nc"
+    left=$(( left - 1 ))
+  done
+else
 sluice_run "sluice CPU -t $threads" sluice_cpu.json cpu "$(cap 150 90)" "$sluice" "${sluice_main[@]}"
 # CPU-only llama.cpp from the CUDA build: the GPU hidden, so nothing (not even the prompt's large
 # matrix products) is offloaded.
@@ -431,18 +455,27 @@ sluice_run "sluice CPU -t $threads, depth $p" sluice_cpu_extra.json cpu "$(cap 1
   "${rec[@]}" compare "$manifest" "sluice CPU -t $threads" "llama.cpp CPU -t $threads"
 [ -f "$out/sluice_gpu.json" ] && [ -f "$out/llama_gpu.json" ] && \
   "${rec[@]}" compare "$manifest" "sluice GPU" "llama.cpp GPU -ngl 99"
+fi
 
 # 3. The ratio table, last.
 total=$(( $(date +%s) - t_start ))
 machine_note="bench/run_gpu.sh took $total s on $(nproc) cores (builds and the model file included)"
+title="GPU machine: sluice vs llama.cpp" scenario="gpu/q30-${layers}l-q4_k_m"
+[ $placement_runs = 1 ] && title="GPU machine: routed experts under a VRAM budget, sluice vs llama.cpp -ncmoe" \
+  scenario="gpu-placement/q30-${layers}l-q4_k_m"
 args=(report "$manifest" --model "synthetic Qwen3-30B-A3B shape, $layers layers, q4_k_m, router skew $skew locality $locality"
-  --scenario "gpu/q30-${layers}l-q4_k_m" --title "GPU machine: sluice vs llama.cpp" --note "$machine_note")
+  --scenario "$scenario" --title "$title" --note "$machine_note")
 [ $record = 1 ] && args+=(--record)
 if [ $mode = dry ]; then
   say "then: bench/record.py ${args[*]}"
 elif [ -f "$manifest" ]; then
   "${rec[@]}" "${args[@]}"
   echo "record here: python3 bench/record.py report <files_at>/manifest.json --model ... --scenario ... --record"
+  # The lent machine returns 8 files: the runs' JSONs travel as one archive (extract it beside
+  # manifest.json before recording).
+  if [ $placement_runs = 1 ] && [ $mode != dry ]; then
+    (cd "$out" && ls *.json | grep -v '^manifest.json$' | tar czf results.tar.gz -T - && ls *.json | grep -v '^manifest.json$' | xargs rm -f)
+  fi
 else
   say "no run produced results"
 fi

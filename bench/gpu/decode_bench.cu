@@ -5,12 +5,17 @@
 // it off), whether the decodes gave the same tokens (exit 1 when not), and the time of a verify
 // window of 8 rows. Prints one line per figure and a
 // JSON line at the end (for bench/RESULTS.md).
+// DECODE_BENCH_PROFILE=prefill|decode|window brackets that phase (the timed prefill, the first
+// step decoded without graphs, the first window) with cudaProfilerStart/Stop, for
+// `ncu --profile-from-start off` (bench/gpu/profile.sh).
 #include "models/cuda_model.h"
 
 #include "core/thread_pool.h"
 #include "io/model_file.h"
 #include "kv/kv_cache.h"
 #include "models/model.h"
+
+#include <cuda_profiler_api.h>
 
 #include <chrono>
 #include <cstdio>
@@ -26,6 +31,19 @@ namespace {
 double now_s() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+
+// Brackets one phase for the profiler when DECODE_BENCH_PROFILE names it (nothing otherwise).
+struct profile_scope {
+    bool on;
+    explicit profile_scope(const char* phase) {
+        const char* want = std::getenv("DECODE_BENCH_PROFILE");
+        on = want && std::string(want) == phase;
+        if (on) cudaProfilerStart();
+    }
+    ~profile_scope() {
+        if (on) cudaProfilerStop();
+    }
+};
 
 int argmax(const float* x, int n) {
     int b = 0;
@@ -73,7 +91,10 @@ int main(int argc, char** argv) {
         }
         kv_cache kv(m->kv_shape_for(o.n_ctx));
         t0 = now_s();
-        m->forward(prompt, 0, kv, s, logits.data());
+        {
+            profile_scope ps("prefill");
+            m->forward(prompt, 0, kv, s, logits.data());
+        }
         const double t_prefill = now_s() - t0;
         const token_id first = argmax(logits.data(), hp.n_vocab);
         // Decode with and without graphs from the same prefilled cache (rolled back to the
@@ -89,7 +110,10 @@ int main(int argc, char** argv) {
             kv.truncate(n_prompt);
             t0 = now_s();
             for (int i = 0; i < n_gen; ++i) {
-                m->forward(std::span<const token_id>(&next, 1), n_prompt + i, kv, s, logits.data());
+                {
+                    profile_scope ps(mode == 1 && i == 0 ? "decode" : "");
+                    m->forward(std::span<const token_id>(&next, 1), n_prompt + i, kv, s, logits.data());
+                }
                 next = argmax(logits.data(), hp.n_vocab);
                 out[mode].push_back(next);
             }
@@ -103,6 +127,7 @@ int main(int argc, char** argv) {
         t0 = now_s();
         for (int i = 0; i < reps; ++i) {
             kv.truncate(pos);
+            profile_scope ps(i == 0 ? "window" : "");
             m->forward(win, pos, kv, s, logits.data());
         }
         const double t_win = (now_s() - t0) / reps;

@@ -12,7 +12,10 @@
 #   SMALL=1: also time the shipped small MoE (models/sluice-moe-*.gguf).
 #   T_TEST=150, T_BENCH=200: the caps per parity test and for the synthetic decode bench.
 #   PLACEMENT_SYNTH=1: also run placement_parity (experts split VRAM / CPU) on the synthetic file,
-#     at budgets 0, PLACEMENT_BUDGETS (default 2G,4G,8G) and everything.
+#     at budgets 0, PLACEMENT_BUDGETS (default 2G,4G,8G) and everything, each split budget with
+#     the PCIe shares PLACEMENT_SYNTH_SHARES (default cost,1: the cost model's split, all over PCIe).
+#   KERNEL_BENCH=1: time the decode step's kernels (bench/gpu/kernel_bench.cu); NCU=1: and their
+#     warp stall reasons under Nsight Compute.
 # Needs: .peers/gpu-bench/include (bench/run_gpu.sh --prepare) and the gguf package (.gpudeps/py).
 # bench/gpu/session.sh is the one-call form for the lead (budget 420 s, sm_90, all cores).
 set -uo pipefail
@@ -95,7 +98,24 @@ run_step() {   # run_step NAME LOG CAP RESERVE COMMAND...: one program under its
 # not random) for model_parity.
 run_step act_quant_parity "$OUT/act_quant_parity.h200.log" 30 $(rs $(( R_BENCH + 150 ))) "$B/act_quant_parity"
 run_step ops_parity "$OUT/ops_parity.h200.log" 60 $(rs $(( R_BENCH + 120 ))) "$B/ops_parity"
+# act_quant_parity's log goes into run.log (the lent machine returns 8 files at most).
+cat "$OUT/act_quant_parity.h200.log" >> "$run_log" 2>/dev/null && rm -f "$OUT/act_quant_parity.h200.log"
 run_step matmul_parity "$OUT/matmul_parity.h200.log" "${T_TEST:-150}" $(rs $(( R_BENCH + 60 ))) "$B/matmul_parity"
+
+# The decode step's kernels one at a time (bench/gpu/kernel_bench.cu; KERNEL_BENCH=0 skips), and
+# with NCU=1 (default) the warp stall reasons of the small ones under Nsight Compute, appended.
+if [ "${KERNEL_BENCH:-1}" = 1 ]; then
+  run_step kernel_bench "$OUT/kernel_bench.h200.log" 60 $(rs $(( R_BENCH + 60 ))) "$B/kernel_bench" 200
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  if [ "${NCU:-1}" = 1 ] && [ -n "$ncu" ]; then
+    say "ncu on kernel_bench"
+    timeout -k 5 "$(cap 60 $(rs $(( R_BENCH + 60 ))))" "$ncu" --clock-control none \
+      -k 'regex:mm_float|rmsnorm_quant|route_topk|attention_kernel|float_staged' --launch-count 12 \
+      --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section LaunchStats \
+      "$B/kernel_bench" 3 >> "$OUT/kernel_bench.h200.log" 2>&1
+    note "ncu kernel_bench: rc=$?"
+  fi
+fi
 run_step model_parity "$OUT/model_parity.h200.log" "${T_TEST:-150}" "$R_BENCH" \
   "$B/model_parity" tests/golden/fixtures $(ls models/*.gguf 2>/dev/null)
 
@@ -118,6 +138,7 @@ if [ -n "$synth_pid" ]; then
     if [ "${PLACEMENT_SYNTH:-1}" = 1 ]; then
       # Its log goes to the end of placement_parity's (the lent machine returns 8 files at most).
       export PLACEMENT_BUDGETS=${PLACEMENT_BUDGETS:-2G,4G,8G}
+      export PLACEMENT_SHARES=${PLACEMENT_SYNTH_SHARES:-cost,1}
       run_step placement_parity_synth "$OUT/placement_parity_synth.log" "${T_TEST:-150}" "$R_END" \
         "$B/placement_parity" "$f"
       grep -E '^(PASS|FAIL)' "$OUT/placement_parity_synth.log" >> "$summary" 2>/dev/null

@@ -12,8 +12,12 @@
 
 #include <cuda_runtime.h>
 
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 namespace sluice {
 
@@ -64,11 +68,18 @@ std::vector<dtype> gate_types_of(const std::vector<moe::expert_bank>& banks) {
     return t;
 }
 
-placement::planner_options planner_options_of() {
+// Staging slots start empty: open_pcie_lane sets the planner's count once the lane is open.
+placement::planner_options planner_options_of(const cuda_placement& p) {
     placement::planner_options o;
     o.gpu = true;
-    o.staging_slots = 0;   // no PCIe lane yet: every miss goes to the CPU
+    o.staging_slots = 0;
+    o.forced_pcie_share = p.pcie_share;
     return o;
+}
+
+size_t page_size() {
+    const long p = sysconf(_SC_PAGESIZE);
+    return p > 0 ? static_cast<size_t>(p) : 4096;
 }
 
 }  // namespace
@@ -80,7 +91,7 @@ cuda_expert_lanes::cuda_expert_lanes(const model_hparams& hp, std::vector<moe::e
       stream_(stream),
       cache_(hp.n_layer, hp.n_expert, blob_bytes_of(banks_), ranking_of(hp, p), cache_options_of(hp, p)),
       planner_(hp.n_layer, hp.n_expert, blob_bytes_of(banks_), gate_types_of(banks_), placement::cost_model{},
-               planner_options_of()),
+               planner_options_of(p)),
       plan_(planner_.make_layer_plan()) {
     if (banks_.size() != static_cast<size_t>(hp.n_layer)) fail("cuda expert lanes: {} banks for {} layers", banks_.size(), hp.n_layer);
     const size_t X = static_cast<size_t>(hp.n_expert);
@@ -134,10 +145,141 @@ cuda_expert_lanes::cuda_expert_lanes(const model_hparams& hp, std::vector<moe::e
         ev = e;
     }
     recorded_.assign(static_cast<size_t>(hp.n_layer), 0);
+    if (p.pcie_share > 1.0) fail("cuda placement: PCIe share {}: expected <= 1 (< 0: the cost model)", p.pcie_share);
+    if (!info_.split) info_.pcie_note = "every routed expert is in VRAM";
+    else if (p.staging_slots <= 0) info_.pcie_note = "no staging slots asked for";
+    else if (!grouped_ok_) info_.pcie_note = "float expert weights (the staged launch needs the grouped int8 matmul)";
+    else if (p.pcie_share == 0.0) info_.pcie_note = "PCIe share 0 asked for";
+    else open_pcie_lane(p.staging_slots);
+}
+
+void cuda_expert_lanes::open_pcie_lane(int staging_slots) {
+    // A layer never stages more experts than it has (and the grouped launch's tile buffers are
+    // sized for n_expert groups).
+    staging_slots = std::min(staging_slots, hp_.n_expert);
+    // The expert tensors' pages, page-aligned and merged where they touch, registered read-only:
+    // the copy engine then reads the file's mapping directly (GPU-MACHINE.md: 8 GiB in 0.24 s,
+    // copies at 51-55 GB/s), instead of through a staging copy in pageable memory.
+    const size_t pg = page_size();
+    std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
+    for (const moe::expert_bank& b : banks_)
+        for (const tensor_view* t : {b.gate, b.up, b.down}) {
+            const auto a = reinterpret_cast<uintptr_t>(t->data);
+            ranges.emplace_back(a / pg * pg, (a + t->nbytes + pg - 1) / pg * pg);
+        }
+    std::sort(ranges.begin(), ranges.end());
+    std::vector<std::pair<uintptr_t, uintptr_t>> merged;
+    for (const auto& r : ranges)
+        if (!merged.empty() && r.first <= merged.back().second) merged.back().second = std::max(merged.back().second, r.second);
+        else merged.push_back(r);
+    for (const auto& [lo, hi] : merged) {
+        void* ptr = reinterpret_cast<void*>(lo);
+        const cudaError_t e = cudaHostRegister(ptr, hi - lo, cudaHostRegisterReadOnly);
+        if (e != cudaSuccess) {
+            cudaGetLastError();   // clear it: the model goes on without the lane
+            info_.pcie_note = fmt::format("cudaHostRegister of {} bytes of expert weights failed: {}", hi - lo,
+                                          cudaGetErrorString(e));
+            return;
+        }
+        registered_.push_back(ptr);
+    }
+    // Slots sized for the largest slice of each matrix over the layers (formats differ by layer).
+    size_t gs = 0, us = 0, ds = 0;
+    for (const moe::expert_bank& b : banks_) {
+        gs = std::max(gs, slice_bytes(*b.gate));
+        us = std::max(us, slice_bytes(*b.up));
+        ds = std::max(ds, slice_bytes(*b.down));
+    }
+    const size_t S = static_cast<size_t>(staging_slots);
+    std::byte** mats[3] = {&staging_.gate, &staging_.up, &staging_.down};
+    const size_t sizes[3] = {gs, us, ds};
+    for (int m = 0; m < 3; ++m) {
+        void* d = nullptr;
+        ck(cudaMalloc(&d, sizes[m] * S), "cudaMalloc (staging slots)");
+        dev_allocs_.push_back(d);
+        *mats[m] = static_cast<std::byte*>(d);
+    }
+    staging_.n_slots = staging_slots;
+    cudaStream_t cs = nullptr;
+    ck(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking), "cudaStreamCreate (copies)");
+    copy_stream_ = cs;
+    for (void** ev : {&landed_, &staging_free_}) {
+        cudaEvent_t e = nullptr;
+        ck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+        *ev = e;
+    }
+    pcie_events_.assign(2 * static_cast<size_t>(hp_.n_layer), nullptr);
+    for (void*& ev : pcie_events_) {
+        cudaEvent_t e = nullptr;
+        ck(cudaEventCreate(&e), "cudaEventCreate");
+        ev = e;
+    }
+    pcie_recorded_.assign(static_cast<size_t>(hp_.n_layer), 0);
+    stage_of_.assign(static_cast<size_t>(hp_.n_expert), -1);
+    info_.pcie_lane = true;
+    info_.staging_slots = staging_slots;
+    info_.staging_bytes = (gs + us + ds) * S;
+    calibrate_pcie();
+    placement::planner_options o = planner_.options();
+    o.staging_slots = staging_slots;
+    planner_ = placement::planner(hp_.n_layer, hp_.n_expert, blob_bytes_of(banks_), gate_types_of(banks_), costs_, o);
+}
+
+void cuda_expert_lanes::calibrate_pcie() {
+    // The slots filled with layer 0's first experts, three times; the last two timed (the first
+    // wakes the copy engine): bytes over the mean time, including each copy's fixed cost.
+    auto cs = static_cast<cudaStream_t>(copy_stream_);
+    const moe::expert_bank& b = banks_[0];
+    const int n = std::min(staging_.n_slots, hp_.n_expert);
+    const size_t gs = slice_bytes(*b.gate), us = slice_bytes(*b.up), ds = slice_bytes(*b.down);
+    cudaEvent_t t0 = static_cast<cudaEvent_t>(pcie_events_[0]), t1 = static_cast<cudaEvent_t>(pcie_events_[1]);
+    for (int rep = 0; rep < 3; ++rep) {
+        if (rep == 1) ck(cudaEventRecord(t0, cs), "cudaEventRecord");
+        for (int e = 0; e < n; ++e) {
+            const size_t k = static_cast<size_t>(e);
+            ck(cudaMemcpyAsync(staging_.gate + k * gs, kernels::expert_slice(*b.gate, e).data, gs, cudaMemcpyHostToDevice, cs),
+               "staging copy");
+            ck(cudaMemcpyAsync(staging_.up + k * us, kernels::expert_slice(*b.up, e).data, us, cudaMemcpyHostToDevice, cs),
+               "staging copy");
+            ck(cudaMemcpyAsync(staging_.down + k * ds, kernels::expert_slice(*b.down, e).data, ds, cudaMemcpyHostToDevice, cs),
+               "staging copy");
+        }
+    }
+    ck(cudaEventRecord(t1, cs), "cudaEventRecord");
+    ck(cudaEventSynchronize(t1), "PCIe calibration");
+    float ms = 0;
+    ck(cudaEventElapsedTime(&ms, t0, t1), "cudaEventElapsedTime");
+    const double bytes = 2.0 * static_cast<double>(n) * static_cast<double>(gs + us + ds);
+    if (ms > 0) {
+        costs_.pcie_gb_s = bytes / (ms * 1e-3) / 1e9;
+        costs_.pcie_latency_s = 0;   // included in the measured rate (three copies an expert, as in a step)
+    }
+    info_.pcie_gb_s = costs_.pcie_gb_s;
+}
+
+void cuda_expert_lanes::calibrate(thread_pool& pool) {
+    if (calibrated_) return;
+    calibrated_ = true;
+    placement::calibrate_cpu(costs_, pool, banks_[0]);
+    info_.cpu_gb_s = costs_.cpu_gb_s(banks_[0].gate->type);
+    // Every layer is planned with its gate format's figure: the formats layer 0 does not have
+    // take its figure too (a per-format measurement per layer would cost seconds on a big model).
+    for (const moe::expert_bank& b : banks_)
+        if (costs_.cpu_gb_s_by_type[static_cast<size_t>(b.gate->type)] <= 0) costs_.set_cpu_gb_s(b.gate->type, info_.cpu_gb_s);
+    planner_.set_costs(costs_);
 }
 
 cuda_expert_lanes::~cuda_expert_lanes() {
     cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+    if (copy_stream_) {
+        cudaStreamSynchronize(static_cast<cudaStream_t>(copy_stream_));
+        cudaStreamDestroy(static_cast<cudaStream_t>(copy_stream_));
+    }
+    for (void* e : {landed_, staging_free_})
+        if (e) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+    for (void* e : pcie_events_)
+        if (e) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+    for (void* p : registered_) cudaHostUnregister(p);
     free_host();
     for (void* p : dev_allocs_) cudaFree(p);
     for (void* e : events_)
@@ -166,10 +308,10 @@ void cuda_expert_lanes::ensure(int max_rows) {
     const size_t E = static_cast<size_t>(hp_.n_embd), RK = R * K;
     ck(cudaHostAlloc(reinterpret_cast<void**>(&h_ids_), RK * 4, cudaHostAllocDefault), "cudaHostAlloc (ids)");
     ck(cudaHostAlloc(reinterpret_cast<void**>(&h_xn_), R * E * 4, cudaHostAllocDefault), "cudaHostAlloc (input)");
-    ck(cudaHostAlloc(reinterpret_cast<void**>(&h_slot_), 2 * RK * 4, cudaHostAllocDefault), "cudaHostAlloc (slots)");
+    ck(cudaHostAlloc(reinterpret_cast<void**>(&h_slot_), 3 * RK * 4, cudaHostAllocDefault), "cudaHostAlloc (slots)");
     ck(cudaHostAlloc(reinterpret_cast<void**>(&h_ey_), RK * E * 4, cudaHostAllocMapped), "cudaHostAlloc (CPU rows)");
     ck(cudaHostGetDevicePointer(reinterpret_cast<void**>(&d_ey_host_), h_ey_, 0), "cudaHostGetDevicePointer");
-    ck(cudaMalloc(reinterpret_cast<void**>(&d_slot_), 2 * RK * 4), "cudaMalloc (slots)");
+    ck(cudaMalloc(reinterpret_cast<void**>(&d_slot_), 3 * RK * 4), "cudaMalloc (slots)");
     cpu_ids_.assign(RK, -1);
     scratch_ = moe::make_expert_scratch(max_rows, static_cast<int>(K), hp_.n_expert, hp_.n_embd, hp_.n_ff_exp);
     max_rows_ = max_rows;
@@ -186,26 +328,67 @@ cuda_expert_lanes::routed cuda_expert_lanes::route(int il, int64_t n, const int3
     ck(cudaStreamSynchronize(s), "routed ids");
     planner_.plan_layer(il, std::span<const int32_t>(h_ids_, static_cast<size_t>(P)), &cache_, plan_);
     metrics_.add(plan_);
+    if (plan_.n_pcie > 0) copy_staged(il);   // first: the copies start while the rest is set up
     const int32_t* local = local_slot_.data() + static_cast<size_t>(il) * static_cast<size_t>(hp_.n_expert);
     routed r;
     r.grouped = grouped_ok_;
     int32_t* join_slot = h_slot_;
     int32_t* mm = h_slot_ + P;
+    int32_t* stage = h_slot_ + 2 * P;
     for (int64_t p = 0; p < P; ++p) {
         const int32_t e = h_ids_[p];
         if (e < 0 || e >= hp_.n_expert) fail("cuda expert lanes: layer {}: routed id {} outside 0..{}", il, e, hp_.n_expert - 1);
         const int32_t slot = local[e];
-        join_slot[p] = slot;
+        const int32_t staged = slot < 0 && !stage_of_.empty() ? stage_of_[static_cast<size_t>(e)] : -1;
+        // join copies the CPU's rows: pairs with join slot -1. A PCIe pair is a GPU row (>= 0).
+        join_slot[p] = slot >= 0 ? slot : staged >= 0 ? 0 : -1;
         mm[p] = slot >= 0 ? slot : r.grouped ? -1 : 0;
-        cpu_ids_[static_cast<size_t>(p)] = slot >= 0 ? -1 : e;
+        stage[p] = staged;
+        cpu_ids_[static_cast<size_t>(p)] = slot >= 0 || staged >= 0 ? -1 : e;
         if (slot >= 0) ++r.gpu_pairs;
+        else if (staged >= 0) ++r.pcie_pairs;
         else ++r.cpu_pairs;
     }
-    ck(cudaMemcpyAsync(d_slot_, h_slot_, static_cast<size_t>(2 * P) * 4, cudaMemcpyHostToDevice, s), "slots to device");
+    for (const placement::planned_expert& x : plan_.experts)
+        if (x.where == placement::lane::pcie) stage_of_[static_cast<size_t>(x.expert)] = -1;
+    ck(cudaMemcpyAsync(d_slot_, h_slot_, static_cast<size_t>(3 * P) * 4, cudaMemcpyHostToDevice, s), "slots to device");
     r.mm_ids = d_slot_ + P;
+    r.stage_ids = d_slot_ + 2 * P;
     pairs_ = P;
     cpu_pairs_ = r.cpu_pairs;
     return r;
+}
+
+void cuda_expert_lanes::copy_staged(int il) {
+    auto cs = static_cast<cudaStream_t>(copy_stream_);
+    const moe::expert_bank& b = banks_[static_cast<size_t>(il)];
+    const size_t gs = slice_bytes(*b.gate), us = slice_bytes(*b.up), ds = slice_bytes(*b.down);
+    // The slots are free once the last launch that read them (the previous layer's) is done.
+    ck(cudaStreamWaitEvent(cs, static_cast<cudaEvent_t>(staging_free_), 0), "cudaStreamWaitEvent");
+    ck(cudaEventRecord(static_cast<cudaEvent_t>(pcie_events_[2 * static_cast<size_t>(il)]), cs), "cudaEventRecord");
+    for (const placement::planned_expert& x : plan_.experts) {
+        if (x.where != placement::lane::pcie) continue;
+        if (x.slot < 0 || x.slot >= staging_.n_slots) fail("cuda expert lanes: staging slot {} of {}", x.slot, staging_.n_slots);
+        const size_t k = static_cast<size_t>(x.slot);
+        stage_of_[static_cast<size_t>(x.expert)] = x.slot;
+        ck(cudaMemcpyAsync(staging_.gate + k * gs, kernels::expert_slice(*b.gate, x.expert).data, gs, cudaMemcpyHostToDevice, cs),
+           "staging copy");
+        ck(cudaMemcpyAsync(staging_.up + k * us, kernels::expert_slice(*b.up, x.expert).data, us, cudaMemcpyHostToDevice, cs),
+           "staging copy");
+        ck(cudaMemcpyAsync(staging_.down + k * ds, kernels::expert_slice(*b.down, x.expert).data, ds, cudaMemcpyHostToDevice, cs),
+           "staging copy");
+    }
+    ck(cudaEventRecord(static_cast<cudaEvent_t>(pcie_events_[2 * static_cast<size_t>(il) + 1]), cs), "cudaEventRecord");
+    pcie_recorded_[static_cast<size_t>(il)] = 1;
+    ck(cudaEventRecord(static_cast<cudaEvent_t>(landed_), cs), "cudaEventRecord");
+}
+
+void cuda_expert_lanes::staged_begin() {
+    ck(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream_), static_cast<cudaEvent_t>(landed_), 0), "cudaStreamWaitEvent");
+}
+
+void cuda_expert_lanes::staged_end() {
+    ck(cudaEventRecord(static_cast<cudaEvent_t>(staging_free_), static_cast<cudaStream_t>(stream_)), "cudaEventRecord");
 }
 
 void cuda_expert_lanes::gpu_begin(int il) {
@@ -232,17 +415,30 @@ void cuda_expert_lanes::join(int64_t n, float* d_ey) {
     cuda::copy_cpu_pair_rows(d_ey, d_ey_host_, d_slot_, n * hp_.n_expert_used, hp_.n_embd, stream_);
 }
 
-void cuda_expert_lanes::end_forward() {
-    double gpu_s = 0;
-    for (size_t il = 0; il < recorded_.size(); ++il) {
-        if (!recorded_[il]) continue;
+namespace {
+// Seconds between the recorded event pairs (2 il, 2 il + 1) of the flagged layers; clears the flags.
+double elapsed_s(const std::vector<void*>& events, std::vector<uint8_t>& recorded) {
+    double s = 0;
+    for (size_t il = 0; il < recorded.size(); ++il) {
+        if (!recorded[il]) continue;
         float ms = 0;
-        if (cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(events_[2 * il]), static_cast<cudaEvent_t>(events_[2 * il + 1])) ==
+        if (cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(events[2 * il]), static_cast<cudaEvent_t>(events[2 * il + 1])) ==
             cudaSuccess)
-            gpu_s += ms * 1e-3;
-        recorded_[il] = 0;
+            s += ms * 1e-3;
+        recorded[il] = 0;
     }
-    metrics_.add_measured(gpu_s, 0, 0);
+    return s;
+}
+}  // namespace
+
+void cuda_expert_lanes::end_forward() {
+    const double gpu_s = elapsed_s(events_, recorded_);
+    double pcie_s = 0;
+    if (copy_stream_) {
+        ck(cudaStreamSynchronize(static_cast<cudaStream_t>(copy_stream_)), "copy stream");
+        pcie_s = elapsed_s(pcie_events_, pcie_recorded_);
+    }
+    metrics_.add_measured(gpu_s, pcie_s, 0);
 }
 
 }  // namespace sluice

@@ -1,10 +1,15 @@
-// The two expert lanes of a split MoE model on one CUDA device (issue 10, first working path;
-// load_model_cuda with a cuda_placement, models/cuda_model.h): the VRAM cache lane, whose
-// resident experts the GPU computes, and the CPU lane, which computes every other routed
-// expert from host memory (moe/expert_pool.h: run_expert_pairs). cuda_model.cpp runs a layer as
-//   route (ids and normalised input to the host: a stream sync) -> GPU hits enqueued ->
-//   run_cpu (the CPU lane, while the GPU computes the hits) -> join (the CPU's rows copied into
-//   the layer's per-pair buffer) -> the all-GPU model's rank-order combine.
+// The three expert lanes of a split MoE model on one CUDA device (issue 10; load_model_cuda with
+// a cuda_placement, models/cuda_model.h): the VRAM cache lane, whose resident experts the GPU
+// computes; the PCIe lane, misses the copy engine moves from host memory into staging slots for
+// the GPU to compute; and the CPU lane, which computes the other misses from host memory
+// (moe/expert_pool.h: run_expert_pairs). The planner (placement/plan.h) splits each layer's
+// misses between PCIe and the CPU by the cost model. cuda_model.cpp runs a layer as
+//   route (ids and normalised input to the host: a stream sync; plan; the PCIe copies enqueued
+//   on the copy stream) -> GPU hits enqueued -> staged experts enqueued (waiting on the copies'
+//   event) -> run_cpu (the CPU lane, while the GPU and the copy engine work) -> join (the CPU's
+//   rows copied into the layer's per-pair buffer) -> the all-GPU model's rank-order combine.
+// Every pair's row has the same bits on any lane (E3): the staged and resident experts are the
+// file's bytes read by the same kernels.
 // Host-side C++ (cuda_runtime.h only); included by cuda_model.cpp alone.
 #pragma once
 
@@ -38,7 +43,8 @@ public:
         const int32_t* mm_ids = nullptr;   // device [pairs]: the slot each pair's GPU matmul reads
                                            // (grouped: -1 for a CPU pair, skipped; else 0, overwritten by join)
         bool grouped = false;              // int8 experts: group_pairs over n_slots, CPU pairs skipped
-        int gpu_pairs = 0, cpu_pairs = 0;
+        const int32_t* stage_ids = nullptr;   // device [pairs]: the staging slot of a PCIe pair, else -1
+        int gpu_pairs = 0, pcie_pairs = 0, cpu_pairs = 0;
     };
 
     // banks: [n_layer] the file's expert tensors of every layer (host memory: the CPU lane reads
@@ -50,6 +56,8 @@ public:
     cuda_expert_lanes& operator=(const cuda_expert_lanes&) = delete;
 
     const layer_slots& slots(int il) const { return slots_[static_cast<size_t>(il)]; }
+    // The PCIe lane's staging slots (n_slots 0: no PCIe lane), read as a layer's slots are.
+    const layer_slots& staging() const { return staging_; }
     cuda_placement_info info() const { return info_; }
 
     // Pinned and host buffers for windows of up to max_rows rows (the stream must be idle).
@@ -57,9 +65,16 @@ public:
     // Copies the layer's routed ids [n * k_used] and normalised input [n, n_embd] (device) to the
     // host, waits for them (the stream's sync), plans the window and uploads each pair's slot.
     routed route(int il, int64_t n, const int32_t* d_ids, const float* d_xn);
+    // The CPU figure of the cost model, measured on the forward's pool (once; route's plans
+    // use it from then on).
+    void calibrate(thread_pool& pool);
     // Events around the GPU lane's expert launches (measured time, read by end_forward).
     void gpu_begin(int il);
     void gpu_end(int il);
+    // Around the launches that read the staging slots: the stream waits for this layer's
+    // copies; the next layer's copies wait for these launches.
+    void staged_begin();
+    void staged_end();
     // The CPU lane: every pair whose expert is not resident, into pinned host rows.
     void run_cpu(int64_t n, thread_pool& pool, int il);
     // Enqueues the copy of the CPU lane's rows into d_ey [n * k_used, n_embd] (device).
@@ -72,6 +87,13 @@ public:
 
 private:
     void free_host();
+    // Registers the expert tensors' host pages with CUDA and allocates the staging slots;
+    // on failure the lane stays off and info_.pcie_note says why.
+    void open_pcie_lane(int staging_slots);
+    // Times copies of a few experts into the staging slots: the cost model's PCIe figure.
+    void calibrate_pcie();
+    // Enqueues the copies of this layer's PCIe experts (plan_) on the copy stream.
+    void copy_staged(int il);
 
     model_hparams hp_;
     std::vector<moe::expert_bank> banks_;     // [n_layer] host tensors
@@ -99,6 +121,17 @@ private:
     // GPU lane timing: an event pair per layer, and whether this forward recorded it.
     std::vector<void*> events_;           // [2 * n_layer] cudaEvent_t
     std::vector<uint8_t> recorded_;       // [n_layer]
+    // The PCIe lane (staging_.n_slots > 0).
+    placement::cost_model costs_;         // calibrated figures (the planner holds a copy)
+    layer_slots staging_;                 // device [n_slots] of the largest gate / up / down slice
+    std::vector<void*> registered_;       // host ranges registered with cudaHostRegister
+    void* copy_stream_ = nullptr;         // cudaStream_t: the copy engine's queue
+    void* landed_ = nullptr;              // cudaEvent_t: the current layer's copies are done
+    void* staging_free_ = nullptr;        // cudaEvent_t: the last launch reading the slots is done
+    std::vector<void*> pcie_events_;      // [2 * n_layer] cudaEvent_t around each layer's copies
+    std::vector<uint8_t> pcie_recorded_;  // [n_layer]
+    std::vector<int32_t> stage_of_;       // [n_expert] this layer's staging slot per expert, or -1
+    bool calibrated_ = false;             // the CPU figure has been measured
 };
 
 }  // namespace sluice

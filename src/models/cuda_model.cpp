@@ -191,6 +191,7 @@ public:
         if (lanes_) {
             lanes_->ensure(s.max_rows);
             pool_ = s.pool;
+            lanes_->calibrate(*pool_);   // once: the CPU lane's figure for the planner
         }
         int32_t max_pos = 0;
         for (const batch_segment& g : batch) max_pos = std::max(max_pos, g.pos0 + static_cast<int32_t>(g.tokens.size()));
@@ -607,15 +608,31 @@ private:
             // (slot ids; grouped, CPU pairs skipped) while the CPU lane computes the rest, whose
             // rows join ey_ before the combine: every pair's row has the same bits either way (E3).
             const cuda_expert_lanes::routed r = lanes_->route(il, n, ids_, xn_);
+            if (r.gpu_pairs + r.pcie_pairs > 0) lanes_->gpu_begin(il);
             if (r.gpu_pairs > 0) {
-                lanes_->gpu_begin(il);
                 group_experts_ = lanes_->slots(il).n_slots;
                 grouped_ = r.grouped;
                 if (grouped_)
                     cuda::group_pairs(r.mm_ids, n * K, group_experts_, cuda::k_tile_rows_mma, perm_, tiles_, n_tiles_, stream_);
                 routed_experts(l, n, r.mm_ids, g_act);
-                lanes_->gpu_end(il);
+                g_act = false;   // act_ now holds the down projection's input
             }
+            if (r.pcie_pairs > 0) {
+                // The misses copied over PCIe: the same launches on the staging slots, once the
+                // copies have landed (their pairs only: the others are -1, skipped).
+                lanes_->staged_begin();
+                const cuda_expert_lanes::layer_slots& st = lanes_->staging();
+                dlayer staged = l;
+                staged.gate_exps.data = st.gate;
+                staged.up_exps.data = st.up;
+                staged.down_exps.data = st.down;
+                group_experts_ = st.n_slots;
+                grouped_ = true;
+                cuda::group_pairs(r.stage_ids, n * K, group_experts_, cuda::k_tile_rows_mma, perm_, tiles_, n_tiles_, stream_);
+                routed_experts(staged, n, r.stage_ids, g_act);
+                lanes_->staged_end();
+            }
+            if (r.gpu_pairs + r.pcie_pairs > 0) lanes_->gpu_end(il);
             lanes_->run_cpu(n, *pool_, il);
             lanes_->join(n, ey_);
         } else {

@@ -42,11 +42,21 @@ std::unique_ptr<model> load_model_cuda(const model_file& f, const load_options& 
 // while the CPU pool computes the others from host memory (moe/expert_pool.h: run_expert_pairs), and the GPU
 // combines each row in rank order: the logits of the all-GPU model and of the CPU model (E3).
 // A budget that holds every routed expert is the all-GPU model (CUDA graphs and all); a split
-// model runs without graphs (the host sits inside every layer). Not yet: the doorbell (ids
-// through mapped memory inside a graph), the PCIe lane, adaptive swaps, prefill streaming.
+// model runs without graphs (the host sits inside every layer). Misses the cost model sends
+// over PCIe are copied into staging slots and computed by the GPU after its hits (same kernels,
+// same bits). Not yet: the doorbell (ids through mapped memory inside a graph), adaptive swaps,
+// prefill streaming.
 struct cuda_placement {
     uint64_t vram_budget = UINT64_MAX;                   // bytes for routed experts' blobs
     std::optional<placement::routing_profile> profile;   // must match the model's shape when given
+    // The PCIe lane: up to staging_slots misses a layer are copied by the copy engine from the
+    // model file's mapping (registered with CUDA, so the copies are DMA) into device staging
+    // slots and computed by the GPU, while the CPU lane computes the other misses. The slots are
+    // VRAM beyond vram_budget (staging_slots x one expert's blob). 0: no PCIe lane.
+    int staging_slots = 16;
+    // < 0: the cost model (calibrated at load and at the first forward) splits each layer's
+    // misses; 0..1: this share goes over PCIe whatever it costs (tests: the bits never depend on it).
+    double pcie_share = -1.0;
 };
 std::unique_ptr<model> load_model_cuda(const model_file& f, const load_options& o, int device, const cuda_placement& p,
                                        bool graphs = true);
@@ -56,6 +66,12 @@ struct cuda_placement_info {
     bool split = false;          // some routed experts run on the CPU lane
     int resident = 0, total = 0; // (layer, expert) pairs in VRAM / in the model
     uint64_t resident_bytes = 0, total_bytes = 0;
+    bool pcie_lane = false;      // misses may be copied into staging slots
+    int staging_slots = 0;
+    uint64_t staging_bytes = 0;  // VRAM of the staging slots
+    std::string pcie_note;       // why there is no PCIe lane (empty when there is one)
+    double pcie_gb_s = 0;        // the cost model's figures: measured at load (PCIe) ...
+    double cpu_gb_s = 0;         // ... and at the first forward (the CPU pool; 0 before it)
 };
 cuda_placement_info cuda_placement_of(const model& m);
 // What the split model's lanes did since the last reset (hits, CPU misses, per-lane seconds

@@ -49,7 +49,14 @@ struct cost_model {
 // expert stays in cache, so this is an upper bound there; on a large model it is RAM speed.
 double measure_cpu_expert(thread_pool& pool, const moe::expert_bank& bank, int32_t expert, int reps = 5);
 
-// Fills the CPU figure for the bank's gate format from measure_cpu_expert (expert 0).
+// The pool computing one row through each of `count` experts [first, first + count) at once (a
+// decode layer's CPU lane: one flat batch), once, after a warm-up batch over other experts when
+// the bank has them (so the timed experts come from RAM, as a large model's do): their bytes over
+// the time, in GB/s.
+double measure_cpu_expert_batch(thread_pool& pool, const moe::expert_bank& bank, int32_t first, int32_t count);
+
+// Fills the CPU figure for the bank's gate format: a batch of up to 8 experts not yet touched
+// (measure_cpu_expert_batch), or measure_cpu_expert on expert 0 for a bank of one expert.
 void calibrate_cpu(cost_model& m, thread_pool& pool, const moe::expert_bank& bank, int reps = 5);
 
 }  // namespace sluice::placement

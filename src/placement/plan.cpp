@@ -3,6 +3,7 @@
 #include "core/error.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace sluice::placement {
 
@@ -23,12 +24,18 @@ planner::planner(int n_layer, int n_expert, std::vector<uint64_t> blob_bytes, st
         fail("planner: expected {} blob sizes and formats (one per layer), got {} and {}", n_layer, blob_.size(),
              type_.size());
     if (o.staging_slots < 0) fail("planner: staging slots {}: expected >= 0", o.staging_slots);
-    if (!(costs.pcie_gb_s > 0) || !(costs.gpu_gb_s > 0) || !(costs.cpu_default_gb_s > 0))
-        fail("planner: the cost model's GB/s figures must be > 0 (PCIe {}, GPU {}, CPU {})", costs.pcie_gb_s,
-             costs.gpu_gb_s, costs.cpu_default_gb_s);
+    if (!(o.forced_pcie_share <= 1.0)) fail("planner: forced PCIe share {}: expected <= 1 (< 0: the cost model)", o.forced_pcie_share);
+    set_costs(costs);
     rows_.assign(static_cast<size_t>(n_expert), 0);
     misses_.reserve(static_cast<size_t>(n_expert));
     lane_of_.assign(static_cast<size_t>(n_expert), lane::cpu);
+}
+
+void planner::set_costs(const cost_model& c) {
+    if (!(c.pcie_gb_s > 0) || !(c.gpu_gb_s > 0) || !(c.cpu_default_gb_s > 0))
+        fail("planner: the cost model's GB/s figures must be > 0 (PCIe {}, GPU {}, CPU {})", c.pcie_gb_s, c.gpu_gb_s,
+             c.cpu_default_gb_s);
+    costs_ = c;
 }
 
 layer_plan planner::make_layer_plan() const {
@@ -69,6 +76,10 @@ void planner::plan_layer(int layer, std::span<const int32_t> ids, const expert_c
     // Misses by blob size descending, ties by id ascending: within a layer every blob has the
     // same size, so misses_ (ascending ids) is already in that order.
     // Greedy: each miss to the lane that gives the smaller makespan so far (a tie: the CPU).
+    // A forced share instead sends the first round(share * misses) misses over PCIe.
+    const bool forced = o_.forced_pcie_share >= 0;
+    const size_t n_forced =
+        forced ? static_cast<size_t>(std::llround(o_.forced_pcie_share * static_cast<double>(misses_.size()))) : 0;
     for (size_t i = 0; i < misses_.size(); ++i) {
         const double c = costs_.cpu_seconds(bytes, t);
         bool to_pcie = false;
@@ -76,7 +87,7 @@ void planner::plan_layer(int layer, std::span<const int32_t> ids, const expert_c
         if (gpu && out.n_pcie < o_.staging_slots) {
             land_if = land + costs_.pcie_seconds(bytes);
             gpu_if = std::max(gpu_t, land_if) + costs_.gpu_seconds(bytes);
-            to_pcie = std::max(gpu_if, cpu_t) < std::max(gpu_t, cpu_t + c);
+            to_pcie = forced ? i < n_forced : std::max(gpu_if, cpu_t) < std::max(gpu_t, cpu_t + c);
         }
         lane_of_[i] = to_pcie ? lane::pcie : lane::cpu;
         if (to_pcie) {

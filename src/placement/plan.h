@@ -49,6 +49,10 @@ struct layer_plan {
 struct planner_options {
     bool gpu = false;          // a device is in use (false: everything on the CPU)
     int staging_slots = 4;     // PCIe misses per layer at most (staging buffers on the GPU)
+    // < 0: the cost model splits the misses. 0..1: this share of each layer's misses goes over
+    // PCIe whatever it costs (rounded to nearest, at most staging_slots; the lowest ids first):
+    // tests pin the split with it (E3: the tokens must not depend on it).
+    double forced_pcie_share = -1.0;
 };
 
 class planner {
@@ -64,6 +68,7 @@ public:
     void plan_layer(int layer, std::span<const int32_t> ids, const expert_cache* cache, layer_plan& out);
 
     const cost_model& costs() const { return costs_; }
+    void set_costs(const cost_model& c);   // a calibrated model (same checks as the constructor's)
     const planner_options& options() const { return o_; }
 
 private:

@@ -484,15 +484,27 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
                                     {"total_experts", pi.total},
                                     {"resident_bytes", pi.resident_bytes},
                                     {"total_bytes", pi.total_bytes},
-                                    {"lanes", "gpu (VRAM cache) + cpu; no PCIe lane, no adaptive swaps yet"},
+                                    {"lanes", pi.pcie_lane ? "gpu (VRAM cache) + pcie (staging slots) + cpu; no adaptive swaps yet"
+                                                           : "gpu (VRAM cache) + cpu; no adaptive swaps yet"},
+                                    {"pcie_lane", pi.pcie_lane},
+                                    {"pcie_note", pi.pcie_note},
+                                    {"staging_slots", pi.staging_slots},
+                                    {"staging_bytes", pi.staging_bytes},
+                                    {"pcie_gb_s_calibrated", pi.pcie_gb_s},
+                                    {"cpu_expert_gb_s_calibrated", pi.cpu_gb_s},
                                     {"metrics", m->to_json()}};
             rep.placement_json = pj.dump();
             rep.placement_note = fmt::format(
-                "routed experts split: {} of {} (layer, expert) pairs in VRAM ({:.2f} of {:.2f} GB), the rest on the CPU "
-                "lane; over the whole run: hit rate {:.3f} ({} hits, {} CPU misses), GPU lane {:.3f} s, CPU lane {:.3f} "
-                "s measured; ceilings below assume the whole model in VRAM",
-                pi.resident, pi.total, double(pi.resident_bytes) / 1e9, double(pi.total_bytes) / 1e9, m->hit_rate(),
-                m->hits, m->cpu, m->gpu_lane.measured, m->cpu_lane.measured);
+                "routed experts split: {} of {} (layer, expert) pairs in VRAM ({:.2f} of {:.2f} GB), the rest copied "
+                "over PCIe or computed by the CPU lane ({}); over the whole run: hit rate {:.3f} ({} hits, {} PCIe, {} CPU "
+                "misses; PCIe share {:.3f}, {:.2f} GB copied), GPU lane {:.3f} s, PCIe {:.3f} s, CPU lane {:.3f} s "
+                "measured; ceilings below assume the whole model in VRAM",
+                pi.resident, pi.total, double(pi.resident_bytes) / 1e9, double(pi.total_bytes) / 1e9,
+                pi.pcie_lane ? fmt::format("PCIe lane: {} staging slots, {:.1f} GB/s calibrated; CPU {:.1f} GB/s",
+                                           pi.staging_slots, pi.pcie_gb_s, pi.cpu_gb_s)
+                             : "no PCIe lane: " + pi.pcie_note,
+                m->hit_rate(), m->hits, m->pcie, m->cpu, m->pcie_share(), double(m->pcie_bytes) / 1e9,
+                m->gpu_lane.measured, m->pcie_lane.measured, m->cpu_lane.measured);
         }
 #endif
     rep.notes.push_back(fmt::format(

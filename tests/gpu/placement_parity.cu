@@ -5,6 +5,8 @@
 //   (ranked by a skewed synthetic routing profile), and everything (the all-GPU model);
 // for each: a 12-token prompt as one window (the grouped GPU matmul skipping the CPU's pairs,
 // the CPU lane deduplicating a window), then 16 greedy steps (the CPU's pick fed to every model).
+// Each split budget runs with the cost model's PCIe split and with PCIe shares 0, 0.5 and 1
+// forced (misses copied into staging slots and computed by the GPU): the bits never change.
 // It also checks that each budget placed what it should (resident experts, hit/miss counts).
 // Exit 0 when every model and budget is bit-identical, 1 otherwise, 77 (skipped) without a GPU.
 // Usage: placement_parity [FILE.gguf...] (default: the qwen3moe and qwen2moe golden fixtures).
@@ -140,37 +142,73 @@ int run_file(const fs::path& path, thread_pool& pool) {
         for (const std::string& n : names) budgets.push_back({n.c_str(), placement::parse_size(n), false, -1});
     }
     budgets.push_back({"everything", UINT64_MAX, false, hp.n_layer * hp.n_expert});
+    // PLACEMENT_SHARES=cost,0,0.5,1 (default): each split budget once per PCIe share (cost: the
+    // cost model's split; a number: that share of each layer's misses forced over PCIe).
+    std::vector<double> shares;
+    {
+        const char* env = std::getenv("PLACEMENT_SHARES");
+        for (std::string rest = env && *env ? env : "cost,0,0.5,1"; !rest.empty();) {
+            const size_t c = rest.find(',');
+            const std::string w = rest.substr(0, c);
+            shares.push_back(w == "cost" ? -1.0 : std::stod(w));
+            rest = c == std::string::npos ? "" : rest.substr(c + 1);
+        }
+    }
     int failures = 0;
     for (const budget& b : budgets) {
-        cuda_placement p;
-        p.vram_budget = b.bytes;
-        if (b.profile) p.profile = prof;
-        auto gpu = load_model_cuda(*mf, o, 0, p);
-        const cuda_placement_info info = cuda_placement_of(*gpu);
-        const trace t = run(*gpu, pool, prompt, steps, ref.picks);
-        const size_t d = differing(ref.logits, t.logits);
-        int picks_equal = 0;
-        for (size_t i = 0; i < ref.picks.size(); ++i) picks_equal += ref.picks[i] == t.picks[i];
-        bool placed = b.want_resident < 0 || info.resident == b.want_resident;
-        std::string lanes = "all experts in VRAM (no split)";
-        if (const auto m = cuda_placement_metrics(*gpu)) {
-            // Budget 0: no hits at all; a split budget: both lanes used over the run.
-            placed = placed && info.split && m->experts > 0 && (b.bytes == 0 ? m->hits == 0 : m->hits > 0 && m->cpu > 0);
-            char buf[256];
-            std::snprintf(buf, sizeof buf, "hit rate %.3f (%llu hits, %llu CPU misses), GPU lane %.2f ms, CPU lane %.2f ms",
-                          m->hit_rate(), static_cast<unsigned long long>(m->hits), static_cast<unsigned long long>(m->cpu),
-                          m->gpu_lane.measured * 1e3, m->cpu_lane.measured * 1e3);
-            lanes = buf;
-        } else {
-            placed = placed && !info.split && b.bytes >= all_bytes;   // a budget holding every expert: no split
+        for (const double share : b.bytes == UINT64_MAX ? std::vector<double>{-1.0} : shares) {
+            cuda_placement p;
+            p.vram_budget = b.bytes;
+            p.pcie_share = share;
+            if (b.profile) p.profile = prof;
+            auto gpu = load_model_cuda(*mf, o, 0, p);
+            const cuda_placement_info info = cuda_placement_of(*gpu);
+            const trace t = run(*gpu, pool, prompt, steps, ref.picks);
+            const cuda_placement_info calibrated = cuda_placement_of(*gpu);   // the CPU figure: measured at the first forward
+            const size_t d = differing(ref.logits, t.logits);
+            int picks_equal = 0;
+            for (size_t i = 0; i < ref.picks.size(); ++i) picks_equal += ref.picks[i] == t.picks[i];
+            bool placed = b.want_resident < 0 || info.resident == b.want_resident;
+            std::string lanes = "all experts in VRAM (no split)";
+            if (const auto m = cuda_placement_metrics(*gpu)) {
+                // Budget 0: no hits at all; a split budget: hits and misses over the run. A forced
+                // share: PCIe misses exactly when it is above 0 and the lane is open (a float model
+                // has none, and says why); a share below 1 leaves CPU misses.
+                placed = placed && info.split && m->experts > 0 && (b.bytes == 0 ? m->hits == 0 : m->hits > 0);
+                if (share >= 0) {
+                    placed = placed && (share > 0 && info.pcie_lane ? m->pcie > 0 : m->pcie == 0);
+                    placed = placed && (share < 1 || !info.pcie_lane ? m->cpu > 0 : true);
+                }
+                // No lane only for a stated reason, and never because registering failed here.
+                placed = placed && (info.pcie_lane || !info.pcie_note.empty()) &&
+                         info.pcie_note.find("cudaHostRegister") == std::string::npos;
+                char buf[512];
+                std::snprintf(buf, sizeof buf,
+                              "hit rate %.3f (%llu hits, %llu PCIe, %llu CPU misses), GPU lane %.2f ms, PCIe %.2f ms, CPU lane "
+                              "%.2f ms; %s",
+                              m->hit_rate(), static_cast<unsigned long long>(m->hits), static_cast<unsigned long long>(m->pcie),
+                              static_cast<unsigned long long>(m->cpu), m->gpu_lane.measured * 1e3, m->pcie_lane.measured * 1e3,
+                              m->cpu_lane.measured * 1e3,
+                              info.pcie_lane ? ("PCIe lane " + std::to_string(info.staging_slots) + " slots, " +
+                                                std::to_string(static_cast<int>(info.pcie_gb_s)) + " GB/s, CPU " +
+                                                std::to_string(static_cast<int>(calibrated.cpu_gb_s)) + " GB/s")
+                                                   .c_str()
+                                             : ("no PCIe lane: " + info.pcie_note).c_str());
+                lanes = buf;
+            } else {
+                placed = placed && !info.split && b.bytes >= all_bytes;   // a budget holding every expert: no split
+            }
+            const bool ok = d == 0 && placed && picks_equal == static_cast<int>(ref.picks.size());
+            failures += ok ? 0 : 1;
+            char share_name[32];
+            if (share < 0) std::snprintf(share_name, sizeof share_name, "cost model");
+            else std::snprintf(share_name, sizeof share_name, "PCIe %.2f", share);
+            std::printf("%s %-40s budget %-16s %-10s %d/%d experts in VRAM: logits %zu/%zu bit-identical, greedy picks %d/%zu "
+                        "equal, decode %.1f tok/s; %s%s\n",
+                        ok ? "PASS" : "FAIL", label.c_str(), b.name, share_name, info.resident, info.total,
+                        ref.logits.size() - d, ref.logits.size(), picks_equal, ref.picks.size(), (steps - 1) / t.decode_s,
+                        lanes.c_str(), placed ? "" : " (PLACEMENT NOT AS EXPECTED)");
         }
-        const bool ok = d == 0 && placed && picks_equal == static_cast<int>(ref.picks.size());
-        failures += ok ? 0 : 1;
-        std::printf("%s %-40s budget %-16s %d/%d experts in VRAM: logits %zu/%zu bit-identical, greedy picks %d/%zu equal, "
-                    "decode %.1f tok/s; %s%s\n",
-                    ok ? "PASS" : "FAIL", label.c_str(), b.name, info.resident, info.total, ref.logits.size() - d,
-                    ref.logits.size(), picks_equal, ref.picks.size(), (steps - 1) / t.decode_s, lanes.c_str(),
-                    placed ? "" : " (PLACEMENT NOT AS EXPECTED)");
     }
     return failures;
 }

@@ -147,6 +147,40 @@ TEST(placement_plan, staging_slots_bound_the_pcie_share) {
     EXPECT_EQ(lp.n_cpu, 5);
 }
 
+TEST(placement_plan, a_forced_pcie_share_pins_the_split_whatever_the_costs) {
+    // The CPU is fast (every miss would stay there) but half is forced over PCIe, lowest ids first;
+    // share 1 takes what the staging slots allow; share 0 none.
+    cost_model m = round_costs();
+    m.cpu_default_gb_s = 1000.0;
+    const std::vector<int32_t> ids{9, 2, 5, 7, 2, 11};   // 5 unique misses
+    const struct {
+        double share;
+        int pcie;
+    } cases[] = {{0.5, 3}, {1.0, 4}, {0.0, 0}, {0.2, 1}};
+    for (const auto& c : cases) {
+        planner p(1, 16, {k_blob}, {dtype::q8_0}, m,
+                  planner_options{.gpu = true, .staging_slots = 4, .forced_pcie_share = c.share});
+        layer_plan lp = p.make_layer_plan();
+        p.plan_layer(0, ids, nullptr, lp);
+        EXPECT_EQ(lp.n_pcie, c.pcie) << "share " << c.share;
+        EXPECT_EQ(lp.n_cpu, 5 - c.pcie) << "share " << c.share;
+        for (int i = 0; i < lp.n_pcie; ++i) {
+            EXPECT_EQ(lp.experts[static_cast<size_t>(i)].where, lane::pcie);
+            EXPECT_EQ(lp.experts[static_cast<size_t>(i)].slot, i);   // staging slot = copy order
+        }
+        if (c.pcie >= 1) {
+            EXPECT_EQ(lp.experts[0].expert, 2);
+        }
+    }
+    // Without a GPU nothing goes over PCIe, forced or not.
+    planner cpu_only(1, 16, {k_blob}, {dtype::q8_0}, m, planner_options{.gpu = false, .forced_pcie_share = 1.0});
+    layer_plan lp = cpu_only.make_layer_plan();
+    cpu_only.plan_layer(0, ids, nullptr, lp);
+    EXPECT_EQ(lp.n_pcie, 0);
+    EXPECT_THROW(planner(1, 16, {k_blob}, {dtype::q8_0}, m, planner_options{.gpu = true, .forced_pcie_share = 1.5}),
+                 std::exception);
+}
+
 TEST(placement_plan, a_fast_cpu_keeps_every_miss) {
     cost_model m = round_costs();
     m.cpu_default_gb_s = 1000.0;   // 1 us per expert: never worth a 1 ms copy
@@ -231,6 +265,12 @@ TEST(placement_plan, cpu_expert_rate_is_measured_on_the_pool) {
     calibrate_cpu(m, pool, bank, 3);
     EXPECT_GT(m.cpu_gb_s_by_type[static_cast<size_t>(dtype::q8_0)], 0.0);
     EXPECT_THROW(measure_cpu_expert(pool, bank, 4, 1), std::exception);
+    // A batch of distinct experts (the calibration's form) and its range checks.
+    const double batch = measure_cpu_expert_batch(pool, bank, 1, 2);
+    EXPECT_GT(batch, 0.0);
+    EXPECT_LT(batch, 10000.0);
+    EXPECT_THROW(measure_cpu_expert_batch(pool, bank, 3, 2), std::exception);
+    EXPECT_THROW(measure_cpu_expert_batch(pool, bank, 0, 0), std::exception);
 }
 
 // The shipped MoE's real routing, planned layer by layer from inside the forward (the routing
