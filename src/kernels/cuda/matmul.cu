@@ -90,6 +90,23 @@ size_t quant_smem_bytes(int rows, int warps) {
     return static_cast<size_t>(warps) * stage_sizes<T>::w_region + static_cast<size_t>(rows) * stage_sizes<T>::a_region;
 }
 
+// Column blocks [0, n_cb1) of a launch are the first matrix's, the rest the second's (gate and
+// up, k and v computed from the same activations in one launch): points w, n_out, y and y_stride
+// at the block's matrix and returns the block's column-block index within it.
+__device__ inline int64_t pick_matrix(int64_t n_cb1, const uint8_t* __restrict__& w, int64_t& n_out,
+                                      float* __restrict__& y, int64_t& y_stride, const uint8_t* w2, int64_t n_out2,
+                                      float* y2, int64_t y2_stride) {
+    int64_t bx = blockIdx.x;
+    if (bx >= n_cb1) {
+        bx -= n_cb1;
+        w = w2;
+        n_out = n_out2;
+        y = y2;
+        y_stride = y2_stride;
+    }
+    return bx;
+}
+
 // Integer sum over the L lanes of a block (L = 4 or 32; lanes of a block are consecutive).
 template <int L>
 __device__ inline int32_t group_sum(int32_t v) {
@@ -118,15 +135,7 @@ __global__ void __launch_bounds__(k_warps_max * 32, MAXR == 1 ? 4 : 3)
                     float* __restrict__ y2, int64_t y2_stride, const int32_t* __restrict__ tiles,
                     const int32_t* __restrict__ n_tiles, const int32_t* __restrict__ perm) {
     wait_prior_grids();   // first: see launch.cuh
-    // Column blocks [0, n_cb1) are the first matrix's, the rest the second's.
-    int64_t bx = blockIdx.x;
-    if (bx >= n_cb1) {
-        bx -= n_cb1;
-        w = w2;
-        n_out = n_out2;
-        y = y2;
-        y_stride = y2_stride;
-    }
+    const int64_t bx = pick_matrix(n_cb1, w, n_out, y, y_stride, w2, n_out2, y2, y2_stride);
     using tr = fmt_traits<T>;
     using ss = stage_sizes<T>;
     constexpr int L = tr::qk / 8;       // lanes per block
@@ -262,15 +271,7 @@ __global__ void __launch_bounds__(k_warps * 32)
                     bool accumulate, int64_t n_cb1, const uint8_t* __restrict__ w2, int64_t n_out2,
                     float* __restrict__ y2, int64_t y2_stride) {
     wait_prior_grids();   // first: see launch.cuh
-    // Column blocks [0, n_cb1) are the first matrix's, the rest the second's.
-    int64_t bx = blockIdx.x;
-    if (bx >= n_cb1) {
-        bx -= n_cb1;
-        w = w2;
-        n_out = n_out2;
-        y = y2;
-        y_stride = y2_stride;
-    }
+    const int64_t bx = pick_matrix(n_cb1, w, n_out, y, y_stride, w2, n_out2, y2, y2_stride);
     const int l = static_cast<int>(threadIdx.x & 15);
     const int64_t j = bx * (blockDim.x / 16) + threadIdx.x / 16;   // blockDim.x / 16 columns per block
     const bool live = j < n_out;   // every lane stays for the shuffles
@@ -309,6 +310,58 @@ __global__ void __launch_bounds__(k_warps * 32)
             a = __fadd_rn(a, o);
         }
         if (live && l == 0) {
+            float* yy = y + (r0 + r) * y_stride + j;
+            *yy = accumulate ? __fadd_rn(*yy, a) : a;
+        }
+    }
+}
+
+// Float weights, one column a block (plain matrices with few columns: the router): the block's
+// 128 threads copy the column's weight row into shared memory, all their 16-byte loads issued
+// before any store (one memory latency instead of one per few elements, which left
+// mm_float_kernel at 35 us for a 128 x 2048 F32 router on the H200: kernel_bench), then lanes
+// 0..15 run mm_float_kernel's FMA chains (same terms, same order: the same bits) for each row
+// of the group, reading x from global memory (the rows every block shares).
+constexpr int k_col_threads = 128;
+constexpr int k_col_loads = 8;   // 16-byte loads in flight per thread per round
+template <dtype T>
+__global__ void __launch_bounds__(k_col_threads)
+    mm_float_col_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
+                        const uint8_t* __restrict__ act, size_t act_stride, int64_t n_rows, float* __restrict__ y,
+                        int64_t y_stride, bool accumulate, int64_t n_cb1, const uint8_t* __restrict__ w2, int64_t n_out2,
+                        float* __restrict__ y2, int64_t y2_stride) {
+    wait_prior_grids();   // first: see launch.cuh
+    extern __shared__ uint4 col_smem[];
+    const int64_t j = pick_matrix(n_cb1, w, n_out, y, y_stride, w2, n_out2, y2, y2_stride);
+    // Rows are 16-byte aligned (the launch checks): whole words.
+    const uint4* src = reinterpret_cast<const uint4*>(w + static_cast<size_t>(j) * row_bytes);
+    const int words = static_cast<int>(row_bytes / 16);
+    for (int base = 0; base < words; base += k_col_threads * k_col_loads) {
+        uint4 v[k_col_loads];
+#pragma unroll
+        for (int k = 0; k < k_col_loads; ++k) {
+            const int i = base + k * k_col_threads + static_cast<int>(threadIdx.x);
+            if (i < words) v[k] = __ldg(src + i);
+        }
+#pragma unroll
+        for (int k = 0; k < k_col_loads; ++k) {
+            const int i = base + k * k_col_threads + static_cast<int>(threadIdx.x);
+            if (i < words) col_smem[i] = v[k];
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x >= 16) return;
+    const uint8_t* ws = reinterpret_cast<const uint8_t*>(col_smem);
+    const int l = static_cast<int>(threadIdx.x);
+    const int64_t r0 = static_cast<int64_t>(blockIdx.y) * k_max_rows;
+    const int nr = static_cast<int>(n_rows - r0 < k_max_rows ? n_rows - r0 : k_max_rows);
+    for (int r = 0; r < nr; ++r) {
+        const float* x = reinterpret_cast<const float*>(act + static_cast<size_t>(r0 + r) * act_stride);
+        float a = 0.0f;
+#pragma unroll 8
+        for (int64_t i = l; i < n_in; i += 16) a = __fmaf_rn(load_w<T>(ws, i), __ldg(x + i), a);
+        for (int s = 8; s >= 1; s >>= 1) a = __fadd_rn(a, __shfl_down_sync(0xffffu, a, s, 16));
+        if (l == 0) {
             float* yy = y + (r0 + r) * y_stride + j;
             *yy = accumulate ? __fadd_rn(*yy, a) : a;
         }
@@ -403,6 +456,17 @@ void launch_float(const mm_args& a, dim3 grid, cudaStream_t s) {
     // block: then one warp (2 columns) a block, 4x the blocks pulling weights at once. Each
     // column's arithmetic is the same either way.
     const int64_t groups = grid.y;
+    const int64_t all_cols = a.n_out + (a.w2 ? a.n_out2 : 0);
+    // Few columns of a plain matrix whose row fits in shared memory (the router): a block a column.
+    if (!a.ids && all_cols * groups < 4 * 132 * k_float_cols && a.row_bytes % 16 == 0 && a.row_bytes <= 32 * 1024 &&
+        reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && (!a.w2 || reinterpret_cast<uintptr_t>(a.w2) % 16 == 0)) {
+        grid.x = static_cast<unsigned>(all_cols);
+        launch(mm_float_col_kernel<T>, dim3(grid), dim3(k_col_threads), a.row_bytes, s,
+               reinterpret_cast<const uint8_t*>(a.w), a.row_bytes, a.n_in, a.n_out,
+               reinterpret_cast<const uint8_t*>(a.act), a.act_stride, a.n_rows, a.y, a.y_stride, a.accumulate, a.n_out,
+               reinterpret_cast<const uint8_t*>(a.w2), a.n_out2, a.y2, a.y2_stride);
+        return;
+    }
     int cols = k_float_cols;
     if (((a.n_out + (a.w2 ? a.n_out2 : 0)) / k_float_cols) * groups < 4 * 132) cols = 2;
     const int64_t cb1 = (a.n_out + cols - 1) / cols;

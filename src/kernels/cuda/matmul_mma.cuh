@@ -69,14 +69,7 @@ __global__ void __launch_bounds__(k_mma_warps * 32, 2)
                   float* __restrict__ y2, int64_t y2_stride, const int32_t* __restrict__ tiles,
                   const int32_t* __restrict__ n_tiles, const int32_t* __restrict__ perm) {
     wait_prior_grids();   // first: see launch.cuh
-    int64_t bx = blockIdx.x;
-    if (bx >= n_cb1) {   // column blocks [0, n_cb1) are the first matrix's, the rest the second's
-        bx -= n_cb1;
-        w = w2;
-        n_out = n_out2;
-        y = y2;
-        y_stride = y2_stride;
-    }
+    const int64_t bx = pick_matrix(n_cb1, w, n_out, y, y_stride, w2, n_out2, y2, y2_stride);
     using tr = fmt_traits<T>;
     constexpr int QK = tr::qk, BB = tr::block_bytes, AB = tr::act_bytes;
     constexpr int CB = k_mma_k / QK;   // format blocks per step: 1 or 8
