@@ -14,8 +14,9 @@
 #   PLACEMENT_SYNTH=1: also run placement_parity (experts split VRAM / CPU) on the synthetic file,
 #     at budgets 0, PLACEMENT_BUDGETS (default 2G,4G,8G) and everything, each split budget with
 #     the PCIe shares PLACEMENT_SYNTH_SHARES (default cost,1: the cost model's split, all over PCIe).
-#   KERNEL_BENCH=1: time the decode step's kernels (bench/gpu/kernel_bench.cu); NCU=1: and their
-#     warp stall reasons under Nsight Compute.
+#   KERNEL_BENCH=1: time the decode step's kernels (bench/gpu/kernel_bench.cu); NCU=1: and the
+#     stall reasons of NCU_COUNT (4) launches of the kernels NCU_KERNELS names (default
+#     regex:attention_kernel|route_topk) under Nsight Compute.
 # Needs: .peers/gpu-bench/include (bench/run_gpu.sh --prepare) and the gguf package (.gpudeps/py).
 # bench/gpu/session.sh is the one-call form for the lead (budget 420 s, sm_90, all cores).
 set -uo pipefail
@@ -110,8 +111,9 @@ if [ "${KERNEL_BENCH:-1}" = 1 ]; then
   if [ "${NCU:-1}" = 1 ] && [ -n "$ncu" ]; then
     say "ncu on kernel_bench"
     timeout -k 5 "$(cap 60 $(rs $(( R_BENCH + 60 ))))" "$ncu" --clock-control none \
-      -k 'regex:mm_float|rmsnorm_quant|route_topk|attention_kernel|float_staged' --launch-count 12 \
+      -k "${NCU_KERNELS:-regex:attention_kernel|route_topk}" --launch-count "${NCU_COUNT:-4}" \
       --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section LaunchStats \
+      --section MemoryWorkloadAnalysis --section SourceCounters \
       "$B/kernel_bench" 3 >> "$OUT/kernel_bench.h200.log" 2>&1
     note "ncu kernel_bench: rc=$?"
   fi

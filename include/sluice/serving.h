@@ -124,6 +124,10 @@ public:
     std::string mtp_summary() const;
 
     serving_metrics metrics() const;
+    // Prometheus lines of the routed experts' placement (hit rate, PCIe share and bytes, each
+    // lane's time: placement/metrics.h) as of the last step; empty unless the model runs on a
+    // GPU with its experts split under a VRAM budget.
+    std::string placement_metrics_text() const;
     // Stops taking requests; cancel_in_flight ends active ones with "cancelled", else they finish.
     void shutdown(bool cancel_in_flight);
 

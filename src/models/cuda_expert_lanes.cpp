@@ -36,9 +36,13 @@ std::vector<uint64_t> blob_bytes_of(const std::vector<moe::expert_bank>& banks) 
     return b;
 }
 
-// The counts the cache ranks by: the profile's, or without one n_expert - e in every layer, so
-// the lowest ids of every layer come first (ties by (layer, expert): expert 0 of each layer, then
-// expert 1, ...): a budget is spread evenly over the layers instead of filling the first ones.
+// The counts the cache ranks by: the profile's, or without one none, so the cache fills whole
+// layers in layer order (expert_cache: no profile, (layer, expert) order). Whole layers because a
+// layer with every expert resident skips the host round trip (cuda_model.cpp computes it as the
+// all-GPU model does), while a split layer pays it whatever its hit rate: on the H200 a split
+// layer's serial part (attention, the ids to the host, the plan, the join) is ~170 us against
+// ~65 us for a whole GPU layer, so under even routing whole layers beat the same budget spread
+// over every layer. A profile knows better which experts are hot: then its counts rank.
 std::vector<uint64_t> ranking_of(const model_hparams& hp, const cuda_placement& p) {
     const size_t L = static_cast<size_t>(hp.n_layer), X = static_cast<size_t>(hp.n_expert);
     if (p.profile) {
@@ -47,10 +51,7 @@ std::vector<uint64_t> ranking_of(const model_hparams& hp, const cuda_placement& 
                  p.profile->n_layer, p.profile->n_expert, L, X);
         return p.profile->counts;
     }
-    std::vector<uint64_t> c(L * X);
-    for (size_t l = 0; l < L; ++l)
-        for (size_t e = 0; e < X; ++e) c[l * X + e] = X - e;
-    return c;
+    return {};
 }
 
 placement::cache_options cache_options_of(const model_hparams& hp, const cuda_placement& p) {
@@ -135,6 +136,7 @@ cuda_expert_lanes::cuda_expert_lanes(const model_hparams& hp, std::vector<moe::e
             cache_.copy_landed(cache_.slot_of(il, e));
         }
         info_.resident += s.n_slots;
+        if (s.n_slots == hp.n_expert) ++info_.whole_layers;
         info_.resident_bytes += cache_.blob_bytes(il) * resident.size();
     }
     info_.split = info_.resident < info_.total;

@@ -56,6 +56,9 @@ public:
     cuda_expert_lanes& operator=(const cuda_expert_lanes&) = delete;
 
     const layer_slots& slots(int il) const { return slots_[static_cast<size_t>(il)]; }
+    // Every routed expert of layer il is resident, slot e holding expert e: the layer runs as
+    // in the all-GPU model, without route() (no host round trip, nothing for the other lanes).
+    bool whole_layer(int il) const { return slots_[static_cast<size_t>(il)].n_slots == hp_.n_expert; }
     // The PCIe lane's staging slots (n_slots 0: no PCIe lane), read as a layer's slots are.
     const layer_slots& staging() const { return staging_; }
     cuda_placement_info info() const { return info_; }

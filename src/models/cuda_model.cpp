@@ -603,8 +603,8 @@ private:
         rp.n_used = hp_.n_expert_used;
         rp.renormalize = hp_.expert_weights_norm;
         cuda::route_topk(rp, router_, n, ids_, ew_, stream_);
-        if (lanes_) {
-            // Split layer: the ids go to the host, the GPU computes the pairs of resident experts
+        if (lanes_ && !lanes_->whole_layer(il)) {
+            // A split layer: the ids go to the host, the GPU computes the pairs of resident experts
             // (slot ids; grouped, CPU pairs skipped) while the CPU lane computes the rest, whose
             // rows join ey_ before the combine: every pair's row has the same bits either way (E3).
             const cuda_expert_lanes::routed r = lanes_->route(il, n, ids_, xn_);
@@ -636,9 +636,10 @@ private:
             lanes_->run_cpu(n, *pool_, il);
             lanes_->join(n, ey_);
         } else {
-            // Many pairs per expert (a prefill): group them by expert on the device, so each
-            // expert's weights are decoded once per tile of 64 pairs (the tensor-core kernel)
-            // instead of once per pair. The choice depends on the sizes only; either way every
+            // Every expert in VRAM (the all-GPU model, or a whole layer of a split one, its slots
+            // in expert order). Many pairs per expert (a prefill): group them by expert on the
+            // device, so each expert's weights are decoded once per tile of 64 pairs (the
+            // tensor-core kernel) instead of once per pair. The choice depends on the sizes only; either way every
             // pair's bits are the same (E1).
             group_experts_ = hp_.n_expert;
             grouped_ = n * K >= 2 * hp_.n_expert && hp_.n_expert <= cuda::k_group_max_experts;
@@ -731,6 +732,7 @@ cuda_placement_info cuda_placement_of(const model& m) {
     cuda_placement_info i;   // every routed expert in VRAM
     const model_hparams& hp = c.hparams();
     i.resident = i.total = hp.n_expert > 0 ? hp.n_layer * hp.n_expert : 0;
+    i.whole_layers = hp.n_expert > 0 ? hp.n_layer : 0;
     return i;
 }
 

@@ -37,7 +37,8 @@ std::unique_ptr<model> load_model_cuda(const model_file& f, const load_options& 
 // src/models/cuda_expert_lanes.h). Dense weights, attention, router, shared experts, norms and
 // KV stay on the GPU; vram_budget bytes hold routed experts (each a gate|up|down "blob"), chosen
 // by the profile's counts, highest first (placement::expert_cache's initial set), or without a
-// profile by expert id, lowest first, in every layer alike. Per MoE layer the GPU routes, the
+// profile whole layers in layer order (a layer whose experts are all resident runs as in the
+// all-GPU model, with no host round trip). Per MoE layer the GPU routes, the
 // window's ids go to the host (a stream sync), the GPU computes the resident experts' pairs
 // while the CPU pool computes the others from host memory (moe/expert_pool.h: run_expert_pairs), and the GPU
 // combines each row in rank order: the logits of the all-GPU model and of the CPU model (E3).
@@ -66,6 +67,7 @@ struct cuda_placement_info {
     bool split = false;          // some routed experts run on the CPU lane
     int resident = 0, total = 0; // (layer, expert) pairs in VRAM / in the model
     uint64_t resident_bytes = 0, total_bytes = 0;
+    int whole_layers = 0;        // layers with every routed expert resident (no host round trip)
     bool pcie_lane = false;      // misses may be copied into staging slots
     int staging_slots = 0;
     uint64_t staging_bytes = 0;  // VRAM of the staging slots

@@ -486,6 +486,7 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
                                     {"total_bytes", pi.total_bytes},
                                     {"lanes", pi.pcie_lane ? "gpu (VRAM cache) + pcie (staging slots) + cpu; no adaptive swaps yet"
                                                            : "gpu (VRAM cache) + cpu; no adaptive swaps yet"},
+                                    {"whole_layers", pi.whole_layers},
                                     {"pcie_lane", pi.pcie_lane},
                                     {"pcie_note", pi.pcie_note},
                                     {"staging_slots", pi.staging_slots},
@@ -495,11 +496,12 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
                                     {"metrics", m->to_json()}};
             rep.placement_json = pj.dump();
             rep.placement_note = fmt::format(
-                "routed experts split: {} of {} (layer, expert) pairs in VRAM ({:.2f} of {:.2f} GB), the rest copied "
-                "over PCIe or computed by the CPU lane ({}); over the whole run: hit rate {:.3f} ({} hits, {} PCIe, {} CPU "
+                "routed experts split: {} of {} (layer, expert) pairs in VRAM ({:.2f} of {:.2f} GB; {} whole layers, run "
+                "without a host round trip), the rest copied over PCIe or computed by the CPU lane ({}); over the whole "
+                "run, in the split layers: hit rate {:.3f} ({} hits, {} PCIe, {} CPU "
                 "misses; PCIe share {:.3f}, {:.2f} GB copied), GPU lane {:.3f} s, PCIe {:.3f} s, CPU lane {:.3f} s "
                 "measured; ceilings below assume the whole model in VRAM",
-                pi.resident, pi.total, double(pi.resident_bytes) / 1e9, double(pi.total_bytes) / 1e9,
+                pi.resident, pi.total, double(pi.resident_bytes) / 1e9, double(pi.total_bytes) / 1e9, pi.whole_layers,
                 pi.pcie_lane ? fmt::format("PCIe lane: {} staging slots, {:.1f} GB/s calibrated; CPU {:.1f} GB/s",
                                            pi.staging_slots, pi.pcie_gb_s, pi.cpu_gb_s)
                              : "no PCIe lane: " + pi.pcie_note,

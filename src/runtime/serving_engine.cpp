@@ -31,6 +31,8 @@
 #include "core/thread_pool.h"
 #include "kv/kv_cache.h"
 #include "kv/prefix_cache.h"
+#include "placement/metrics.h"
+#include "models/cuda_model.h"
 #include "models/hybrid_mtp.h"
 #include "runtime/generate.h"
 #include "runtime/loaded_model.h"
@@ -56,6 +58,7 @@
 #include <filesystem>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 namespace sluice {
@@ -175,6 +178,10 @@ struct serving_engine::impl {
     std::deque<std::unique_ptr<request_state>> queue;
     bool stopping = false, cancel_all = false;
     serving_metrics m;
+    // The split model's placement counters after the last step (a struct copy under mu: no
+    // allocation in the step); nullopt unless the experts are split under a VRAM budget.
+    std::optional<placement::placement_metrics> placement;
+    bool experts_split = false;   // the target's routed experts are split under a VRAM budget
     std::thread worker;
 
     void run();
@@ -265,6 +272,9 @@ std::unique_ptr<serving_engine> serving_engine::open(const serving_options& o) {
     const engine_options& eo = o.engine;
     p->target = loaded_model::open(eo.model_path.empty() ? engine::default_model_path() : eo.model_path, eo.n_ctx, eo.gpu,
                                    eo.vram_budget);
+#ifdef SLUICE_HAVE_CUDA
+    p->experts_split = eo.gpu >= 0 && cuda_placement_of(*p->target.net).split;
+#endif
     const model_hparams& hp = p->target.net->hparams();
     p->n_ctx = eo.n_ctx > 0 ? eo.n_ctx : std::min(hp.n_ctx_train, 4096);
     p->n_vocab = hp.n_vocab;
@@ -370,6 +380,15 @@ std::string serving_engine::mtp_summary() const { return p_->mtp_summary; }
 serving_metrics serving_engine::metrics() const {
     std::lock_guard<std::mutex> lk(p_->mu);
     return p_->m;
+}
+
+std::string serving_engine::placement_metrics_text() const {
+    std::optional<placement::placement_metrics> pm;
+    {
+        std::lock_guard<std::mutex> lk(p_->mu);
+        pm = p_->placement;
+    }
+    return pm ? pm->to_prometheus() : std::string();
 }
 
 void serving_engine::shutdown(bool cancel_in_flight) {
@@ -611,7 +630,12 @@ void serving_engine::impl::step() {
             if (d < r->spec.drafts_accepted - a0) ++accepted_at[size_t(d)];
         }
     }
+    std::optional<placement::placement_metrics> pm;
+#ifdef SLUICE_HAVE_CUDA
+    if (experts_split) pm = cuda_placement_metrics(*target.net);
+#endif
     std::lock_guard<std::mutex> lk(mu);
+    if (pm) placement = *pm;
     m.steps += 1;
     m.rows += rows;
     m.max_segments = std::max<int64_t>(m.max_segments, static_cast<int64_t>(batch.size()));

@@ -31,6 +31,8 @@ public:
     virtual std::string eos_text() const = 0;
     virtual std::string model_name() const = 0;
     virtual serving_metrics metrics() const = 0;
+    // The expert placement's Prometheus lines ("" when the experts are not split).
+    virtual std::string placement_metrics_text() const { return {}; }
     virtual void shutdown(bool cancel_in_flight) = 0;
 
     // The guarantees of the exactness contract that hold for every reply of this backend. E5
@@ -59,6 +61,7 @@ public:
     std::string eos_text() const override { return e_->eos_text(); }
     std::string model_name() const override { return e_->model_name(); }
     serving_metrics metrics() const override { return e_->metrics(); }
+    std::string placement_metrics_text() const override { return e_->placement_metrics_text(); }
     void shutdown(bool cancel_in_flight) override { e_->shutdown(cancel_in_flight); }
 
 private:

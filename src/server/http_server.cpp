@@ -260,7 +260,9 @@ void http_server::impl::routes() {
         auto b = get_backend();
         std::optional<serving_metrics> sm;
         if (b) sm = b->metrics();
-        res.set_content(stats.render(sm ? &*sm : nullptr), "text/plain; version=0.0.4; charset=utf-8");
+        std::string text = stats.render(sm ? &*sm : nullptr);
+        if (b) text += b->placement_metrics_text();   // sluice_expert_*: only when experts are split
+        res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
     });
     svr.Get("/openapi.json", [this](const httplib::Request&, httplib::Response& res) {
         auto b = get_backend();
