@@ -312,6 +312,11 @@ if [ $mode = local ]; then
   export PKG_CONFIG_LIBDIR=$bundle/lib/pkgconfig
 fi
 command -v ninja >/dev/null && cmake_common+=(-G Ninja)
+# --placement has no sluice run without its CUDA build: that build is not niced and may take
+# 420 s (2026-12-01: niced beside the llama.cpp build it ran out of its 360 s and the call
+# measured llama.cpp alone).
+sluice_nice=15 sluice_build_cap=360
+[ $placement_runs = 1 ] && sluice_nice=0 sluice_build_cap=420
 build_sluice() {  # build_sluice DIR CUDA(0|1)
   local dir=$1 with_cuda=$2 args=("${cmake_common[@]}")
   if [ "$with_cuda" = 1 ]; then
@@ -321,7 +326,8 @@ build_sluice() {  # build_sluice DIR CUDA(0|1)
   fi
   [ -f "$dir/CMakeCache.txt" ] && ! grep -q "^CMAKE_GENERATOR:INTERNAL=$(command -v ninja >/dev/null && echo Ninja || echo 'Unix Makefiles')$" "$dir/CMakeCache.txt" && rm -rf "$dir"
   run "sluice configure (cuda=$with_cuda)" "$(cap 120 120)" cmake -S "$root" -B "$dir" "${args[@]}" \
-    && run "sluice build (cuda=$with_cuda)" "$(cap 360 120)" nice -n 15 cmake --build "$dir" --target sluice_cli -j "$(nproc)"
+    && run "sluice build (cuda=$with_cuda)" "$(cap "$sluice_build_cap" 120)" nice -n "$sluice_nice" cmake --build "$dir" \
+      --target sluice_cli -j "$(nproc)"
 }
 # Two sluice builds side by side: CPU-only (for the CPU runs: the same configuration as the CPU
 # build tested here) and, when nvcc is there, CUDA (for the --gpu run; its failure costs nothing
@@ -418,16 +424,20 @@ if [ $placement_runs = 1 ]; then
   # Issue 10: both engines with the whole model in VRAM, then each sluice budget against the
   # llama.cpp -ncmoe that keeps about as many expert bytes in VRAM. Ceilings: three-lane (routed
   # experts from RAM and PCIe together, the rest from HBM: what nothing cached allows).
-  llama_run "llama.cpp GPU -ngl 99" llama_gpu.json gpu "$(cap 90 300)" --gpu -p "$p" -n "$n" -r 2
-  sluice_run "sluice GPU" sluice_gpu.json gpu "$(cap 90 260)" "$sluice_gpu" "${sluice_main[@]}" --gpu 0
+  # Reserves: ~10 s for each llama.cpp run after this one and ~30 s for each sluice run (a
+  # split prefill runs most experts on the CPU lane), so that a late start cuts the whole-VRAM
+  # runs short rather than losing the budget sweep. (2026-12-01: reserves of 300 s left the
+  # first run 1 s.)
+  llama_run "llama.cpp GPU -ngl 99" llama_gpu.json gpu "$(cap 60 170)" --gpu -p "$p" -n "$n" -r 2
+  sluice_run "sluice GPU" sluice_gpu.json gpu "$(cap 60 160)" "$sluice_gpu" "${sluice_main[@]}" --gpu 0
   [ -f "$out/sluice_gpu.json" ] && [ -f "$out/llama_gpu.json" ] && \
     "${rec[@]}" compare "$manifest" "sluice GPU" "llama.cpp GPU -ngl 99"
   left=4
   for pair in 0:48 2G:42 4G:36 8G:24; do
     b=${pair%%:*} nc=${pair##*:}
-    llama_run "llama.cpp -ngl 99 -ncmoe $nc" "llama_ncmoe$nc.json" three-lane "$(cap 60 $(( left * 50 - 25 )))" \
+    llama_run "llama.cpp -ngl 99 -ncmoe $nc" "llama_ncmoe$nc.json" three-lane "$(cap 30 $(( left * 40 - 10 )))" \
       --ncmoe "$nc" -p "$p" -n "$n" -r 2
-    sluice_run "sluice GPU --vram-budget $b" "sluice_gpu_$b.json" three-lane "$(cap 60 $(( left * 50 - 50 )))" \
+    sluice_run "sluice GPU --vram-budget $b" "sluice_gpu_$b.json" three-lane "$(cap 60 $(( left * 40 - 40 )))" \
       "$sluice_gpu" "${sluice_main[@]}" --gpu 0 --vram-budget "$b"
     [ -f "$out/sluice_gpu_$b.json" ] && [ -f "$out/llama_ncmoe$nc.json" ] && \
       "${rec[@]}" compare "$manifest" "sluice GPU --vram-budget $b" "llama.cpp -ngl 99 -ncmoe $nc"
