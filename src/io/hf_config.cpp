@@ -21,11 +21,13 @@ struct arch_row {
 };
 
 // One row per architecture: a new one adds a row here and its names in hf_names.cpp.
-constexpr std::array<arch_row, 4> k_archs{{
+constexpr std::array<arch_row, 6> k_archs{{
     {"LlamaForCausalLM", "llama", true},
     {"Qwen3ForCausalLM", "qwen3", false},
     {"Qwen3MoeForCausalLM", "qwen3moe", false},
     {"Qwen2MoeForCausalLM", "qwen2moe", false},
+    {"Qwen3NextForCausalLM", "qwen3next", false},
+    {"Qwen3_5MoeForCausalLM", "qwen35moe", false},
 }};
 
 class reader {
@@ -136,7 +138,80 @@ void add_rope_scaling(const reader& r, const json& rs, const std::string& a, std
         if (auto v = r.number(rs, k)) c.meta.set(std::string("sluice.hf.rope_scaling.") + k, f32(*v));
 }
 
+// The hybrids' keys (conversion/qwen.py, Qwen3NextModel.set_gguf_parameters and the Qwen3.5
+// MRoPE mixin), but those that depend on the MTP blocks (finish_hybrid_config).
+void add_hybrid_keys(const reader& r, const json& j, std::string_view where, hf_config& c) {
+    const std::string& a = c.arch;
+    c.hybrid = true;
+    c.linear_k_heads = r.require_count("linear_num_key_heads");
+    c.linear_v_heads = r.require_count("linear_num_value_heads");
+    c.v_heads_tiled = a == "qwen35moe" && c.linear_k_heads != c.linear_v_heads;   // the converter's condition
+    c.linear_k_dim = r.require_count("linear_key_head_dim");
+    c.linear_v_dim = r.require_count("linear_value_head_dim");
+    if (c.linear_v_heads % c.linear_k_heads != 0)
+        fail("{}: linear_num_value_heads {} is not a multiple of linear_num_key_heads {}", where, c.linear_v_heads,
+             c.linear_k_heads);
+    c.meta.set(a + ".ssm.conv_kernel", u32(r.require_count("linear_conv_kernel_dim")));
+    c.meta.set(a + ".ssm.state_size", u32(c.linear_k_dim));
+    c.meta.set(a + ".ssm.group_count", u32(c.linear_k_heads));
+    c.meta.set(a + ".ssm.time_step_rank", u32(c.linear_v_heads));
+    c.meta.set(a + ".ssm.inner_size", u32(c.linear_v_dim * c.linear_v_heads));
+    c.meta.set(a + ".full_attention_interval", u32(r.count("full_attention_interval").value_or(4)));
+    c.n_mtp = r.count("mtp_num_hidden_layers", 0).value_or(0);
+    auto lt = j.find("layer_types");
+    if (lt != j.end() && !lt->is_null()) {
+        if (!lt->is_array() || static_cast<int64_t>(lt->size()) != c.n_layer)
+            fail("{}: 'layer_types': expected a list of {} entries (num_hidden_layers)", where, c.n_layer);
+        for (const json& t : *lt) {
+            if (!t.is_string()) fail("{}: 'layer_types': expected strings, got {}", where, t.dump());
+            c.recurrent.push_back(t.get<std::string>() == "linear_attention");
+        }
+    }
+    // The rotary width: head_dim x partial_rotary_factor (rope_parameters', 0.25 without one).
+    double partial = 0.25;
+    if (const json* rp = r.find("rope_parameters"); rp && rp->is_object())
+        partial = r.number(*rp, "partial_rotary_factor").value_or(partial);
+    c.meta.set(a + ".rope.dimension_count", u32(static_cast<int64_t>(static_cast<double>(c.head_dim) * partial)));
+    if (a == "qwen35moe") {
+        // Interleaved MRoPE sections, padded to 4 (gguf's add_rope_dimension_sections); the
+        // converter's default when the checkpoint has none.
+        auto sec = std::make_shared<meta_array>();
+        sec->elem = meta_type::i32;
+        const json* rp = r.find("rope_parameters");
+        auto ms = rp && rp->is_object() ? rp->find("mrope_section") : json::const_iterator();
+        if (rp && rp->is_object() && ms != rp->end() && ms->is_array()) {
+            for (const json& v : *ms) {
+                if (!v.is_number_integer()) fail("{}: 'mrope_section': expected integers, got {}", where, v.dump());
+                sec->ints.push_back(v.get<int64_t>());
+            }
+        } else {
+            sec->ints = {11, 11, 10};
+        }
+        if (sec->ints.size() > 4) fail("{}: 'mrope_section': expected at most 4 entries", where);
+        sec->ints.resize(4, 0);
+        c.meta.set(a + ".rope.dimension_sections", meta_value{meta_type::array, sec});
+    }
+}
+
 }  // namespace
+
+void finish_hybrid_config(hf_config& c, int64_t n_mtp) {
+    const std::string& a = c.arch;
+    // Released checkpoints have one MTP layer; a count past this is a broken or hostile file.
+    constexpr int64_t k_max_mtp = 16;
+    if (n_mtp < 0 || n_mtp > k_max_mtp)
+        fail("config.json: {} MTP layers (mtp_num_hidden_layers or mtp.layers.*): expected 0..{}", n_mtp, k_max_mtp);
+    c.n_mtp = n_mtp;
+    c.meta.set(a + ".block_count", u32(c.n_layer + n_mtp));
+    if (n_mtp > 0) c.meta.set(a + ".nextn_predict_layers", u32(n_mtp));
+    if (!c.recurrent.empty()) {
+        auto rl = std::make_shared<meta_array>();
+        rl->elem = meta_type::boolean;
+        for (bool b : c.recurrent) rl->ints.push_back(b ? 1 : 0);
+        rl->ints.resize(static_cast<size_t>(c.n_layer + n_mtp), 0);
+        c.meta.set(a + ".attention.recurrent_layers", meta_value{meta_type::array, rl});
+    }
+}
 
 size_t json_nesting_depth(std::string_view text) {
     size_t depth = 0, deepest = 0;
@@ -286,7 +361,10 @@ hf_config parse_hf_config(std::string_view json_text, std::string_view where,
         c.meta.set(a + ".expert_feed_forward_length", u32(*v));
     if (auto v = r.count("shared_expert_intermediate_size"))
         c.meta.set(a + ".expert_shared_feed_forward_length", u32(*v));
-    if (auto v = r.flag("norm_topk_prob")) c.meta.set(a + ".expert_weights_norm", boolean(*v));
+    // The hybrids' converter (Qwen2MoeModel's parameters) writes no expert_weights_norm.
+    const bool hybrid = a == "qwen3next" || a == "qwen35moe";
+    if (auto v = r.flag("norm_topk_prob"); v && !hybrid) c.meta.set(a + ".expert_weights_norm", boolean(*v));
+    if (hybrid) add_hybrid_keys(r, j, where, c);
 
     c.tie_word_embeddings = r.flag("tie_word_embeddings").value_or(false);
     c.meta.set("sluice.hf.tie_word_embeddings", boolean(c.tie_word_embeddings));

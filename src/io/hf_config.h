@@ -16,7 +16,7 @@
 namespace sluice {
 
 struct hf_config {
-    std::string arch;               // "llama", "qwen3", "qwen3moe", "qwen2moe"
+    std::string arch;               // "llama", "qwen3", "qwen3moe", "qwen2moe", "qwen3next", "qwen35moe"
     metadata meta;                  // GGUF keys, general.* included
     int64_t n_embd = 0;             // hidden_size
     int64_t n_layer = 0;            // num_hidden_layers
@@ -36,7 +36,20 @@ struct hf_config {
         double original_context = 8192.0;
     };
     std::optional<llama3_rope> llama3;
+    // The hybrid Qwen MoEs (qwen3next, qwen35moe): Gated DeltaNet layers, whose tensors the
+    // converter reshapes (hf_names.h: hf_transform), and MTP blocks stored as mtp.*.
+    bool hybrid = false;
+    bool v_heads_tiled = false;     // qwen35moe with fewer key than value heads: V heads reordered
+                                    // from grouped to tiled order
+    int64_t n_mtp = 0;              // mtp_num_hidden_layers (0 when config.json has none)
+    int64_t linear_k_heads = 0, linear_v_heads = 0, linear_k_dim = 0, linear_v_dim = 0;
+    std::vector<bool> recurrent;    // [n_layer] from layer_types: linear_attention layers
 };
+
+// Writes the keys that depend on the MTP blocks (block_count = n_layer + n_mtp,
+// nextn_predict_layers, attention.recurrent_layers with the MTP blocks false), as the converter
+// does once it has counted them: n_mtp from config.json, or from the mtp.layers.* tensors.
+void finish_hybrid_config(hf_config& c, int64_t n_mtp);
 
 // rope_freqs.weight for llama3 rope scaling, [head_dim / 2] f32, computed in float32 the way
 // the converter's torch code computes it.

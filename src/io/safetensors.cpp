@@ -6,6 +6,7 @@
 #include "core/checked.h"
 #include "core/error.h"
 #include "io/hf_config.h"
+#include "io/hf_convert.h"
 #include "io/hf_names.h"
 #include "io/mmap.h"
 
@@ -241,25 +242,32 @@ struct expert_group {
 
 class builder {
 public:
-    builder(hf_model& m, const hf_config& cfg) : m_(m), cfg_(cfg) {}
+    builder(hf_model& m, const hf_config& cfg)
+        : m_(m), cfg_(cfg),
+          rules_{.permute_qk = cfg.permute_qk, .hybrid = cfg.hybrid, .v_heads_tiled = cfg.v_heads_tiled,
+                 .n_layer = cfg.n_layer, .v_head_dim = cfg.linear_v_dim} {}
 
     void add_hf_tensor(const located& x) {
         const auto& t = *x.t;
-        auto target = map_hf_name(t.name, cfg_.permute_qk);
+        auto target = map_hf_name(t.name, rules_);
         if (!target)
             fail("safetensors: {}: tensor '{}' has no GGUF name for architecture '{}'",
                  x.from->where, t.name, cfg_.arch);
         if (target->kind == hf_kind::skip) return;
-        if (target->layer >= cfg_.n_layer)
-            fail("safetensors: {}: tensor '{}': block {} but config.json has num_hidden_layers {}",
-                 x.from->where, t.name, target->layer, cfg_.n_layer);
+        if (target->layer >= cfg_.n_layer + cfg_.n_mtp)
+            fail("safetensors: {}: tensor '{}': block {} but config.json has num_hidden_layers {}{}",
+                 x.from->where, t.name, target->layer, cfg_.n_layer,
+                 cfg_.n_mtp ? fmt::format(" and {} MTP layers", cfg_.n_mtp) : std::string());
         switch (target->kind) {
             case hf_kind::plain:
-                if (target->permute == rope_permute::none) add_direct(target->gguf, x);
+                if (target->op != hf_float_op::none || target->reorder != hf_reorder::none || target->squeeze)
+                    add_converted(*target, x, cfg_, alloc(x.t->nbytes));
+                else if (target->permute == rope_permute::none) add_direct(target->gguf, x);
                 else add_permuted(target->gguf, x, target->permute);
                 break;
             case hf_kind::expert: add_expert(*target, x); break;
             case hf_kind::fused_gate_up: add_fused_gate_up(*target, x); break;
+            case hf_kind::qkvz_split: add_qkvz(*target, x); break;
             case hf_kind::skip: break;
         }
     }
@@ -406,11 +414,77 @@ private:
         push(std::move(up), x);
     }
 
+    // A hybrid tensor the converter reshapes (hf_target: squeeze, V-head reorder, -exp or +1),
+    // written into dst (x's size) and pushed.
+    void add_converted(const hf_target& target, const located& x, const hf_config& c, std::byte* dst) {
+        tensor_view v = view_of(target.gguf, x);
+        const auto& sh = x.t->shape;
+        if (target.squeeze) {   // conv1d [channels, 1, kernel] -> ne {kernel, channels}
+            if (sh.size() != 3 || sh[1] != 1)
+                fail("safetensors: {}: tensor '{}': expected [channels, 1, kernel], got [{}]", x.from->where,
+                     x.t->name, fmt::join(sh, ", "));
+            v.n_dims = 2;
+            v.ne = {sh[2], sh[0], 1, 1};
+        }
+        convert_hybrid_tensor(target, c, *x.t, x.data, dst, x.from->where);
+        v.data = dst;
+        push(std::move(v), x);
+    }
+
+    // qwen3next's in_proj_qkvz [n_k_heads x (q, k, v, z), n_embd] -> attn_qkv (every head's q,
+    // then k, then v) and attn_gate (every z), as Qwen3NextModel.modify_tensors orders them.
+    void add_qkvz(const hf_target& target, const located& x) {
+        const auto& sh = x.t->shape;
+        const int64_t nk = cfg_.linear_k_heads, hk = cfg_.linear_k_dim;
+        const int64_t vz = cfg_.linear_v_heads / nk * cfg_.linear_v_dim;   // v (and z) rows per key head
+        const int64_t group = 2 * hk + 2 * vz;
+        if (sh.size() != 2 || sh[0] != nk * group)
+            fail("safetensors: {}: tensor '{}': expected [{}, n_embd] ({} key heads of q {}, k {}, v {}, z {}), got [{}]",
+                 x.from->where, x.t->name, nk * group, nk, hk, hk, vz, vz, fmt::join(sh, ", "));
+        const uint64_t rb = x.t->nbytes / static_cast<uint64_t>(sh[0]);
+        tensor_view qkv = view_of(target.gguf, x);
+        qkv.ne[1] = nk * (2 * hk + vz);
+        qkv.nbytes = rb * static_cast<uint64_t>(qkv.ne[1]);
+        tensor_view z = view_of(target.gguf_up, x);
+        z.ne[1] = nk * vz;
+        z.nbytes = rb * static_cast<uint64_t>(z.ne[1]);
+        std::byte* dq = alloc(qkv.nbytes);
+        std::byte* dz = alloc(z.nbytes);
+        auto rows = [&](std::byte*& out, int64_t g, int64_t first, int64_t n) {
+            std::memcpy(out, x.data + uint64_t(g * group + first) * rb, uint64_t(n) * rb);
+            out += uint64_t(n) * rb;
+        };
+        std::byte* o = dq;
+        for (int64_t g = 0; g < nk; ++g) rows(o, g, 0, hk);            // q of every key head
+        for (int64_t g = 0; g < nk; ++g) rows(o, g, hk, hk);           // k
+        for (int64_t g = 0; g < nk; ++g) rows(o, g, 2 * hk, vz);       // v
+        std::byte* oz = dz;
+        for (int64_t g = 0; g < nk; ++g) rows(oz, g, 2 * hk + vz, vz);  // z
+        qkv.data = dq;
+        z.data = dz;
+        push(std::move(qkv), x);
+        push(std::move(z), x);
+    }
+
     hf_model& m_;
     const hf_config& cfg_;
+    hf_name_rules rules_;
     std::set<std::string> names_;
     std::map<std::string, expert_group> groups_;
 };
+
+// i of "mtp.layers.<i>." or "model.mtp.layers.<i>.", else -1.
+int64_t mtp_layer_of(std::string_view name) {
+    for (std::string_view p : {"mtp.layers.", "model.mtp.layers."}) {
+        if (!name.starts_with(p)) continue;
+        name.remove_prefix(p.size());
+        int64_t i = 0;
+        size_t n = 0;
+        while (n < name.size() && n < 6 && name[n] >= '0' && name[n] <= '9') i = i * 10 + (name[n++] - '0');
+        return n > 0 && n < name.size() && name[n] == '.' ? i : -1;
+    }
+    return -1;
+}
 
 // A shard name from an index must be a plain file name inside the directory.
 void check_shard_name(const std::string& s, const std::string& where) {
@@ -494,6 +568,14 @@ std::unique_ptr<model_file> open_hf_directory(const fs::path& dir_in) {
                  index_path.string(), name, file);
     }
 
+    if (cfg.hybrid) {
+        // MTP blocks: config.json's mtp_num_hidden_layers, or (Qwen3-Next, whose config has
+        // none) one more than the highest mtp.layers.<i> stored, as the converter counts them.
+        int64_t n_mtp = cfg.n_mtp;
+        if (n_mtp == 0)
+            for (const auto& x : in_order) n_mtp = std::max(n_mtp, mtp_layer_of(x.t->name) + 1);
+        finish_hybrid_config(cfg, n_mtp);
+    }
     m->meta_ = std::move(cfg.meta);
     builder b(*m, cfg);
     for (const auto& x : in_order) b.add_hf_tensor(x);

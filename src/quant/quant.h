@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/dtype.h"
+#include "core/half.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -24,11 +25,11 @@ bool can_quantize(dtype t);
 bool quantize_matches_gguf(dtype t);
 void quantize_row(dtype t, const float* src, std::byte* dst, int64_t n);
 
-// Scalar conversions shared by every format.
-float fp16_to_fp32(uint16_t h);
-uint16_t fp32_to_fp16(float f);   // round to nearest even
-float bf16_to_fp32(uint16_t h);
-uint16_t fp32_to_bf16(float f);   // round to nearest even, as gguf/ggml do
+// Scalar conversions shared by every format (core/half.h).
+using ::sluice::bf16_to_fp32;
+using ::sluice::fp16_to_fp32;
+using ::sluice::fp32_to_bf16;
+using ::sluice::fp32_to_fp16;
 // MXFP4's e8m0 scale times 1/2 (2^(e-128)): the levels are stored doubled so they are integers.
 float e8m0_to_fp32_half(uint8_t e);
 

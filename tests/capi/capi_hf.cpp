@@ -98,6 +98,17 @@ int sluice_hf_meta_bool(void* h, const char* key, int* out) {
     return 0;
 }
 
+// An integer or bool array: its element type (meta_type id) and up to cap values into out;
+// returns the array's length, or -2 when the key is absent or not such an array.
+int64_t sluice_hf_meta_int_array(void* h, const char* key, int* elem, int64_t* out, int64_t cap) {
+    const auto* v = as_model(h)->meta().find(key);
+    const sluice::meta_array* a = v ? v->as_array() : nullptr;
+    if (!a || !a->floats.empty() || !a->strings.empty() || !a->arrays.empty()) return -2;
+    *elem = static_cast<int>(a->elem);
+    for (size_t i = 0; i < a->ints.size() && static_cast<int64_t>(i) < cap; ++i) out[i] = a->ints[i];
+    return static_cast<int64_t>(a->ints.size());
+}
+
 int sluice_hf_meta_string(void* h, const char* key, char* buf, size_t len) {
     const auto* v = as_model(h)->meta().find(key);
     if (!v || !v->as_string()) return -2;

@@ -66,6 +66,19 @@ def test_f32_gguf_logits_match_transformers(tg_open_model, name):
 
 
 @pytest.mark.parametrize("name", hybrid_fixtures())
+def test_hf_directory_gives_the_converted_gguf_logits_bit_for_bit(tg_open_model, name):
+    """The same transformers checkpoint read straight from its directory (config.json +
+    safetensors, the converter's steps applied at load: io/hf_convert.h) and from llama.cpp's
+    conversion: every logit the same bits, so the HF path inherits the GGUF path's goldens."""
+    m, gguf = manifest_and_gguf(name)
+    from_gguf, from_hf = tg_open_model(gguf), tg_open_model(FIX / name / "hf")
+    for p in m["prompts"]:
+        a, b = from_gguf.logits(p["ids"]), from_hf.logits(p["ids"])
+        assert a.shape == b.shape
+        assert a.tobytes() == b.tobytes(), f"{name} prompt {p['kind']}: the HF directory's logits differ"
+
+
+@pytest.mark.parametrize("name", hybrid_fixtures())
 def test_greedy_64_tokens_match_transformers(tg_open_model, name):
     m, gguf = manifest_and_gguf(name)
     model = tg_open_model(gguf)

@@ -5,7 +5,7 @@ import numpy as np
 
 # GGML type ids (src/core/dtype.h) for the element types a safetensors file can hold.
 GGML_F32, GGML_F16, GGML_BF16 = 0, 1, 30
-META_U32, META_F32, META_BOOL, META_STRING = 4, 6, 7, 8
+META_U32, META_F32, META_BOOL, META_STRING, META_ARRAY = 4, 6, 7, 8, 9
 
 
 def _bind(lib):
@@ -27,6 +27,9 @@ def _bind(lib):
     lib.sluice_hf_meta_float.argtypes = [c.c_void_p, c.c_char_p, c.POINTER(c.c_double)]
     lib.sluice_hf_meta_bool.argtypes = [c.c_void_p, c.c_char_p, c.POINTER(c.c_int)]
     lib.sluice_hf_meta_string.argtypes = [c.c_void_p, c.c_char_p, c.c_char_p, c.c_size_t]
+    lib.sluice_hf_meta_int_array.argtypes = [c.c_void_p, c.c_char_p, c.POINTER(c.c_int),
+                                             c.POINTER(c.c_int64), c.c_int64]
+    lib.sluice_hf_meta_int_array.restype = c.c_int64
     lib.sluice_st_parse.argtypes = [c.c_char_p, c.c_size_t, c.c_char_p, c.c_size_t]
     lib.sluice_st_parse.restype = c.c_int64
     lib._hf_bound = True
@@ -97,6 +100,12 @@ class HfModel:
             v = ctypes.c_int()
             self.lib.sluice_hf_meta_bool(self.h, k, ctypes.byref(v))
             return bool(v.value)
+        if t == META_ARRAY:  # integer and bool arrays (the hybrids' recurrent_layers, mrope sections)
+            elem, cap = ctypes.c_int(), 4096
+            buf = (ctypes.c_int64 * cap)()
+            n = self.lib.sluice_hf_meta_int_array(self.h, k, ctypes.byref(elem), buf, cap)
+            assert 0 <= n <= cap, key
+            return [bool(x) for x in buf[:n]] if elem.value == META_BOOL else list(buf[:n])
         if t in (META_F32, 12):
             v = ctypes.c_double()
             self.lib.sluice_hf_meta_float(self.h, k, ctypes.byref(v))

@@ -283,3 +283,79 @@ def test_header_parser_rejects_every_flipped_length_byte(capi):
         bad[i] ^= 0x40
         with pytest.raises(HfError):
             parse_bytes(capi, bytes(bad))
+
+
+HYBRID_FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "tests/golden/fixtures"
+
+
+def hybrid_variant(tmp_path, fixture, name, edit_config=None, edit_tensors=None):
+    """A copy of a hybrid fixture's HF directory with its config or tensors edited."""
+    from safetensors.numpy import load_file
+
+    src = HYBRID_FIXTURES / fixture / "hf"
+    cfg = json.loads((src / "config.json").read_text())
+    t = load_file(str(src / "model.safetensors"))
+    if edit_config:
+        edit_config(cfg)
+    if edit_tensors:
+        edit_tensors(t)
+    return write_dir(tmp_path / name, cfg, t)
+
+
+@pytest.mark.parametrize("fixture,edit,match", [
+    ("qwen35moe_e4_k2_mtp", lambda c: c.update(mtp_num_hidden_layers=100000), "MTP layers"),
+    ("qwen3next_e4_k2_mtp", lambda c: c.update(layer_types=["linear_attention"]), "layer_types"),
+    ("qwen3next_e4_k2_mtp", lambda c: c.update(linear_num_value_heads=3), "multiple of linear_num_key_heads"),
+    ("qwen35moe_e4_k2_mtp", lambda c: c.pop("linear_key_head_dim"), "linear_key_head_dim"),
+])
+def test_hybrid_config_errors_name_the_field(capi, tmp_path, fixture, edit, match):
+    d = hybrid_variant(tmp_path, fixture, "bad", edit_config=edit)
+    with pytest.raises(HfError, match=match):
+        HfModel(capi, d)
+
+
+@pytest.mark.parametrize("fixture,tensor,shape,match", [
+    ("qwen3next_e4_k2_mtp", "model.layers.0.linear_attn.in_proj_qkvz.weight", (190, 32), "in_proj_qkvz"),
+    ("qwen35moe_e4_k2_mtp", "model.layers.1.linear_attn.in_proj_qkv.weight", (100, 32), "in_proj_qkv"),
+    ("qwen35moe_e4_k2_mtp", "model.layers.2.linear_attn.out_proj.weight", (32, 60), "columns"),
+    ("qwen3next_e4_k2_mtp", "model.layers.0.linear_attn.conv1d.weight", (128, 2, 4), "channels, 1, kernel"),
+])
+def test_hybrid_tensor_of_the_wrong_shape_is_refused_by_name(capi, tmp_path, fixture, tensor, shape, match):
+    def edit(t):
+        t[tensor] = rand(*shape)
+    d = hybrid_variant(tmp_path, fixture, "bad", edit_tensors=edit)
+    with pytest.raises(HfError, match=match):
+        HfModel(capi, d)
+
+
+def test_hybrid_a_log_in_bf16_is_negated_exp_rounded_to_bf16(capi, tmp_path):
+    """Released checkpoints keep some tensors in BF16: -exp(A_log) and the norms' +1 are computed
+    in f32 and rounded to BF16 (round to nearest even), as torch computes them on a BF16 tensor."""
+    def to_bf16_bits(x):
+        u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+        return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+    a_log = np.array([-2.0, -0.5, 0.25, 1.5], dtype=np.float32)
+    norm = np.array(RNG.standard_normal(32), dtype=np.float32)
+    a_bits, n_bits = to_bf16_bits(a_log), to_bf16_bits(norm)
+
+    def edit(t):
+        # safetensors' numpy writer has no bfloat16: store the bits and patch the dtype below.
+        t["model.layers.0.linear_attn.A_log"] = a_bits
+        t["model.layers.0.input_layernorm.weight"] = n_bits
+    d = hybrid_variant(tmp_path, "qwen3next_e4_k2_mtp", "bf16", edit_tensors=edit)
+    raw = (d / "model.safetensors").read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    for k in ("model.layers.0.linear_attn.A_log", "model.layers.0.input_layernorm.weight"):
+        header[k]["dtype"] = "BF16"
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (n - len(text))
+    assert len(text) == n
+    (d / "model.safetensors").write_bytes(raw[:8] + text + raw[8 + n:])
+    with HfModel(capi, d) as m:
+        want_a = to_bf16_bits(-np.exp((a_bits.astype(np.uint32) << 16).view(np.float32)))
+        want_n = to_bf16_bits((n_bits.astype(np.uint32) << 16).view(np.float32) + np.float32(1))
+        assert m.tensors["blk.0.ssm_a"].type == GGML_BF16
+        assert np.frombuffer(m.tensors["blk.0.ssm_a"].raw, dtype=np.uint16).tolist() == want_a.tolist()
+        assert np.frombuffer(m.tensors["blk.0.attn_norm.weight"].raw, dtype=np.uint16).tolist() == want_n.tolist()

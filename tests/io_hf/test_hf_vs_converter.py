@@ -100,6 +100,18 @@ def test_golden_hf_fixture_reads_like_its_f32_gguf(capi, fixture):
     assert_matches_gguf(capi, fixture / "hf", fixture / "model-F32.gguf")
 
 
+# The hybrid Qwen MoEs (tools/make_hybrid_golden.py): llama.cpp's converter output is
+# converted-F32.gguf, with the MTP block and every Gated DeltaNet reshape (qkvz split, V-head
+# reorder, -exp(A_log), +1 on the zero-centred norms) applied.
+HYBRID = sorted(p.parent for p in (ROOT / "tests/golden/fixtures").glob("*/converted-F32.gguf")
+                if (p.parent / "hf/config.json").exists())
+
+
+@pytest.mark.parametrize("fixture", HYBRID, ids=[p.name for p in HYBRID])
+def test_hybrid_hf_fixture_reads_like_llama_cpp_conversion(capi, fixture):
+    assert_matches_gguf(capi, fixture / "hf", fixture / "converted-F32.gguf")
+
+
 def _configs():
     base = dict(vocab_size=512, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                 intermediate_size=48, max_position_embeddings=128, rms_norm_eps=1e-5)
