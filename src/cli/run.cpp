@@ -43,6 +43,7 @@ struct run_args {
     std::string draft_model;
     std::string draft_vocab;   // --draft-vocab: the MTP head's trimmed vocabulary
     int draft_max = 15;
+    std::string draft_depth = "adaptive";  // --draft-depth: adaptive (cost and acceptance) or fixed (--draft-max)
     bool chat = false;
     bool verbose = false;
     std::string stats_json;
@@ -118,6 +119,7 @@ void run(const run_args& a) {
     if (a.draft_max < 0 || a.draft_max > 15)
         throw std::runtime_error(fmt::format("run: --draft-max {}: expected 0..15", a.draft_max));
     gp.max_window = a.draft_max + 1;
+    gp.adaptive_depth = a.draft_depth == "adaptive";
     gp.chat = a.chat;
     gp.system = a.system;
     if (!a.chat) {
@@ -168,6 +170,10 @@ void add_run_command(CLI::App& app) {
     cmd->add_option("--draft-vocab", args->draft_vocab, "With --spec mtp: the trimmed draft vocabulary "
                     "(tools/make_draft_vocab.py; default: MODEL.draft-vocab when it exists)");
     cmd->add_option("--draft-max", args->draft_max, "Most drafts per verify window (0..15)")->capture_default_str();
+    cmd->add_option("--draft-depth", args->draft_depth, "adaptive: the measured window cost and the acceptance pick "
+                    "the drafts per window (up to --draft-max); fixed: every window carries --draft-max drafts")
+        ->check(CLI::IsMember({"adaptive", "fixed"}))
+        ->capture_default_str();
     cmd->add_flag("--chat", args->chat, "Wrap the prompt in the model's ChatML template");
     cmd->add_option("--system", args->system, "With --chat: the system message");
     cmd->add_flag("-v,--verbose", args->verbose, "Print the model's shape");

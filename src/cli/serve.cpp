@@ -40,6 +40,7 @@ struct serve_args {
     std::string draft_model;
     std::string draft_vocab; // --draft-vocab: the MTP head's trimmed vocabulary (default: <model>.draft-vocab if present)
     int draft_max = 15;
+    std::string draft_depth = "adaptive";  // --draft-depth: adaptive (cost and acceptance) or fixed (--draft-max)
     int prefix_cache_mb = 1024;
     std::string web_root;
     int max_body_mb = 4;
@@ -95,6 +96,7 @@ void serve(const serve_args& a) {
     if (a.spec && a.draft_model.empty() && a.spec_kind == "mtp") so.drafter = drafter_kind::mtp;
     if (a.spec_kind == "mtp" && !a.draft_model.empty()) fail("serve: --spec mtp and --draft-model: choose one drafter");
     so.max_window = a.draft_max + 1;
+    so.adaptive_depth = a.draft_depth == "adaptive";
     so.http_threads = std::max(64, 2 * (a.parallel + a.queue) + 8);
 
     http_server server(so);
@@ -183,6 +185,10 @@ void add_serve_command(CLI::App& app) {
                     "(tools/make_draft_vocab.py; default: MODEL.draft-vocab when it exists)");
     cmd->add_option("--draft-model", a->draft_model, "Draft model with the target's tokenizer (implies --spec)");
     cmd->add_option("--draft-max", a->draft_max, "Most drafts per verify window (0..15)")->capture_default_str();
+    cmd->add_option("--draft-depth", a->draft_depth, "adaptive: the measured window cost and each request's acceptance "
+                    "pick the drafts per window (up to --draft-max); fixed: every window carries --draft-max drafts")
+        ->check(CLI::IsMember({"adaptive", "fixed"}))
+        ->capture_default_str();
     cmd->add_option("--prefix-cache-mb", a->prefix_cache_mb, "Memory for KV checkpoints of past prompts (MiB)")
         ->capture_default_str();
     cmd->add_option("--web-root", a->web_root, "Folder of the chat page (default: web/ next to the binary)");

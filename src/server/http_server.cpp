@@ -412,6 +412,7 @@ void http_server::impl::completion(const httplib::Request& req, httplib::Respons
         cr.params.presence_penalty = r.presence_penalty;
         cr.params.drafter = r.speculative ? o.drafter : drafter_kind::none;  // "speculative": false
         cr.params.max_window = o.max_window;
+        cr.params.adaptive_depth = o.adaptive_depth;
         cr.logit_bias = r.logit_bias;
         cr.top_logprobs = r.logprobs ? r.top_logprobs : -1;
         cr.cancel = session->cancel_flag(i);

@@ -26,6 +26,7 @@ struct server_options {
     int max_n = 16;                       // choices per request
     drafter_kind drafter = drafter_kind::none;  // --spec / --draft-model
     int max_window = 16;                  // rows per verify window when drafting
+    bool adaptive_depth = true;           // false: every window drafts max_window - 1 (--draft-depth fixed)
     int http_threads = 64;                // connections served at once (streams hold one each)
     std::chrono::milliseconds poll{100};  // how often a waiting stream checks its client
 };

@@ -78,8 +78,12 @@ def drafted_equals_serial(server, n_tokens=(24, 5)):
 
 @pytest.fixture(scope="module", params=HYBRID)
 def mtp_server(request, sluice_bin):
-    # --draft-max 4: the MTP head chains up to 4 drafts.
+    # --draft-max 4: the MTP head chains up to 4 drafts. --draft-depth fixed: every window carries
+    # them, so drafts are verified whatever the window timings say (the adaptive policy may turn
+    # drafting off for a random-initialised head whose drafts are rarely kept; that path is
+    # tests/server/test_spec_serving.py's).
     server = start_server(sluice_bin, str(model(request.param)), "--spec", "mtp", "--draft-max", "4",
+                          "--draft-depth", "fixed",
                           name=f"mtp_server_{request.param}")
     yield server
     assert server.stop() == 0, server.log_tail()
@@ -142,7 +146,8 @@ def make_vocab(tmp, name, top):
 @pytest.mark.parametrize("name", HYBRID)
 def test_trimmed_draft_vocabulary_keeps_drafted_equal_to_serial(sluice_bin, tmp_path, name):
     vocab = make_vocab(tmp_path, name, 24)
-    server = start_server(sluice_bin, str(model(name)), "--spec", "mtp", "--draft-max", "4", "--draft-vocab", str(vocab),
+    server = start_server(sluice_bin, str(model(name)), "--spec", "mtp", "--draft-max", "4", "--draft-depth", "fixed",
+                          "--draft-vocab", str(vocab),
                           name=f"mtp_trimmed_{name}")
     try:
         assert "draft vocabulary of 24 of 384 ids" in server.log_tail(), server.log_tail()
@@ -188,3 +193,8 @@ def test_malformed_or_mismatched_draft_vocabulary_is_a_clear_error(sluice_bin, t
 def test_spec_mtp_on_a_model_without_mtp_layers_is_a_clear_error(sluice_bin):
     rc, out = serve_fails(sluice_bin, str(FIXTURES / "qwen3moe_e8_k2" / "model-Q8_0.gguf"), "--spec", "mtp")
     assert rc != 0 and "no MTP (nextn) layers" in out, out
+
+
+def test_unknown_draft_depth_is_a_clear_error(sluice_bin):
+    rc, out = serve_fails(sluice_bin, str(model(HYBRID[0])), "--spec", "mtp", "--draft-depth", "deep")
+    assert rc != 0 and "--draft-depth" in out and "deep" in out, out
