@@ -437,7 +437,7 @@ if [ $placement_runs = 1 ]; then
     b=${pair%%:*} nc=${pair##*:}
     llama_run "llama.cpp -ngl 99 -ncmoe $nc" "llama_ncmoe$nc.json" three-lane "$(cap 30 $(( left * 40 - 10 )))" \
       --ncmoe "$nc" -p "$p" -n "$n" -r 2
-    sluice_run "sluice GPU --vram-budget $b" "sluice_gpu_$b.json" three-lane "$(cap 60 $(( left * 40 - 40 )))" \
+    sluice_run "sluice GPU --vram-budget $b" "sluice_gpu_$b.json" three-lane "$(cap 90 $(( left * 40 - 40 )))" \
       "$sluice_gpu" "${sluice_main[@]}" --gpu 0 --vram-budget "$b"
     [ -f "$out/sluice_gpu_$b.json" ] && [ -f "$out/llama_ncmoe$nc.json" ] && \
       "${rec[@]}" compare "$manifest" "sluice GPU --vram-budget $b" "llama.cpp -ngl 99 -ncmoe $nc"

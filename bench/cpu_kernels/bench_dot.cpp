@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <ctime>
 #include <random>
 #include <string>
@@ -32,7 +33,8 @@ int main(int argc, char** argv) {
                              dtype::q5_0, dtype::q5_1, dtype::iq4_xs, dtype::iq4_nl, dtype::mxfp4, dtype::q2_k,
                              dtype::q3_k, dtype::f16, dtype::bf16, dtype::f32, dtype::iq3_s, dtype::iq3_xxs,
                              dtype::iq2_xxs, dtype::iq2_xs, dtype::iq2_s};
-    const int64_t n = 4096;   // columns: a typical hidden size
+    // Columns: a typical hidden size; $BENCH_DOT_N sets another (768: Qwen3-30B-A3B's expert down rows).
+    const int64_t n = std::getenv("BENCH_DOT_N") ? std::max<int64_t>(256, std::atoll(std::getenv("BENCH_DOT_N")) / 256 * 256) : 4096;
     std::mt19937 rng(1);
     std::normal_distribution<float> dist(0.0f, 1.0f);
     std::vector<float> x(static_cast<size_t>(n) * 16);
@@ -43,7 +45,10 @@ int main(int argc, char** argv) {
     for (dtype t : formats) {
         if (!only.empty() && std::find(only.begin(), only.end(), std::string(name(t))) == only.end()) continue;
         const uint64_t row_bytes = *bytes_for(t, n);
-        const int64_t n_out = static_cast<int64_t>((16u << 20) / row_bytes);   // 16 MiB of weights
+        // 16 MiB of weights (beyond L2, like a real layer's); $BENCH_DOT_KIB sets another size (e.g. 512: in L2).
+        const char* kib = std::getenv("BENCH_DOT_KIB");
+        const uint64_t matrix_bytes = kib ? std::strtoull(kib, nullptr, 10) << 10 : uint64_t{16} << 20;
+        const int64_t n_out = std::max<int64_t>(1, static_cast<int64_t>(matrix_bytes / row_bytes));
         std::vector<float> wf(static_cast<size_t>(n));
         std::vector<std::byte> w(row_bytes * n_out);
         for (int64_t j = 0; j < n_out; ++j) {

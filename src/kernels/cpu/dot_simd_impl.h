@@ -113,6 +113,22 @@ constexpr size_t block_bytes() {
     }
 }
 
+// Software prefetch of the weight bytes k_prefetch_bytes ahead of a block about to be decoded
+// (one prefetch per 64-byte line of the block; lines prefetched twice cost a load slot each). A
+// decode step streams every weight row once from RAM, and the one-row kernels decode a block in
+// fewer cycles than the hardware prefetcher, following the row, brings it in. Measured
+// 2026-12-02 on the 2-core AMD EPYC (AVX-512), `sluice bench` tg32 on the 8-layer
+// Qwen3-30B-A3B-shaped Q4_K_M file, 2 threads, four rounds interleaved with the binary without
+// it: 57.6 / 50.1 / 52.0 / 49.8 tok/s against 32.1 / 40.1 / 37.9 / 37.8 (llama.cpp in the same
+// rounds: 52.2 / 34.1 / 52.6 / 53.8); distances of 2-16 KiB were level within the machine's
+// noise. Prefetching past a matrix's end is harmless (never faults).
+constexpr size_t k_prefetch_bytes = 4096;
+template <dtype wt>
+[[gnu::always_inline]] inline void prefetch_ahead(const std::byte* block) {
+    for (size_t l = 0; l < block_bytes<wt>(); l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(block) + k_prefetch_bytes + l, _MM_HINT_T0);
+}
+
 // Decodes one 32-wide block at b: returns its 32 integer weights, sets d (and m for Q4_1/Q5_1).
 template <dtype wt>
 [[gnu::always_inline]] inline __m256i decode32(const std::byte* b, float& d, float& m) {
@@ -154,6 +170,7 @@ struct legacy_ops {
     float d = 0.0f, m = 0.0f;
 
     [[gnu::always_inline]] void decode(const std::byte* w, int64_t ib) {
+        prefetch_ahead<wt>(w + ib * static_cast<int64_t>(block_bytes<wt>()));
         q = decode32<wt>(w + ib * static_cast<int64_t>(block_bytes<wt>()), d, m);
         aw = uns ? q : _mm256_sign_epi8(q, q);   // -128 becomes 128 as unsigned
     }
@@ -228,6 +245,7 @@ constexpr bool k_fused_row = wt == dtype::q4_k || wt == dtype::q6_k;
 template <dtype wt>
 [[gnu::always_inline]] inline void fused_row_sums(const std::byte* b, const std::byte* ab, __m256i& vi, __m256i& vm,
                                                   float& d, float& m) {
+    prefetch_ahead<wt>(b);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const std::byte* x = ab + 4;
     const __m256i bsums = loadu256(ab + offsetof(act_block256, bsums));
@@ -286,6 +304,7 @@ struct k_ops {
     float d = 0.0f, m = 0.0f;
 
     [[gnu::always_inline]] void decode(const std::byte* w, int64_t ib) {
+        prefetch_ahead<wt>(w + ib * static_cast<int64_t>(block_bytes<wt>()));
         decode256<wt>(w + ib * static_cast<int64_t>(block_bytes<wt>()), k);
         d = k.d;
         m = k.dmin;
