@@ -53,6 +53,7 @@ struct bench_options {
                                         // ceilings then use the GPU's HBM bandwidth
     std::string numa = "auto";          // --numa off|auto|simulate:N (engine_options::numa)
     uint64_t vram_budget = UINT64_MAX;  // with gpu >= 0: VRAM bytes for routed experts (UINT64_MAX: all of them)
+    bool mmap = true;                   // false (`--no-mmap`): the file read into memory (src/io/mmap.h)
 };
 
 struct bench_result {

@@ -35,6 +35,9 @@ struct engine_options {
     // projection computes only the listed ids' rows. Empty: <model>.draft-vocab beside the model
     // when that file exists, else the whole vocabulary. Drafts only: never changes a token.
     std::filesystem::path draft_vocab_path;
+    // false (`--no-mmap`): the model files (target and draft) are read into memory with
+    // transparent huge pages instead of mapped (src/io/mmap.h says what that buys and costs).
+    bool mmap = true;
 };
 
 // Who proposes the drafts of a verify window. Drafting changes only speed: the tokens are the

@@ -27,6 +27,7 @@ struct bench_args {
     bool quiet = false;
     uint64_t probe_mb = 0;
     std::string vram_budget;
+    bool no_mmap = false;   // --no-mmap: the file read into memory (io/mmap.h)
     bool chunk_given = false;   // --chunk on the command line (else the backend's default)
 };
 
@@ -52,6 +53,7 @@ void run(bench_args a) {
         if (const std::string note = placement::cpu_only_budget_note(budget); !note.empty() && a.o.gpu < 0 && !a.quiet)
             fmt::print(stderr, "{}\n", note);
     }
+    a.o.mmap = !a.no_mmap;
     if (!a.chunk_given) a.o.chunk = a.o.gpu >= 0 ? k_gpu_chunk : k_cpu_chunk;
     a.o.model_path = a.model.empty() ? engine::default_model_path() : std::filesystem::path(a.model);
     a.o.n_prompt = zero_is_none(a.o.n_prompt);
@@ -114,6 +116,7 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("--json", a->json, "Print the report as JSON (progress still goes to stderr)");
     cmd->add_flag("-q,--quiet", a->quiet, "No progress lines on stderr");
     cmd->add_option("--vram-budget", a->vram_budget, "GPU memory for routed experts, e.g. 12G, 512M, 0");
+    cmd->add_flag("--no-mmap", a->no_mmap, "Read the model into memory (transparent huge pages) instead of mapping it: slower start, faster CPU decode");
     cmd->callback([a] { run(*a); });
 }
 

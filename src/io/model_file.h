@@ -6,6 +6,7 @@
 
 #include "core/tensor.h"
 #include "io/metadata.h"
+#include "io/mmap.h"
 
 #include <filesystem>
 #include <memory>
@@ -21,7 +22,8 @@ public:
 
     // Opens a .gguf (the first part of a split, or any part), or a directory with config.json.
     // Throws sluice::error with the field, the value and what was expected on bad input.
-    static std::unique_ptr<model_file> open(const std::filesystem::path& path);
+    // access: mapped (the default) or read into memory (io/mmap.h, `--no-mmap`).
+    static std::unique_ptr<model_file> open(const std::filesystem::path& path, file_access access = file_access::map);
 
     virtual const metadata& meta() const = 0;
     virtual std::span<const tensor_view> tensors() const = 0;

@@ -199,7 +199,7 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
 
     bench_report rep;
     const inspect_report ir = inspect_model(o.model_path);
-    auto file = model_file::open(o.model_path);
+    auto file = model_file::open(o.model_path, o.mmap ? file_access::map : file_access::read);
     std::unique_ptr<model> net;
     if (o.gpu >= 0) {
 #ifdef SLUICE_BENCH_GPU

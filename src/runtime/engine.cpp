@@ -102,13 +102,15 @@ std::filesystem::path engine::default_model_path() {
 
 std::unique_ptr<engine> engine::open(const engine_options& o) {
     auto p = std::make_unique<impl>();
-    p->target = loaded_model::open(o.model_path.empty() ? default_model_path() : o.model_path, o.n_ctx, o.gpu, o.vram_budget);
+    const file_access access = o.mmap ? file_access::map : file_access::read;
+    p->target = loaded_model::open(o.model_path.empty() ? default_model_path() : o.model_path, o.n_ctx, o.gpu, o.vram_budget,
+                                   access);
     const model_hparams& hp = p->target.net->hparams();
     p->n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(hp.n_ctx_train, 4096);
     p->n_threads = o.n_threads > 0 ? o.n_threads : usable_cpus();
     p->numa = setup_numa(o.numa, p->n_threads, *p->target.file);
     if (!o.draft_model_path.empty()) {
-        p->draft = std::make_unique<loaded_model>(loaded_model::open(o.draft_model_path, o.n_ctx));
+        p->draft = std::make_unique<loaded_model>(loaded_model::open(o.draft_model_path, o.n_ctx, -1, UINT64_MAX, access));
         check_vocab_compatible(p->target.vocab(), p->draft->vocab());
         if (p->draft->net->hparams().n_vocab != hp.n_vocab)
             fail("draft model: {}: its output has {} logits but the target's has {}: the keyed picks need the "

@@ -27,10 +27,11 @@ std::unique_ptr<model> load_model_on(const std::filesystem::path& path, const mo
 #endif
 }
 
-loaded_model loaded_model::open(const std::filesystem::path& path, int n_ctx, int gpu, uint64_t vram_budget) {
+loaded_model loaded_model::open(const std::filesystem::path& path, int n_ctx, int gpu, uint64_t vram_budget,
+                                file_access access) {
     loaded_model m;
     m.path = path;
-    m.file = model_file::open(path);
+    m.file = model_file::open(path, access);
     m.tok = tokenizer::for_model(*m.file, path);
     m.net = load_model_on(path, *m.file, n_ctx, gpu, vram_budget);
     if (m.tok->n_vocab() > m.net->hparams().n_vocab)

@@ -270,8 +270,9 @@ std::unique_ptr<serving_engine> serving_engine::open(const serving_options& o) {
     auto p = std::make_unique<impl>();
     p->opt = o;
     const engine_options& eo = o.engine;
+    const file_access access = eo.mmap ? file_access::map : file_access::read;
     p->target = loaded_model::open(eo.model_path.empty() ? engine::default_model_path() : eo.model_path, eo.n_ctx, eo.gpu,
-                                   eo.vram_budget);
+                                   eo.vram_budget, access);
 #ifdef SLUICE_HAVE_CUDA
     p->experts_split = eo.gpu >= 0 && cuda_placement_of(*p->target.net).split;
 #endif
@@ -279,7 +280,7 @@ std::unique_ptr<serving_engine> serving_engine::open(const serving_options& o) {
     p->n_ctx = eo.n_ctx > 0 ? eo.n_ctx : std::min(hp.n_ctx_train, 4096);
     p->n_vocab = hp.n_vocab;
     if (!eo.draft_model_path.empty()) {
-        p->draft = std::make_unique<loaded_model>(loaded_model::open(eo.draft_model_path, eo.n_ctx));
+        p->draft = std::make_unique<loaded_model>(loaded_model::open(eo.draft_model_path, eo.n_ctx, -1, UINT64_MAX, access));
         check_vocab_compatible(p->target.vocab(), p->draft->vocab());
         if (p->draft->net->hparams().n_vocab != hp.n_vocab)
             fail("draft model: {}: its output has {} logits but the target's has {}", eo.draft_model_path.string(),

@@ -48,6 +48,17 @@ def test_run_is_deterministic_greedy_and_seeded(sluice_bin):
     assert s1.returncode == 0 and s1.stdout == s2.stdout
 
 
+def test_no_mmap_gives_the_mapped_models_tokens(sluice_bin, smollm2_gguf):
+    # --no-mmap reads the file into memory instead of mapping it: the same bytes, so the same
+    # tokens, greedy and seeded, on the tiny fixture and on SmolLM2 (Q4_1 and Q8_0 weights).
+    for model in (str(tiny_gguf()), str(smollm2_gguf)):
+        for sampling in (["--temp", "0"], ["--temp", "0.8", "--seed", "11"]):
+            mapped = run(sluice_bin, model, "-p", "The river", "-n", "12", "-t", "2", *sampling)
+            read = run(sluice_bin, model, "-p", "The river", "-n", "12", "-t", "2", "--no-mmap", *sampling)
+            assert mapped.returncode == 0 and read.returncode == 0, read.stderr
+            assert read.stdout == mapped.stdout, (model, sampling)
+
+
 def test_run_reads_the_prompt_file_and_default_model(sluice_bin, tmp_path):
     f = tmp_path / "prompt.txt"
     f.write_text("The river")

@@ -87,7 +87,35 @@ TEST(gguf, metadata_lookups_are_typed) {
     EXPECT_EQ(m->find("b.weight")->shape_string(), "[8]");
 }
 
+// --no-mmap: every file (each part of a split set too) read into memory gives the tensors and
+// metadata of the mapped file, byte for byte, in memory of its own that cannot be written.
+TEST(gguf, read_into_memory_equals_mapped) {
+    for (const char* file : {"valid_two_tensors.gguf", "valid_alignment_64.gguf", "valid_split-00001-of-00002.gguf"}) {
+        SCOPED_TRACE(file);
+        auto a = model_file::open(k_dir / file, file_access::map);
+        auto b = model_file::open(k_dir / file, file_access::read);
+        ASSERT_EQ(a->tensors().size(), b->tensors().size());
+        for (size_t i = 0; i < a->tensors().size(); ++i) {
+            const auto& x = a->tensors()[i];
+            const auto& y = b->tensors()[i];
+            EXPECT_EQ(x.name, y.name);
+            EXPECT_EQ(x.type, y.type);
+            EXPECT_EQ(x.ne, y.ne);
+            ASSERT_EQ(x.nbytes, y.nbytes);
+            EXPECT_NE(x.data, y.data);
+            EXPECT_EQ(std::memcmp(x.data, y.data, x.nbytes), 0);
+        }
+        EXPECT_EQ(a->meta().all().size(), b->meta().all().size());
+    }
+    const mapped_file copy(k_dir / "valid_two_tensors.gguf", file_access::read);
+    const mapped_file map(k_dir / "valid_two_tensors.gguf");
+    ASSERT_EQ(copy.bytes().size(), map.bytes().size());
+    EXPECT_EQ(std::memcmp(copy.bytes().data(), map.bytes().data(), map.bytes().size()), 0);
+    EXPECT_DEATH(const_cast<std::byte&>(copy.bytes()[0]) = std::byte{1}, "") << "the copy is writable";
+}
+
 TEST(gguf, missing_path_is_reported) {
+    EXPECT_THROW(model_file::open(k_dir / "no_such_file.gguf", file_access::read), error);
     EXPECT_THROW(model_file::open(k_dir / "no_such_file.gguf"), error);
 }
 
