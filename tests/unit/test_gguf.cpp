@@ -41,21 +41,27 @@ TEST(gguf, split_parts_merge_in_order_from_any_part) {
     }
 }
 
+// Two opens of one file: the same tensors (name, type, shape, bytes) at different addresses,
+// and as many metadata keys.
+void expect_same_tensors(const model_file& a, const model_file& b) {
+    ASSERT_EQ(a.tensors().size(), b.tensors().size());
+    for (size_t i = 0; i < a.tensors().size(); ++i) {
+        const auto& x = a.tensors()[i];
+        const auto& y = b.tensors()[i];
+        EXPECT_EQ(x.name, y.name);
+        EXPECT_EQ(x.type, y.type);
+        EXPECT_EQ(x.ne, y.ne);
+        ASSERT_EQ(x.nbytes, y.nbytes);
+        EXPECT_NE(x.data, y.data);
+        EXPECT_EQ(std::memcmp(x.data, y.data, x.nbytes), 0);
+    }
+    EXPECT_EQ(a.meta().all().size(), b.meta().all().size());
+}
+
 TEST(gguf, memory_and_file_entry_points_agree) {
     const auto path = k_dir / "valid_two_tensors.gguf";
     mapped_file map(path);
-    auto a = open_gguf(path);
-    auto b = open_gguf_memory(map.bytes());
-    ASSERT_EQ(a->tensors().size(), b->tensors().size());
-    for (size_t i = 0; i < a->tensors().size(); ++i) {
-        const auto& x = a->tensors()[i];
-        const auto& y = b->tensors()[i];
-        EXPECT_EQ(x.name, y.name);
-        EXPECT_EQ(x.ne, y.ne);
-        EXPECT_EQ(x.nbytes, y.nbytes);
-        EXPECT_EQ(std::memcmp(x.data, y.data, x.nbytes), 0);
-    }
-    EXPECT_EQ(a->meta().all().size(), b->meta().all().size());
+    expect_same_tensors(*open_gguf(path), *open_gguf_memory(map.bytes()));
 }
 
 // The last tensor of these files ends at the last byte, so every shorter prefix is missing
@@ -92,20 +98,8 @@ TEST(gguf, metadata_lookups_are_typed) {
 TEST(gguf, read_into_memory_equals_mapped) {
     for (const char* file : {"valid_two_tensors.gguf", "valid_alignment_64.gguf", "valid_split-00001-of-00002.gguf"}) {
         SCOPED_TRACE(file);
-        auto a = model_file::open(k_dir / file, file_access::map);
-        auto b = model_file::open(k_dir / file, file_access::read);
-        ASSERT_EQ(a->tensors().size(), b->tensors().size());
-        for (size_t i = 0; i < a->tensors().size(); ++i) {
-            const auto& x = a->tensors()[i];
-            const auto& y = b->tensors()[i];
-            EXPECT_EQ(x.name, y.name);
-            EXPECT_EQ(x.type, y.type);
-            EXPECT_EQ(x.ne, y.ne);
-            ASSERT_EQ(x.nbytes, y.nbytes);
-            EXPECT_NE(x.data, y.data);
-            EXPECT_EQ(std::memcmp(x.data, y.data, x.nbytes), 0);
-        }
-        EXPECT_EQ(a->meta().all().size(), b->meta().all().size());
+        expect_same_tensors(*model_file::open(k_dir / file, file_access::map),
+                            *model_file::open(k_dir / file, file_access::read));
     }
     const mapped_file copy(k_dir / "valid_two_tensors.gguf", file_access::read);
     const mapped_file map(k_dir / "valid_two_tensors.gguf");
