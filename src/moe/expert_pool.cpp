@@ -27,14 +27,19 @@ constexpr int64_t k_down_cols = 16;
 constexpr int64_t k_numa_down_cols = 64;
 constexpr int k_max_window = 16;   // rows one dot_rows call takes
 
-// dot_rows for one (ISA, format), its SIMD kernel resolved once per layer.
+// dot_rows for one (ISA, format), its SIMD kernels resolved once per layer: the one-column
+// kernel, and the 8-column tile where the format has one (the 32-wide formats: Q8_0, Q4_0,
+// MXFP4, ...; kernels/cpu/dot.h). Both give dot_ref's bits, so which one computes a column
+// never changes it (E1, E2).
 struct row_kernel {
     kernels::isa i;
     dtype t;
-    size_t stride;
+    size_t stride;   // activation row bytes
     kernels::dot_rows_fn f;
+    kernels::dot_tile_fn tile;
     row_kernel(kernels::isa isa_, dtype t_, size_t stride_)
-        : i(isa_), t(t_), stride(stride_), f(stride_ < (size_t{1} << 27) ? kernels::resolve_dot_rows(isa_, t_) : nullptr) {}
+        : i(isa_), t(t_), stride(stride_), f(stride_ < (size_t{1} << 27) ? kernels::resolve_dot_rows(isa_, t_) : nullptr),
+          tile(stride_ < (size_t{1} << 27) ? kernels::resolve_dot_tile(isa_, t_) : nullptr) {}
     void operator()(const std::byte* w, const std::byte* a, int nr, int64_t n, float* out) const {
         if (f) f(w, a, stride, nr, n, out);
         else kernels::dot_rows(i, t, w, a, stride, nr, n, out);
@@ -49,6 +54,24 @@ struct expert_rows {
     uint64_t row_bytes;
     const std::byte* row(int64_t j) const { return data + static_cast<uint64_t>(j) * row_bytes; }
 };
+
+// Output columns [c0, c1) of w (n inputs) for the nr <= k_max_window activation rows at act:
+// out[r * os + (j - c0)] for row r and column j. Whole groups of 8 columns go through the tile
+// kernel where the format has one (one block of 8 weight rows decoded per activation block
+// instead of one row at a time; with the 32-wide formats that ran the expert pool's columns
+// column by column at half the tile's speed), the rest column by column.
+void expert_columns(const row_kernel& k, const expert_rows& w, const std::byte* act, int nr, int64_t n, int64_t c0,
+                    int64_t c1, float* out, size_t os) {
+    int64_t j = c0;
+    if (k.tile)
+        for (; j + kernels::k_tile_cols <= c1; j += kernels::k_tile_cols)
+            k.tile(w.row(j), w.row_bytes, act, k.stride, nr, n, out + (j - c0), os);
+    float t[k_max_window];
+    for (; j < c1; ++j) {
+        k(w.row(j), act, nr, n, t);
+        for (int r = 0; r < nr; ++r) out[static_cast<size_t>(r) * os + static_cast<size_t>(j - c0)] = t[r];
+    }
+}
 expert_rows expert_matrix(const expert_bank& b, const tensor_view& w, uint64_t blob_offset, int64_t e) {
     const uint64_t rb = w.row_bytes();
     const uint64_t slice = rb * static_cast<uint64_t>(w.ne[1]);   // one expert's [n_in, n_out]
@@ -79,25 +102,17 @@ struct layer_jobs {
     // gate and up columns for every row routed to the expert; the job that finishes the
     // expert's last chunk applies SwiGLU to its rows and requantises them for down.
     void gate_up(int64_t job) const {
-        float tg[k_max_window], tu[k_max_window];
         const int32_t u = static_cast<int32_t>(job / gate_chunks);
         const int64_t c0 = (job % gate_chunks) * k_gate_cols, c1 = std::min(F, c0 + k_gate_cols);
         const int64_t e = s.active[static_cast<size_t>(u)];
         const int32_t p0 = s.start[static_cast<size_t>(u)], p1 = s.start[static_cast<size_t>(u) + 1];
         const expert_rows wg = expert_matrix(bank, *bank.gate, bank.gate_offset, e),
                           wu = expert_matrix(bank, *bank.up, bank.up_offset, e);
-        for (int64_t j = c0; j < c1; ++j) {
-            const std::byte* rg = wg.row(j);
-            const std::byte* ru = wu.row(j);
-            for (int32_t g = p0; g < p1; g += k_max_window) {
-                const int nr = std::min(k_max_window, p1 - g);
-                kg(rg, act_gate + g * rbg, nr, E, tg);
-                ku(ru, act_up + g * rbu, nr, E, tu);
-                for (int r = 0; r < nr; ++r) {
-                    s.gate[static_cast<size_t>((g + r) * F + j)] = tg[r];
-                    s.up[static_cast<size_t>((g + r) * F + j)] = tu[r];
-                }
-            }
+        for (int32_t g = p0; g < p1; g += k_max_window) {
+            const int nr = std::min(k_max_window, p1 - g);
+            const size_t at = static_cast<size_t>(g) * static_cast<size_t>(F) + static_cast<size_t>(c0);
+            expert_columns(kg, wg, act_gate + g * rbg, nr, E, c0, c1, s.gate.data() + at, static_cast<size_t>(F));
+            expert_columns(ku, wu, act_up + g * rbu, nr, E, c0, c1, s.up.data() + at, static_cast<size_t>(F));
         }
         // acq_rel: the finisher sees every other chunk's columns of this expert.
         if (s.left[u].fetch_sub(1, std::memory_order_acq_rel) != 1) return;
@@ -110,19 +125,25 @@ struct layer_jobs {
 
     // Down columns [c0, c1) of active expert u for every row routed to it, into y.
     void down(int32_t u, int64_t c0, int64_t c1) const {
-        float t[k_max_window];
         const expert_rows wd = expert_matrix(bank, *bank.down, bank.down_offset, s.active[static_cast<size_t>(u)]);
         const int32_t p0 = s.start[static_cast<size_t>(u)], p1 = s.start[static_cast<size_t>(u) + 1];
-        for (int64_t j = c0; j < c1; ++j) {
-            const std::byte* rd = wd.row(j);
-            for (int32_t g = p0; g < p1; g += k_max_window) {
-                const int nr = std::min(k_max_window, p1 - g);
-                kd(rd, s.act_down.data() + g * rbd, nr, F, t);
-                if (pair_y)
-                    for (int r = 0; r < nr; ++r)
-                        pair_y[static_cast<int64_t>(s.sorted_row[static_cast<size_t>(g + r)]) * pair_stride + j] = t[r];
-                else
-                    for (int r = 0; r < nr; ++r) s.y[static_cast<size_t>((g + r) * E + j)] = t[r];
+        for (int32_t g = p0; g < p1; g += k_max_window) {
+            const int nr = std::min(k_max_window, p1 - g);
+            const std::byte* act = s.act_down.data() + g * rbd;
+            if (!pair_y) {
+                expert_columns(kd, wd, act, nr, F, c0, c1, s.y.data() + static_cast<size_t>(g) * static_cast<size_t>(E) + c0,
+                               static_cast<size_t>(E));
+                continue;
+            }
+            // Each slot's row goes to its (row, rank) pair's row: computed here, then scattered.
+            float t[k_max_window * k_numa_down_cols];
+            for (int64_t b = c0; b < c1; b += k_numa_down_cols) {
+                const int64_t e = std::min(c1, b + k_numa_down_cols);
+                expert_columns(kd, wd, act, nr, F, b, e, t, static_cast<size_t>(e - b));
+                for (int r = 0; r < nr; ++r) {
+                    float* y = pair_y + static_cast<int64_t>(s.sorted_row[static_cast<size_t>(g + r)]) * pair_stride;
+                    for (int64_t j = b; j < e; ++j) y[j] = t[static_cast<size_t>(r) * static_cast<size_t>(e - b) + static_cast<size_t>(j - b)];
+                }
             }
         }
     }
