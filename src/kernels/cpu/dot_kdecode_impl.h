@@ -61,6 +61,11 @@ void store_q(kblock& k, int chunk, __m256i v) { _mm256_store_si256(reinterpret_c
 // the layouts and constant factors of dot_ref.cpp. The magnitudes go to k.aw and each 8-element
 // group's sign byte to sg; the signs are then applied 32 elements at a time with vector ops (a
 // per-element branch in scalar code made IQ3_S decode 0.18x llama.cpp's on the 2-core EPYC).
+// The 4-byte grid entries at the 8 indices of idx (32 magnitudes), from a table of uint8_t[4].
+[[gnu::always_inline]] inline __m256i grid4_gather(const uint8_t* table, __m256i idx) {
+    return _mm256_i32gather_epi32(reinterpret_cast<const int*>(table), idx, 4);
+}
+
 template <dtype wt>
 void decode_grid(const std::byte* b, kblock& k) {
     alignas(32) uint8_t sg[32];   // sign byte of group g (elements 8g..8g+7): bit e set, element 8g+e negative
@@ -116,10 +121,18 @@ void decode_grid(const std::byte* b, kblock& k) {
         std::memcpy(&x, b, sizeof x);
         k.d = fp16_to_fp32(x.d);
         for (int j = 0; j < 8; ++j) set_scale(k, j, 32, 1 + 2 * ((x.scales[j / 2] >> (4 * (j % 2))) & 0x0F));
-        for (int g = 0; g < 32; ++g) {   // 8 elements: two grid entries of 4, one sign byte
-            std::memcpy(mag + 8 * g, k_iq3s_grid[x.qs[2 * g] | (((x.qh[g / 4] >> (2 * g % 8)) & 1) << 8)], 4);
-            std::memcpy(mag + 8 * g + 4, k_iq3s_grid[x.qs[2 * g + 1] | (((x.qh[g / 4] >> (2 * g % 8 + 1)) & 1) << 8)], 4);
-            sg[g] = x.signs[g];
+        std::memcpy(sg, x.signs, 32);   // one sign byte per 8 elements
+        // Grid entry i (elements 4i..4i+3) is k_iq3s_grid[qs[i] | (bit i of the qh bytes) << 8]:
+        // 8 a gather, the ninth index bits of entries 8c..8c+7 from qh[c]. Measured 2026-12-02 on
+        // the 2-core EPYC (bench_dot, AVX-512, one thread, weights from RAM): 1 / 4 / 16 rows
+        // 1.7 / 1.3 / 0.48 -> 2.0 / 1.8 / 0.81 GB/s against the scalar index and lookup per entry.
+        // IQ3_XXS, whose index is a plain byte, stays scalar: its gather measured slower.
+        const __m256i bit = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), one = _mm256_set1_epi32(1);
+        for (int c = 0; c < 8; ++c) {
+            const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.qs + 8 * c)));
+            const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(x.qh[c]), bit), one);
+            _mm256_store_si256(reinterpret_cast<__m256i*>(mag + 32 * c),
+                               grid4_gather(k_iq3s_grid[0], _mm256_or_si256(lo, _mm256_slli_epi32(hi, 8))));
         }
     }
     // q = sign ? -mag : mag, 32 elements a step: bit i of the chunk's 4 sign bytes is element i
