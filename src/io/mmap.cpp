@@ -21,7 +21,10 @@ namespace {
 // filled. Reads in 64 MiB pieces; a short read (the file shrank) is an error, not zeros.
 void* read_whole(int fd, size_t size, const std::filesystem::path& path) {
     void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) fail("cannot allocate {} bytes to read '{}' into (--no-mmap): {}", with_commas(size), path.string(), std::strerror(errno));
+    if (p == MAP_FAILED) {
+        const int e = errno;   // before anything below can change it
+        fail("cannot allocate {} bytes to read '{}' into (--no-mmap): {}", with_commas(size), path.string(), std::strerror(e));
+    }
     // Advice only: without THP support the copy still works, on 4 KiB pages.
     (void)::madvise(p, size, MADV_HUGEPAGE);
     constexpr size_t k_piece = size_t{64} << 20;
@@ -30,9 +33,10 @@ void* read_whole(int fd, size_t size, const std::filesystem::path& path) {
         const ssize_t r = ::pread(fd, static_cast<char*>(p) + done, std::min(size - done, k_piece), static_cast<off_t>(done));
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
-            const std::string why = r < 0 ? std::strerror(errno) : "the file ended early";
-            ::munmap(p, size);
-            fail("cannot read '{}' at byte {} of {}: {}", path.string(), with_commas(done), with_commas(size), why);
+            const int e = r < 0 ? errno : 0;
+            ::munmap(p, size);   // first: building the message may throw
+            fail("cannot read '{}' at byte {} of {}: {}", path.string(), with_commas(done), with_commas(size),
+                 e != 0 ? std::strerror(e) : "the file ended early");
         }
         done += static_cast<size_t>(r);
     }

@@ -125,8 +125,9 @@ constexpr size_t block_bytes() {
 constexpr size_t k_prefetch_bytes = 4096;
 template <dtype wt>
 [[gnu::always_inline]] inline void prefetch_ahead(const std::byte* block) {
-    for (size_t l = 0; l < block_bytes<wt>(); l += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(block) + k_prefetch_bytes + l, _MM_HINT_T0);
+    // The address is formed as an integer: a pointer that far past an allocation would be UB.
+    const uintptr_t at = reinterpret_cast<uintptr_t>(block) + k_prefetch_bytes;
+    for (size_t l = 0; l < block_bytes<wt>(); l += 64) _mm_prefetch(reinterpret_cast<const char*>(at + l), _MM_HINT_T0);
 }
 
 // Decodes one 32-wide block at b: returns its 32 integer weights, sets d (and m for Q4_1/Q5_1).

@@ -119,7 +119,7 @@ struct tile_block {
     [[gnu::always_inline]] void load(const std::byte* b0, size_t ws) {
 #pragma GCC unroll 8
         for (int c = 0; c < 8; ++c) {
-            _mm_prefetch(reinterpret_cast<const char*>(b0 + (8 + c) * ws), _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(b0) + (8 + c) * ws), _MM_HINT_T0);
             q[c] = tile_codes<wt>(b0 + c * ws);
         }
         tile_scales<wt>(b0, ws, d, m);
