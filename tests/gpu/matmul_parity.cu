@@ -499,7 +499,10 @@ int main(int argc, char** argv) {
     std::printf("device: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
     cuda::upload_tables();
     for (dtype t : k_formats) {
-        failures += gpu_parity(t, 2048) + gpu_parity(t, 2816);
+        // 2048 and 2816 (8 and 11 blocks of 256: one-row launches at 8 pieces a lane, the
+        // second with a partial warp step), 768 (3 blocks: 4 pieces a lane, one group of
+        // lanes idle), 512 (2 blocks: a piece a lane).
+        failures += gpu_parity(t, 2048) + gpu_parity(t, 2816) + gpu_parity(t, 768) + gpu_parity(t, 512);
         // 576 (SmolLM2's width): 18 blocks of 32, so the tensor-core kernel's last step of 256
         // elements is partial (2 blocks).
         if (info(t).block_elems == 32) failures += gpu_parity(t, 576);

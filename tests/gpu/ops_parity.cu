@@ -19,6 +19,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -128,9 +129,11 @@ int test_rope() {
 
 int test_attention(thread_pool& pool) {
     int f = 0;
-    struct cfg { int n_head, n_kv, hd; int32_t pos0; int rows; };
+    // ties: the KV rows repeat every 5 positions, so every chunk holds equal maximal scores
+    // (the chunk max must be the serial scan's element, the first one).
+    struct cfg { int n_head, n_kv, hd; int32_t pos0; int rows; bool ties = false; };
     const cfg cfgs[] = {{8, 2, 128, 299, 1}, {8, 2, 128, 250, 16}, {8, 2, 128, 0, 300}, {4, 4, 64, 77, 5}, {6, 3, 80, 40, 3},
-                        {32, 4, 128, 1000, 1}};
+                        {32, 4, 128, 1000, 1}, {8, 2, 128, 600, 4, true}};
     for (const cfg& c : cfgs) {
         kernels::attention_params p;
         p.n_head = c.n_head;
@@ -140,12 +143,16 @@ int test_attention(thread_pool& pool) {
         const int64_t n_ctx = c.pos0 + c.rows;
         const size_t kvf = static_cast<size_t>(n_ctx) * c.n_kv * c.hd;
         auto k = rnd(kvf, 4, 2.0f), v = rnd(kvf, 5), q = rnd(static_cast<size_t>(c.rows) * c.n_head * c.hd, 6, 2.0f);
+        const size_t kv_row = static_cast<size_t>(c.n_kv) * c.hd;
+        if (c.ties)
+            for (size_t j = 5; j < static_cast<size_t>(n_ctx); ++j) std::copy_n(k.begin() + (j % 5) * kv_row, kv_row, k.begin() + j * kv_row);
         std::vector<float> cpu(q.size());
         kernels::attention(pool, p, q.data(), k.data(), v.data(), c.pos0, c.rows, cpu.data());
         dvec dk(k), dv(v), dq(q), dout(q.size());
         cuda::attention(p, dq.p, dk.p, dv.p, c.pos0, c.rows, dout.p, nullptr);
         const std::string name = "attention h" + std::to_string(c.n_head) + "/" + std::to_string(c.n_kv) + " hd" +
-                                 std::to_string(c.hd) + " pos0 " + std::to_string(c.pos0) + " rows " + std::to_string(c.rows);
+                                 std::to_string(c.hd) + " pos0 " + std::to_string(c.pos0) + " rows " + std::to_string(c.rows) +
+                                 (c.ties ? " ties" : "");
         const auto win = dout.get();
         f += report(name, cpu, win);
         if (c.rows > 1) {

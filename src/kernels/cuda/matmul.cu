@@ -126,7 +126,7 @@ __device__ inline int32_t group_sum(int32_t v) {
 // launches are latency-bound), and two blocks' integer work unrolled side by side (the fold
 // still takes the terms in block order). Launch bounds: 4 blocks of 8 warps per SM for one row
 // (64 registers, what it needs; 6 blocks would spill ~100 bytes), 3 for windows (~80).
-template <dtype T, int MAXR>
+template <dtype T, int MAXR, int P>
 __global__ void __launch_bounds__(k_warps_max * 32, MAXR == 1 ? 4 : 3)
     mm_quant_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_blocks, int64_t n_out,
                     const int32_t* __restrict__ ids, size_t expert_stride, const uint8_t* __restrict__ act,
@@ -138,8 +138,10 @@ __global__ void __launch_bounds__(k_warps_max * 32, MAXR == 1 ? 4 : 3)
     const int64_t bx = pick_matrix(n_cb1, w, n_out, y, y_stride, w2, n_out2, y2, y2_stride);
     using tr = fmt_traits<T>;
     using ss = stage_sizes<T>;
-    constexpr int L = tr::qk / 8;       // lanes per block
+    constexpr int L = tr::qk / 8 / P;   // lanes per block (each decodes P consecutive pieces)
     constexpr int BPW = 32 / L;         // blocks per warp step
+    static_assert(P == 1 || MAXR == 1, "several pieces a lane: one-row launches only");
+    static_assert(L >= 1 && ss::blocks % BPW == 0, "a chunk is whole warp steps");
     constexpr int AB = tr::act_bytes;   // bytes per activation block
     constexpr int BB = tr::block_bytes;
     constexpr int CB = ss::blocks;      // blocks per chunk
@@ -196,19 +198,20 @@ __global__ void __launch_bounds__(k_warps_max * 32, MAXR == 1 ? 4 : 3)
         }
         __syncthreads();
         if (!live) continue;
-        // Word loads of the staged blocks need 4-byte alignment (every block of the chunk has it
-        // when the first has and the block size is a multiple of 4).
-        const bool w_aligned = (reinterpret_cast<uintptr_t>(wc) & 3) == 0 && BB % 4 == 0;
-#pragma unroll(MAXR == 1 ? 2 : 1)
+        // The word path needs packed_alignment<T> of every block: the chunk's blocks have the
+        // first one's alignment when the block size is a multiple of it.
+        constexpr int A = packed_alignment<T> > 0 ? packed_alignment<T> : 1;
+        const bool w_aligned = packed_aligned<T>(wc) && BB % A == 0;
+#pragma unroll(MAXR == 1 && P == 1 ? 2 : 1)
         for (int ib0 = 0; ib0 < nb; ib0 += BPW) {
             const int ib = ib0 + g;   // block within the chunk
             const bool valid = ib < nb;
             int32_t q0 = 0, q1 = 0;
             int sc = 0, mn = 0;
             float d = 0.0f, dmin = 0.0f;
+            const uint8_t* b = wc + ib * BB;
             if (valid) {
-                const uint8_t* b = wc + ib * BB;
-                decode_piece_packed<T>(b, piece, tb, w_aligned, q0, q1, sc, mn);
+                if constexpr (P == 1) decode_piece_packed<T>(b, piece, tb, w_aligned, q0, q1, sc, mn);
                 decode_scales<T>(b, d, dmin);
             }
 #pragma unroll
@@ -219,10 +222,17 @@ __global__ void __launch_bounds__(k_warps_max * 32, MAXR == 1 ? 4 : 3)
                 if (valid) {
                     const uint8_t* ab = reinterpret_cast<const uint8_t*>(sa + r * (ss::a_region / 16)) +
                                         4 * ((ao >> (2 * r)) & 3u) + ib * AB;
-                    const int32_t x0 = *reinterpret_cast<const int32_t*>(ab + 4 + 8 * piece);
-                    const int32_t x1 = *reinterpret_cast<const int32_t*>(ab + 8 + 8 * piece);
-                    si = sc * __dp4a(q1, x1, __dp4a(q0, x0, 0));
-                    if constexpr (tr::kind != term_kind::sym) sm = mn * __dp4a(x1, 0x01010101, __dp4a(x0, 0x01010101, 0));
+                    // The lane's P pieces one after the other: integer sums, so the block's
+                    // sumi and summ are the same whatever the lanes' share of the pieces.
+#pragma unroll
+                    for (int pp = 0; pp < P; ++pp) {
+                        const int pc = piece * P + pp;
+                        if constexpr (P > 1) decode_piece_packed<T>(b, pc, tb, w_aligned, q0, q1, sc, mn);
+                        const int32_t x0 = *reinterpret_cast<const int32_t*>(ab + 4 + 8 * pc);
+                        const int32_t x1 = *reinterpret_cast<const int32_t*>(ab + 8 + 8 * pc);
+                        si += sc * __dp4a(q1, x1, __dp4a(q0, x0, 0));
+                        if constexpr (tr::kind != term_kind::sym) sm += mn * __dp4a(x1, 0x01010101, __dp4a(x0, 0x01010101, 0));
+                    }
                     dx = *reinterpret_cast<const float*>(ab);
                 }
                 si = group_sum<L>(si);
@@ -427,6 +437,25 @@ namespace {
 std::mutex g_tables_mutex;
 bool g_tables_done[64] = {};
 
+// The one-row kernel for rows of nb blocks: pieces per lane chosen so that one warp step covers
+// the row (or most of it). A warp walks its row's blocks serially, one step per BPW blocks, and
+// a step's latency (staged loads, the lanes' integer sums, the term, the fold) is nearly the
+// same whatever the lane's share: a 2048-wide Q4_K row (8 blocks) took 8 steps with a piece a
+// lane, and takes 1 with 8 pieces a lane (4 lanes a block). Rows shorter than a step leave lanes
+// idle, so short rows take fewer pieces a lane (768 wide: 3 blocks, 4 pieces, 3 of 4 groups).
+template <dtype T>
+auto one_row_kernel(int64_t nb) {
+    if constexpr (fmt_traits<T>::qk == 256) {
+        // Q3_K at 8 pieces a lane spills (248 bytes, ptxas for sm_90): 4 at most.
+        if constexpr (T != dtype::q3_k)
+            if (nb >= 6) return mm_quant_kernel<T, 1, 8>;
+        if (nb >= 3) return mm_quant_kernel<T, 1, 4>;
+    } else {
+        if (nb >= 16) return mm_quant_kernel<T, 1, 4>;
+    }
+    return mm_quant_kernel<T, 1, 1>;
+}
+
 template <dtype T>
 void launch_quant(const mm_args& a, dim3 grid, cudaStream_t s) {
     const int64_t nb = a.n_in / fmt_traits<T>::qk;
@@ -443,7 +472,7 @@ void launch_quant(const mm_args& a, dim3 grid, cudaStream_t s) {
     const int warps = rows == 1 && (cols / k_warps_max) * static_cast<int64_t>(grid.y) >= 4 * 132 ? k_warps_max : k_warps;
     const int64_t cb1 = (a.n_out + warps - 1) / warps, cb2 = a.w2 ? (a.n_out2 + warps - 1) / warps : 0;
     grid.x = static_cast<unsigned>(cb1 + cb2);
-    auto kernel = rows == 1 ? mm_quant_kernel<T, 1> : mm_quant_kernel<T, k_max_rows>;
+    auto kernel = rows == 1 ? one_row_kernel<T>(nb) : mm_quant_kernel<T, k_max_rows, 1>;
     launch(kernel, dim3(grid), dim3(warps * 32), quant_smem_bytes<T>(rows, warps), s,
            reinterpret_cast<const uint8_t*>(a.w), a.row_bytes, nb, a.n_out, a.ids, a.expert_stride,
            reinterpret_cast<const uint8_t*>(a.act), a.act_stride, a.act_div, a.n_rows, a.y, a.y_stride, a.accumulate,

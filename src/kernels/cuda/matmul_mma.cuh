@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(k_mma_warps * 32, 2)
             const uint8_t* b = wm + static_cast<size_t>(col0 + c) * row_bytes + static_cast<size_t>(kb + blk) * BB;
             int32_t q0, q1;
             int sc, mn;
-            decode_piece_packed<T>(b, piece, tb, (reinterpret_cast<uintptr_t>(b) & 3) == 0, q0, q1, sc, mn);
+            decode_piece_packed<T>(b, piece, tb, packed_aligned<T>(b), q0, q1, sc, mn);
             *reinterpret_cast<int2*>(&s.w[c][8 * p]) = make_int2(q0, q1);
             if ((piece & 1) == 0) {   // the two pieces of a group share sc and mn
                 s.sc[p / 2][c] = static_cast<int8_t>(sc);

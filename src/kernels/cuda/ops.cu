@@ -222,6 +222,33 @@ constexpr int k_dims_per_lane = kernels::k_max_head_dim / 32;   // 16
 template <int U>
 constexpr int k_attn_vbatch = U <= 4 ? 16 : 4;
 
+// The max of a chunk's scores (lane j holds position j's, lanes j < n): the value the CPU's
+// serial scan keeps (mc = j == 0 || s_j > mc ? s_j : mc), which is the first maximal score in
+// position order. Without NaN a tree that keeps the lower position unless the higher one is
+// strictly greater finds that element (5 steps instead of n); with a NaN the order of the
+// comparisons matters, so the serial scan runs.
+__device__ inline float chunk_max(float score, int n, int lane) {
+    if (__any_sync(k_full, lane < n && score != score)) {
+        float mc = 0.0f;
+        for (int j = 0; j < n; ++j) {
+            const float sj = __shfl_sync(k_full, score, j);
+            mc = (j == 0 || sj > mc) ? sj : mc;
+        }
+        return mc;
+    }
+    float v = score;
+    bool valid = lane < n;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+        const float ov = __shfl_down_sync(k_full, v, off);
+        const bool ovalid = __shfl_down_sync(k_full, valid, off) && lane + off < 32;
+        // lane holds positions [lane, lane + off), the other [lane + off, lane + 2 off)
+        if (ovalid && (!valid || ov > v)) v = ov;
+        valid = valid || ovalid;
+    }
+    return __shfl_sync(k_full, v, 0);
+}
+
 // One block per (row, head), k_attn_warps warps. The KV chunks are taken k_attn_warps at a time:
 // warp w computes chunk c0 + w on its own (its scores, its max, its exp sum and its weighted V
 // sum, exactly the serial kernel's per-chunk operations) into shared memory; then warp 0 merges
@@ -298,13 +325,7 @@ __global__ void __launch_bounds__(k_attn_warps * 32)
                     for (int u = 0; u < s; ++u) acc[u] = __fadd_rn(acc[u], acc[u + s]);
                 score = __fmul_rn(acc[0], p.scale);
             }
-            // The chunk's max, in position order (the CPU's j == 0 || s > mc rule).
-            float mc = 0.0f;
-#pragma unroll 8
-            for (int j = 0; j < n; ++j) {
-                const float sj = __shfl_sync(k_full, score, j);
-                mc = (j == 0 || sj > mc) ? sj : mc;
-            }
+            const float mc = chunk_max(score, n, lane);
             const float e = lane < n ? kernels::exp_f32(__fsub_rn(score, mc)) : 0.0f;
             float lc = 0.0f;
             float oc[U];
@@ -347,10 +368,30 @@ __global__ void __launch_bounds__(k_attn_warps * 32)
         __syncthreads();
         if (warp == 0) {
             const int n_here = static_cast<int>(n_chunks - cg < k_attn_warps ? n_chunks - cg : k_attn_warps);
+            // The merge's running max is a prefix of `mc > m ? mc : m` over the chunks, and
+            // chunk w's two factors exp(m_before - m_after), exp(mc - m_after) depend only on
+            // it: the prefix is walked by every lane (a compare a chunk), then lane w computes
+            // chunk w's factors, all chunks at once. Only l * a + lc * bc and o * a + oc * bc stay
+            // serial. Same operands, same operations, same order: the serial merge's bits.
+            float m_after = m, my_mb = 0.0f, my_ma = 0.0f, my_mc = 0.0f;
             for (int w = 0; w < n_here; ++w) {
-                const float mc = s_mc[w], lc = s_lc[w];
+                const float mc = s_mc[w];
+                const float mb = m_after;
+                m_after = cg + w == 0 ? mc : (mc > mb ? mc : mb);
+                if (lane == w) {   // selects, not work: the exponentials run once below
+                    my_mb = mb;
+                    my_ma = m_after;
+                    my_mc = mc;
+                }
+            }
+            float a_w = 1.0f, bc_w = 1.0f;
+            if (lane < n_here && cg + lane != 0) {
+                a_w = kernels::exp_f32(__fsub_rn(my_mb, my_ma));
+                bc_w = kernels::exp_f32(__fsub_rn(my_mc, my_ma));
+            }
+            for (int w = 0; w < n_here; ++w) {
+                const float lc = s_lc[w];
                 if (cg + w == 0) {
-                    m = mc;
                     l = lc;
 #pragma unroll
                     for (int u = 0; u < U; ++u) {
@@ -358,17 +399,16 @@ __global__ void __launch_bounds__(k_attn_warps * 32)
                         o[u] = d < hd ? s_oc[w][d] : 0.0f;
                     }
                 } else {
-                    const float mn = mc > m ? mc : m;
-                    const float a = kernels::exp_f32(__fsub_rn(m, mn)), bc = kernels::exp_f32(__fsub_rn(mc, mn));
+                    const float a = __shfl_sync(k_full, a_w, w), bc = __shfl_sync(k_full, bc_w, w);
                     l = __fadd_rn(__fmul_rn(l, a), __fmul_rn(lc, bc));
 #pragma unroll
                     for (int u = 0; u < U; ++u) {
                         const int d = lane + 32 * u;
                         if (d < hd) o[u] = __fadd_rn(__fmul_rn(o[u], a), __fmul_rn(s_oc[w][d], bc));
                     }
-                    m = mn;
                 }
             }
+            m = m_after;
         }
         __syncthreads();   // the chunk slots are free again
     }

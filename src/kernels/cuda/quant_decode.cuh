@@ -293,14 +293,61 @@ SLUICE_HD inline uint32_t ld_u32_aligned(const uint8_t* p) {
 #endif
 }
 
+// The alignment of a block that decode_piece_packed's word path needs (0: no word path): Q4_K
+// and Q5_K read 4-byte words; Q6_K (210-byte blocks, so only every other block of a row is
+// 4-byte aligned) builds its words from 2-byte loads.
+template <dtype T>
+inline constexpr int packed_alignment = T == dtype::q4_k || T == dtype::q5_k ? 4 : T == dtype::q6_k ? 2 : 0;
+
+// True when block b may take decode_piece_packed's word path.
+template <dtype T>
+SLUICE_HD inline bool packed_aligned(const uint8_t* b) {
+    constexpr int A = packed_alignment<T>;
+    return A > 0 && (reinterpret_cast<uintptr_t>(b) & static_cast<uintptr_t>(A - 1)) == 0;
+}
+
+// A little-endian word at p, 2-byte aligned (two 16-bit loads on the device; bytes on the host).
+SLUICE_HD inline uint32_t ld_u32_aligned2(const uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
+    return static_cast<uint32_t>(h[0]) | (static_cast<uint32_t>(h[1]) << 16);
+#else
+    return ld_u32(p);
+#endif
+}
+
+// Four 6-bit values v (bytes 0..63) to the bytes v - 32 (two's complement), per byte without
+// borrows: v >= 32 keeps its low 5 bits, v < 32 becomes v | 0xE0 (= v - 32 + 256).
+SLUICE_HD inline uint32_t minus32_bytes(uint32_t v) {
+    return (v & 0x1F1F1F1Fu) | (((~v >> 5) & 0x01010101u) * 0xE0u);
+}
+
 // Piece p as the kernel consumes it: q0 = pack4(q), q1 = pack4(q + 4) of decode_piece's q, with
-// its sc and mn. Q4_K and Q5_K build the words from whole-word loads (four nibbles, and Q5_K's
-// high bits, per operation) when `aligned` (b is 4-byte aligned: their nibble and high-bit
-// offsets are multiples of 8 in the block); every other format, or an unaligned block, packs
-// decode_piece's bytes. The same integers either way (matmul_parity checks it on the host).
+// its sc and mn. Q4_K, Q5_K and Q6_K build the words from whole-word loads (four nibbles, and
+// the high bits, per operation) when `aligned` (b has packed_alignment<T>: their nibble and
+// high-bit offsets are multiples of 8 in the block); every other format, or an unaligned block,
+// packs decode_piece's bytes. The same integers either way (matmul_parity checks it on the host).
 template <dtype T>
 SLUICE_HD inline void decode_piece_packed(const uint8_t* b, int p, const iq_tables& tb, bool aligned, int32_t& q0,
                                           int32_t& q1, int& sc, int& mn) {
+    if constexpr (T == dtype::q6_k) {
+        if (aligned) {
+            // decode_piece's Q6_K with k0 = 8p: the 8 elements share h = k0 / 128 and the
+            // shifts (r / 64, r / 32 with r = k0 % 128), and their bytes are consecutive.
+            const int k0 = 8 * p, h = k0 / 128, r = k0 % 128;
+            const uint8_t* ql = b + 64 * h + r % 64;
+            const uint8_t* qh = b + 128 + 32 * h + r % 32;
+            const int sl = 4 * (r / 64), sh = 2 * (r / 32);
+            const uint32_t v0 = ((ld_u32_aligned2(ql) >> sl) & 0x0F0F0F0Fu) | (((ld_u32_aligned2(qh) >> sh) & 0x03030303u) << 4);
+            const uint32_t v1 =
+                ((ld_u32_aligned2(ql + 4) >> sl) & 0x0F0F0F0Fu) | (((ld_u32_aligned2(qh + 4) >> sh) & 0x03030303u) << 4);
+            q0 = static_cast<int32_t>(minus32_bytes(v0));
+            q1 = static_cast<int32_t>(minus32_bytes(v1));
+            sc = static_cast<int8_t>(b[192 + k0 / 16]);
+            mn = 0;
+            return;
+        }
+    }
     if constexpr (T == dtype::q4_k || T == dtype::q5_k) {
         if (aligned) {
             const int j = p / 4, l0 = 8 * (p % 4);
