@@ -222,6 +222,20 @@ constexpr int k_dims_per_lane = kernels::k_max_head_dim / 32;   // 16
 template <int U>
 constexpr int k_attn_vbatch = U <= 4 ? 16 : 4;
 
+// dot_f32_lanes' pairwise fold of 16 lane sums: acc[u] += acc[u + s] for s = 8, 4, 2, 1, every
+// index a constant. (As a loop over s, nvcc left acc in a 64-byte local-memory frame that the
+// K loop stored to and the fold read back: 143k local sectors per attention launch, Nsight
+// Compute, 2026-12-02.)
+__device__ inline float fold16(float (&acc)[16]) {
+#pragma unroll
+    for (int u = 0; u < 8; ++u) acc[u] = __fadd_rn(acc[u], acc[u + 8]);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) acc[u] = __fadd_rn(acc[u], acc[u + 4]);
+#pragma unroll
+    for (int u = 0; u < 2; ++u) acc[u] = __fadd_rn(acc[u], acc[u + 2]);
+    return __fadd_rn(acc[0], acc[1]);
+}
+
 // The max of a chunk's scores (lane j holds position j's, lanes j < n): the value the CPU's
 // serial scan keeps (mc = j == 0 || s_j > mc ? s_j : mc), which is the first maximal score in
 // position order. Without NaN a tree that keeps the lower position unless the higher one is
@@ -319,11 +333,7 @@ __global__ void __launch_bounds__(k_attn_warps * 32)
                             if (i0 + u < hd) acc[u] = __fmaf_rn(qs[i0 + u], kj[i0 + u], acc[u]);
                     }
                 }
-#pragma unroll
-                for (int s = 8; s >= 1; s >>= 1)
-#pragma unroll
-                    for (int u = 0; u < s; ++u) acc[u] = __fadd_rn(acc[u], acc[u + s]);
-                score = __fmul_rn(acc[0], p.scale);
+                score = __fmul_rn(fold16(acc), p.scale);
             }
             const float mc = chunk_max(score, n, lane);
             const float e = lane < n ? kernels::exp_f32(__fsub_rn(score, mc)) : 0.0f;
