@@ -14,12 +14,6 @@
 namespace sluice::quant {
 namespace {
 
-float bits_f32(uint32_t u) {
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-}
-
 template <class B>
 B load(const std::byte* src, int64_t i) {
     B b;
@@ -318,11 +312,6 @@ block_mxfp4 quant_mxfp4(const float* x) {
 }
 
 }  // namespace
-
-float e8m0_to_fp32_half(uint8_t e) {
-    // 2^(e - 128): e < 2 gives the f32 subnormals 2^-128 and 2^-127.
-    return bits_f32(e < 2 ? (0x00200000u << e) : (static_cast<uint32_t>(e - 1) << 23));
-}
 
 bool can_dequantize(dtype t) {
     switch (t) {

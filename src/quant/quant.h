@@ -5,6 +5,7 @@
 #include "core/dtype.h"
 #include "core/half.h"
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 
@@ -30,7 +31,14 @@ using ::sluice::bf16_to_fp32;
 using ::sluice::fp16_to_fp32;
 using ::sluice::fp32_to_bf16;
 using ::sluice::fp32_to_fp16;
+// The f32 bits of e8m0_to_fp32_half(e).
+constexpr uint32_t e8m0_half_bits(uint8_t e) {
+    // 2^(e - 128): e < 2 gives the f32 subnormals 2^-128 and 2^-127.
+    return e < 2 ? (0x00200000u << e) : (static_cast<uint32_t>(e - 1) << 23);
+}
 // MXFP4's e8m0 scale times 1/2 (2^(e-128)): the levels are stored doubled so they are integers.
-float e8m0_to_fp32_half(uint8_t e);
+// Inline: the CPU kernels call it once per 32-element block (as an out-of-line call it took 7% of
+// an MXFP4 model's decode on the 2-core EPYC, perf, 2026-12-02).
+inline float e8m0_to_fp32_half(uint8_t e) { return std::bit_cast<float>(e8m0_half_bits(e)); }
 
 }  // namespace sluice::quant

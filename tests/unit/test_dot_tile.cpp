@@ -63,7 +63,11 @@ wtile make_tile(dtype t, int64_t n, std::mt19937& rng, int fill, bool big, size_
         for (size_t b = 0; b < bytes / inf.block_bytes; ++b) {
             std::byte* blk = r + b * inf.block_bytes;
             if (t == dtype::mxfp4) {
-                blk[0] = static_cast<std::byte>(big ? 160 : 110 + byte(rng) % 30);
+                // Edge exponents for the vector scale decoding: row 6 only the subnormal scales
+                // (0, 1) and the first normal one (a wrong subnormal would be lost beside larger
+                // terms), row 7 1/2, 1 and the largest (254, 255).
+                static constexpr uint8_t k_tiny[] = {0, 1, 2}, k_large[] = {127, 128, 254, 255};
+                blk[0] = static_cast<std::byte>(big ? 160 : c == 6 ? k_tiny[b % 3] : c == 7 ? k_large[b % 4] : 110 + byte(rng) % 30);
                 continue;
             }
             for (int off : scale_offsets(t)) {

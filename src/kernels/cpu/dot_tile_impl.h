@@ -78,9 +78,13 @@ template <dtype wt>
 template <dtype wt>
 [[gnu::always_inline]] inline void tile_scales(const std::byte* b0, size_t ws, __m256& d, __m256& m) {
     if constexpr (wt == dtype::mxfp4) {
-        alignas(32) float ds[8];
-        for (int c = 0; c < 8; ++c) ds[c] = e8m0_to_fp32_half(static_cast<uint8_t>(b0[c * ws]));
-        d = _mm256_load_ps(ds);
+        // e8m0_half_bits for 8 exponents at once: (e - 1) << 23, or 0x00200000 << e for e < 2.
+        auto e = [&](int c) { return static_cast<int>(static_cast<uint8_t>(b0[c * ws])); };
+        const __m256i ev = _mm256_setr_epi32(e(0), e(1), e(2), e(3), e(4), e(5), e(6), e(7));
+        const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(ev, _mm256_set1_epi32(1)), 23);
+        const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), ev);
+        const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), ev);
+        d = _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, small));
         m = _mm256_setzero_ps();
     } else {
         const __m256i g = _mm256_set_m128i(load4x32(b0 + 4 * ws, ws), load4x32(b0, ws));
