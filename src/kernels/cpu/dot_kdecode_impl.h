@@ -66,6 +66,21 @@ void store_q(kblock& k, int chunk, __m256i v) { _mm256_store_si256(reinterpret_c
     return _mm256_i32gather_epi32(reinterpret_cast<const int*>(table), idx, 4);
 }
 
+// Bytes 2i and 2i + 1 = the low and the high nibble of byte i of s (i < 8).
+[[gnu::always_inline]] inline __m128i nibbles16(uint64_t s) {
+    const __m128i v = _mm_cvtsi64_si128(static_cast<long long>(s)), m = _mm_set1_epi8(0x0F);
+    return _mm_unpacklo_epi8(_mm_and_si128(v, m), _mm_and_si128(_mm_srli_epi16(v, 4), m));
+}
+// The grid formats' sub-block scales 2n + 1 of the nibbles n of their scale bytes, in order (a
+// scalar extraction and broadcast store per sub-block cost more than the grid lookups' setup).
+template <int bytes>
+[[gnu::always_inline]] inline __m128i odd_scales(const uint8_t* scales) {
+    uint64_t s = 0;
+    std::memcpy(&s, scales, bytes);
+    const __m128i n = nibbles16(s);
+    return _mm_or_si128(_mm_add_epi8(n, n), _mm_set1_epi8(1));
+}
+
 template <dtype wt>
 void decode_grid(const std::byte* b, kblock& k) {
     alignas(32) uint8_t sg[32];   // sign byte of group g (elements 8g..8g+7): bit e set, element 8g+e negative
@@ -87,7 +102,7 @@ void decode_grid(const std::byte* b, kblock& k) {
         block_iq2_xs x;
         std::memcpy(&x, b, sizeof x);
         k.d = fp16_to_fp32(x.d) * 0.125f;
-        for (int j = 0; j < 16; ++j) set_scale(k, j, 16, 2 * ((x.scales[j / 2] >> (4 * (j % 2))) & 0x0F) + 1);
+        set_scales16(k, _mm256_cvtepu8_epi16(odd_scales<8>(x.scales)));
         for (int g = 0; g < 32; ++g) {
             std::memcpy(mag + 8 * g, k_iq2xs_grid[x.qs[g] & 511], 8);
             sg[g] = k_ksigns_iq2xs[x.qs[g] >> 9];
@@ -96,7 +111,7 @@ void decode_grid(const std::byte* b, kblock& k) {
         block_iq2_s x;
         std::memcpy(&x, b, sizeof x);
         k.d = fp16_to_fp32(x.d) * 0.125f;
-        for (int j = 0; j < 16; ++j) set_scale(k, j, 16, 2 * ((x.scales[j / 2] >> (4 * (j % 2))) & 0x0F) + 1);
+        set_scales16(k, _mm256_cvtepu8_epi16(odd_scales<8>(x.scales)));
         for (int g = 0; g < 32; ++g) {
             std::memcpy(mag + 8 * g, k_iq2s_grid[x.qs[g] | (((x.qh[g / 4] >> (2 * (g % 4))) & 3) << 8)], 8);
             sg[g] = x.signs[g];
@@ -120,7 +135,7 @@ void decode_grid(const std::byte* b, kblock& k) {
         block_iq3_s x;
         std::memcpy(&x, b, sizeof x);
         k.d = fp16_to_fp32(x.d);
-        for (int j = 0; j < 8; ++j) set_scale(k, j, 32, 1 + 2 * ((x.scales[j / 2] >> (4 * (j % 2))) & 0x0F));
+        set_scales32(k, _mm_cvtepu8_epi16(odd_scales<4>(x.scales)));
         std::memcpy(sg, x.signs, 32);   // one sign byte per 8 elements
         // Grid entry i (elements 4i..4i+3) is k_iq3s_grid[qs[i] | (bit i of the qh bytes) << 8]:
         // 8 a gather, the ninth index bits of entries 8c..8c+7 from qh[c]. Measured 2026-12-02 on
