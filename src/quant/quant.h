@@ -5,9 +5,9 @@
 #include "core/dtype.h"
 #include "core/half.h"
 
-#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace sluice::quant {
 
@@ -38,7 +38,13 @@ constexpr uint32_t e8m0_half_bits(uint8_t e) {
 }
 // MXFP4's e8m0 scale times 1/2 (2^(e-128)): the levels are stored doubled so they are integers.
 // Inline: the CPU kernels call it once per 32-element block (as an out-of-line call it took 7% of
-// an MXFP4 model's decode on the 2-core EPYC, perf, 2026-12-02).
-inline float e8m0_to_fp32_half(uint8_t e) { return std::bit_cast<float>(e8m0_half_bits(e)); }
+// an MXFP4 model's decode on the 2-core EPYC, perf, 2026-12-02). memcpy, not std::bit_cast: the
+// CUDA tests include this header as C++17.
+inline float e8m0_to_fp32_half(uint8_t e) {
+    const uint32_t bits = e8m0_half_bits(e);
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
 
 }  // namespace sluice::quant

@@ -96,7 +96,7 @@ float emulate_dot(const uint8_t* w_row, const uint8_t* act_row, int64_t n, const
             int8_t q[8];
             int sc, mn;
             cuda::decode_piece<T>(b, p, tb, q, sc, mn);
-            // The packed form the kernel uses (word loads for Q4_K/Q5_K) must be these bytes.
+            // The packed form the kernel uses (word loads for Q4_K/Q5_K/Q6_K) must be these bytes.
             for (bool aligned : {true, false}) {
                 int32_t q0, q1;
                 int sc2, mn2;
@@ -499,13 +499,14 @@ int main(int argc, char** argv) {
     std::printf("device: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
     cuda::upload_tables();
     for (dtype t : k_formats) {
-        // 2048 and 2816 (8 and 11 blocks of 256: one-row launches at 8 pieces a lane, the
-        // second with a partial warp step), 768 (3 blocks: 4 pieces a lane, one group of
-        // lanes idle), 512 (2 blocks: a piece a lane).
+        // 256-wide formats: 2048 and 2816 (8 and 11 blocks: one-row launches at 8 pieces a
+        // lane, the second with a partial warp step), 768 (3 blocks: 4 pieces a lane, one group
+        // of lanes idle), 512 (2 blocks: a piece a lane). 32-wide formats: 4 pieces a lane
+        // from 16 blocks (all of these widths).
         failures += gpu_parity(t, 2048) + gpu_parity(t, 2816) + gpu_parity(t, 768) + gpu_parity(t, 512);
         // 576 (SmolLM2's width): 18 blocks of 32, so the tensor-core kernel's last step of 256
-        // elements is partial (2 blocks).
-        if (info(t).block_elems == 32) failures += gpu_parity(t, 576);
+        // elements is partial (2 blocks); 256: 8 blocks of 32, the one-row kernel at a piece a lane.
+        if (info(t).block_elems == 32) failures += gpu_parity(t, 576) + gpu_parity(t, 256);
     }
     if (do_bench && failures == 0) {
         for (dtype t : {dtype::q4_k, dtype::q8_0, dtype::q4_0, dtype::q6_k, dtype::iq4_xs, dtype::mxfp4}) {

@@ -130,7 +130,10 @@ int test_rope() {
 int test_attention(thread_pool& pool) {
     int f = 0;
     // ties: the KV rows repeat every 5 positions, so every chunk holds equal maximal scores
-    // (the chunk max must be the serial scan's element, the first one).
+    // (equal bits, so any of them gives the same output: this checks that the tree's tie rule
+    // still finds a maximum and that the merge is unchanged, not which element it picks; the
+    // serial fallback for NaN scores is not covered here, as NaN payloads differ between the
+    // CPU and the GPU).
     struct cfg { int n_head, n_kv, hd; int32_t pos0; int rows; bool ties = false; };
     const cfg cfgs[] = {{8, 2, 128, 299, 1}, {8, 2, 128, 250, 16}, {8, 2, 128, 0, 300}, {4, 4, 64, 77, 5}, {6, 3, 80, 40, 3},
                         {32, 4, 128, 1000, 1}, {8, 2, 128, 600, 4, true}};

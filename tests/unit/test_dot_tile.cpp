@@ -65,9 +65,11 @@ wtile make_tile(dtype t, int64_t n, std::mt19937& rng, int fill, bool big, size_
             if (t == dtype::mxfp4) {
                 // Edge exponents for the vector scale decoding: row 6 only the subnormal scales
                 // (0, 1) and the first normal one (a wrong subnormal would be lost beside larger
-                // terms), row 7 1/2, 1 and the largest (254, 255).
-                static constexpr uint8_t k_tiny[] = {0, 1, 2}, k_large[] = {127, 128, 254, 255};
-                blk[0] = static_cast<std::byte>(big ? 160 : c == 6 ? k_tiny[b % 3] : c == 7 ? k_large[b % 4] : 110 + byte(rng) % 30);
+                // terms: a mutation of the e < 2 branch passed with them mixed into random rows),
+                // row 7 normal scales below and above 1/2 (254 and 255 take the same formula as
+                // these, and their terms would overflow to inf and hide a wrong scale).
+                static constexpr uint8_t k_tiny[] = {0, 1, 2}, k_large[] = {64, 100, 127, 128, 129, 150};
+                blk[0] = static_cast<std::byte>(big ? 160 : c == 6 ? k_tiny[b % 3] : c == 7 ? k_large[b % 6] : 110 + byte(rng) % 30);
                 continue;
             }
             for (int off : scale_offsets(t)) {

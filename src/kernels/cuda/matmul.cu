@@ -4,9 +4,11 @@
 // verify window shares each decoded weight block between its rows), or for one (token, expert)
 // pair in expert mode (the expert id read on the device: all routed experts of a layer are one
 // launch, grid (column block, pair)). A block of QK elements is split into QK/8 pieces of 8
-// elements (quant_decode.cuh): a legacy block (QK 32) takes 4 lanes, so a warp step covers 8
-// blocks; a K-quant/I-quant super-block (QK 256) takes the whole warp. Per row:
-//   - each lane: si = sc * dot(q, qx) and sm = mn * sum(qx) over its piece (dp4a, integers);
+// elements (quant_decode.cuh), and a lane takes P consecutive pieces: with P = 1 (windows) a
+// legacy block (QK 32) takes 4 lanes, so a warp step covers 8 blocks, and a K-quant/I-quant
+// super-block (QK 256) the whole warp; one-row launches take P = 4 or 8 (one_row_kernel), so a
+// step covers 32 legacy blocks or 4-8 super-blocks. Per row:
+//   - each lane: si = sc * dot(q, qx) and sm = mn * sum(qx) over its pieces (dp4a, integers);
 //   - the block's lanes add their si / sm (integer adds: exact in any order);
 //   - every lane of the block computes the block's fp32 term with dot_ref's expression
 //     (block_term: __fmul_rn/__fadd_rn, no contraction);
@@ -107,7 +109,7 @@ __device__ inline int64_t pick_matrix(int64_t n_cb1, const uint8_t* __restrict__
     return bx;
 }
 
-// Integer sum over the L lanes of a block (L = 4 or 32; lanes of a block are consecutive).
+// Integer sum over the L lanes of a block (L = 1, 2, 4, 8 or 32; lanes of a block are consecutive).
 template <int L>
 __device__ inline int32_t group_sum(int32_t v) {
     if constexpr (L == 32) {
@@ -123,9 +125,11 @@ __device__ inline int32_t group_sum(int32_t v) {
 // then one activation region per row. MAXR: the most rows a block takes, k_max_rows, or 1 for
 // one-row launches (a decode step's matmuls and every expert-mode launch): the same code for
 // row 0, with registers for one accumulator instead of 16, so more blocks fit on an SM (those
-// launches are latency-bound), and two blocks' integer work unrolled side by side (the fold
-// still takes the terms in block order). Launch bounds: 4 blocks of 8 warps per SM for one row
-// (64 registers, what it needs; 6 blocks would spill ~100 bytes), 3 for windows (~80).
+// launches are latency-bound), and, at a piece a lane, two blocks' integer work unrolled side by
+// side (the fold still takes the terms in block order). Launch bounds: 4 blocks of 8 warps per SM
+// for one row (64 registers: ptxas for sm_90 fits every format at 1, 4 and 8 pieces a lane
+// without spilling, but Q3_K at 8, which one_row_kernel never picks; 6 blocks would spill ~100
+// bytes at a piece a lane), 3 for windows (~80).
 template <dtype T, int MAXR, int P>
 __global__ void __launch_bounds__(k_warps_max * 32, MAXR == 1 ? 4 : 3)
     mm_quant_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_blocks, int64_t n_out,
@@ -442,7 +446,10 @@ bool g_tables_done[64] = {};
 // a step's latency (staged loads, the lanes' integer sums, the term, the fold) is nearly the
 // same whatever the lane's share: a 2048-wide Q4_K row (8 blocks) took 8 steps with a piece a
 // lane, and takes 1 with 8 pieces a lane (4 lanes a block). Rows shorter than a step leave lanes
-// idle, so short rows take fewer pieces a lane (768 wide: 3 blocks, 4 pieces, 3 of 4 groups).
+// idle and a lane's own work grows with P, so short rows take fewer pieces a lane (768 wide: 3
+// blocks, 4 pieces, 3 of 4 groups). The cut-offs follow that reasoning; only the shapes of a
+// Qwen3-30B-A3B layer were timed (kernel_bench on the H200, 2026-12-02: 8 blocks at P = 8, wq
+// 8.51 -> 5.97 us; 3 blocks at P = 4, the experts' down rows 16.80 -> 14.17 us), not the others.
 template <dtype T>
 auto one_row_kernel(int64_t nb) {
     if constexpr (fmt_traits<T>::qk == 256) {

@@ -323,10 +323,10 @@ SLUICE_HD inline uint32_t minus32_bytes(uint32_t v) {
 }
 
 // Piece p as the kernel consumes it: q0 = pack4(q), q1 = pack4(q + 4) of decode_piece's q, with
-// its sc and mn. Q4_K, Q5_K and Q6_K build the words from whole-word loads (four nibbles, and
-// the high bits, per operation) when `aligned` (b has packed_alignment<T>: their nibble and
-// high-bit offsets are multiples of 8 in the block); every other format, or an unaligned block,
-// packs decode_piece's bytes. The same integers either way (matmul_parity checks it on the host).
+// its sc and mn. Q4_K and Q5_K build the words from whole-word loads, Q6_K from pairs of 16-bit
+// loads (four nibbles, and the high bits, per operation) when `aligned` (b has
+// packed_alignment<T>: their nibble and high-bit offsets are multiples of 8 in the block); every
+// other format, or an unaligned block, packs decode_piece's bytes. The same integers either way (matmul_parity checks it on the host).
 template <dtype T>
 SLUICE_HD inline void decode_piece_packed(const uint8_t* b, int p, const iq_tables& tb, bool aligned, int32_t& q0,
                                           int32_t& q1, int& sc, int& mn) {
