@@ -20,7 +20,8 @@
 #   built: no sluice build), --placement (issue 10's runs instead of the default ones: the whole
 #   model in VRAM for both engines, then sluice --vram-budget 0/2G/4G/8G against llama.cpp
 #   -ncmoe 48/42/36/24, the layers whose experts stay in RAM for about the same VRAM (17.3 GB of
-#   routed experts over 48 layers: ~0.36 GB a layer); the JSONs are packed into results.tar.gz).
+#   routed experts over 48 layers: ~0.36 GB a layer), prefill 512 and 4096, decode 64; the JSONs
+#   are packed into results.tar.gz).
 #
 # On the GPU machine, in this order (the llama.cpp CUDA build, ~5.4 min on 16 cores, is the long
 # pole; sluice's build and the model file are made beside it, niced; nothing is timed while
@@ -428,6 +429,11 @@ if [ $placement_runs = 1 ]; then
   # split prefill runs most experts on the CPU lane), so that a late start cuts the whole-VRAM
   # runs short rather than losing the budget sweep. (2026-12-01: reserves of 300 s left the
   # first run 1 s.)
+  # The budget runs also prefill a 4K prompt (issue 10: prefill at 512 and 4K tokens); both
+  # engines in 512-row pieces (llama-bench's default ubatch, sluice bench's GPU chunk).
+  p_split=$p
+  [ $mode = local ] || p_split="$p,4096"
+  sluice_split=(-t "$threads" -p "$p_split" -n "$n" -r 2 --ctx 0 --windows 0 --spec-windows 0 --json)
   llama_run "llama.cpp GPU -ngl 99" llama_gpu.json gpu "$(cap 60 170)" --gpu -p "$p" -n "$n" -r 2
   sluice_run "sluice GPU" sluice_gpu.json gpu "$(cap 60 160)" "$sluice_gpu" "${sluice_main[@]}" --gpu 0
   [ -f "$out/sluice_gpu.json" ] && [ -f "$out/llama_gpu.json" ] && \
@@ -436,9 +442,9 @@ if [ $placement_runs = 1 ]; then
   for pair in 0:48 2G:42 4G:36 8G:24; do
     b=${pair%%:*} nc=${pair##*:}
     llama_run "llama.cpp -ngl 99 -ncmoe $nc" "llama_ncmoe$nc.json" three-lane "$(cap 30 $(( left * 40 - 10 )))" \
-      --ncmoe "$nc" -p "$p" -n "$n" -r 2
+      --ncmoe "$nc" -p "$p_split" -n "$n" -r 2
     sluice_run "sluice GPU --vram-budget $b" "sluice_gpu_$b.json" three-lane "$(cap 90 $(( left * 40 - 40 )))" \
-      "$sluice_gpu" "${sluice_main[@]}" --gpu 0 --vram-budget "$b"
+      "$sluice_gpu" "${sluice_split[@]}" --gpu 0 --vram-budget "$b"
     [ -f "$out/sluice_gpu_$b.json" ] && [ -f "$out/llama_ncmoe$nc.json" ] && \
       "${rec[@]}" compare "$manifest" "sluice GPU --vram-budget $b" "llama.cpp -ngl 99 -ncmoe $nc"
     left=$(( left - 1 ))

@@ -53,6 +53,9 @@ struct bench_options {
                                         // ceilings then use the GPU's HBM bandwidth
     std::string numa = "auto";          // --numa off|auto|simulate:N (engine_options::numa)
     uint64_t vram_budget = UINT64_MAX;  // with gpu >= 0: VRAM bytes for routed experts (UINT64_MAX: all of them)
+    // With a split budget: prefill streaming of the experts to the GPU (< 0: from the cost
+    // model's cut-over; 0: off; N: every forward of >= N rows).
+    int prefill_stream_rows = -1;
     bool mmap = true;                   // false (`--no-mmap`): the file read into memory (src/io/mmap.h)
 };
 

@@ -14,6 +14,11 @@ namespace sluice {
 // Rows per prefill forward of `sluice run` on the CPU, and `sluice bench`'s default there (the
 // bench measures what run does). Why 128: src/runtime/engine.cpp. Any value gives the same bits (E1).
 inline constexpr int k_cpu_prefill_rows = 128;
+// The same with --gpu: 512, llama-bench's default ubatch. The tensor-core matmul takes 64 rows a
+// block, and 512 rows give each of 128 experts ~32 pairs to share its decoded weights; with
+// experts streamed over PCIe (a split model's prefill) each layer's copy serves 4x the rows of a
+// 128-row chunk (H200, 48-layer Qwen3-30B-A3B shape, budget 0: streaming is ~7 ms a layer).
+inline constexpr int k_gpu_prefill_rows = 512;
 
 struct engine_options {
     std::filesystem::path model_path;  // GGUF file or Hugging Face directory; empty: the default model

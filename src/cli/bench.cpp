@@ -31,12 +31,10 @@ struct bench_args {
     bool chunk_given = false;   // --chunk on the command line (else the backend's default)
 };
 
-// Rows per prefill forward when --chunk is not given: on the CPU what `sluice run` uses
-// (k_cpu_prefill_rows), on a GPU 512, llama-bench's default ubatch: the tensor-core kernel takes
-// 64 rows a block, and a 512-row chunk gives each of 128 experts ~32 pairs to share its decoded
-// weights.
+// Rows per prefill forward when --chunk is not given: what `sluice run` uses on the CPU
+// (k_cpu_prefill_rows) and on a GPU (k_gpu_prefill_rows, include/sluice/engine.h says why).
 constexpr int k_cpu_chunk = k_cpu_prefill_rows;
-constexpr int k_gpu_chunk = 512;
+constexpr int k_gpu_chunk = k_gpu_prefill_rows;
 
 // "0" alone means an empty list (llama-bench's -p 0: no prefill test).
 std::vector<int> zero_is_none(std::vector<int> v) {
@@ -116,6 +114,10 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("--json", a->json, "Print the report as JSON (progress still goes to stderr)");
     cmd->add_flag("-q,--quiet", a->quiet, "No progress lines on stderr");
     cmd->add_option("--vram-budget", a->vram_budget, "GPU memory for routed experts, e.g. 12G, 512M, 0");
+    cmd->add_option("--prefill-stream", a->o.prefill_stream_rows,
+                    "With --gpu and a budget: stream a split layer's experts to the GPU for windows of at least "
+                    "this many rows (-1: the cost model's cut-over; 0: never)")
+        ->default_str("-1");
     cmd->add_flag("--no-mmap", a->no_mmap, "Read the model into memory (transparent huge pages) instead of mapping it: slower start, faster CPU decode");
     cmd->callback([a] { run(*a); });
 }

@@ -140,6 +140,8 @@ cuda_expert_lanes::cuda_expert_lanes(const model_hparams& hp, std::vector<moe::e
         info_.resident_bytes += cache_.blob_bytes(il) * resident.size();
     }
     info_.split = info_.resident < info_.total;
+    for (int il = 0; il < hp.n_layer; ++il)
+        if (!whole_layer(il)) split_layers_.push_back(il);
     events_.assign(2 * static_cast<size_t>(hp.n_layer), nullptr);
     for (void*& ev : events_) {
         cudaEvent_t e = nullptr;
@@ -153,6 +155,10 @@ cuda_expert_lanes::cuda_expert_lanes(const model_hparams& hp, std::vector<moe::e
     else if (!grouped_ok_) info_.pcie_note = "float expert weights (the staged launch needs the grouped int8 matmul)";
     else if (p.pcie_share == 0.0) info_.pcie_note = "PCIe share 0 asked for";
     else open_pcie_lane(p.staging_slots);
+    if (!info_.split) info_.stream_note = info_.pcie_note;
+    else if (p.prefill_stream_rows == 0) info_.stream_note = "prefill streaming off (asked for)";
+    else if (!info_.pcie_lane) info_.stream_note = "no PCIe lane: " + info_.pcie_note;
+    else open_stream(p.prefill_stream_rows);
 }
 
 void cuda_expert_lanes::open_pcie_lane(int staging_slots) {
@@ -277,7 +283,7 @@ cuda_expert_lanes::~cuda_expert_lanes() {
         cudaStreamSynchronize(static_cast<cudaStream_t>(copy_stream_));
         cudaStreamDestroy(static_cast<cudaStream_t>(copy_stream_));
     }
-    for (void* e : {landed_, staging_free_})
+    for (void* e : {landed_, staging_free_, stream_landed_[0], stream_landed_[1], stream_free_[0], stream_free_[1]})
         if (e) cudaEventDestroy(static_cast<cudaEvent_t>(e));
     for (void* e : pcie_events_)
         if (e) cudaEventDestroy(static_cast<cudaEvent_t>(e));
@@ -434,6 +440,7 @@ double elapsed_s(const std::vector<void*>& events, std::vector<uint8_t>& recorde
 }  // namespace
 
 void cuda_expert_lanes::end_forward() {
+    streaming_ = false;
     const double gpu_s = elapsed_s(events_, recorded_);
     double pcie_s = 0;
     if (copy_stream_) {

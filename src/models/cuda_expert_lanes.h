@@ -85,6 +85,18 @@ public:
     // After the forward's last sync: adds the GPU lane's measured time to the metrics.
     void end_forward();
 
+    // Prefill streaming (cuda_expert_stream.cpp; cuda_placement::prefill_stream_rows). Decides
+    // whether this forward of n rows streams; when it does, enqueues the copies of the first two
+    // split layers. Call after calibrate.
+    bool begin_stream(int64_t n);
+    bool streaming() const { return streaming_; }
+    // Layer il's experts in expert order (slot e holds expert e, as a whole layer's slots): the
+    // stream waits for their copies. il must be a split layer of a streaming forward.
+    const layer_slots& stream_acquire(int il);
+    // After the launches that read layer il's buffer: the buffer is free for the split layer two
+    // on, whose copies are enqueued now.
+    void stream_release(int il);
+
     const placement::placement_metrics& metrics() const { return metrics_; }
     void reset_metrics() { metrics_ = {}; }
 
@@ -97,6 +109,14 @@ private:
     void calibrate_pcie();
     // Enqueues the copies of this layer's PCIe experts (plan_) on the copy stream.
     void copy_staged(int il);
+    // Allocates the two layer buffers of prefill streaming (after the PCIe lane opened); on
+    // failure streaming stays off and info_.stream_note says why.
+    void open_stream(int prefill_stream_rows);
+    // The smallest window the cost model streams (stream_layer_costs summed over split layers).
+    int64_t stream_cutover() const;
+    // Enqueues on the copy stream every expert of split layer split_layers_[k] into buffer k % 2:
+    // resident ones from their slots (device to device), the others from host memory.
+    void copy_layer(size_t k);
 
     model_hparams hp_;
     std::vector<moe::expert_bank> banks_;     // [n_layer] host tensors
@@ -135,6 +155,13 @@ private:
     std::vector<uint8_t> pcie_recorded_;  // [n_layer]
     std::vector<int32_t> stage_of_;       // [n_expert] this layer's staging slot per expert, or -1
     bool calibrated_ = false;             // the CPU figure has been measured
+    // Prefill streaming (stream_buf_[0].n_slots > 0 when open).
+    int stream_rows_ = 0;                 // cuda_placement::prefill_stream_rows
+    std::vector<int> split_layers_;       // layers that are not whole, ascending
+    layer_slots stream_buf_[2];           // device, each [n_expert] of the largest gate / up / down slice
+    void* stream_landed_[2] = {};         // cudaEvent_t: the buffer's current layer has landed
+    void* stream_free_[2] = {};           // cudaEvent_t: the launches reading the buffer are done
+    bool streaming_ = false;              // the current forward streams
 };
 
 }  // namespace sluice

@@ -192,6 +192,7 @@ public:
             lanes_->ensure(s.max_rows);
             pool_ = s.pool;
             lanes_->calibrate(*pool_);   // once: the CPU lane's figure for the planner
+            lanes_->begin_stream(n);     // a prefill chunk may stream its split layers
         }
         int32_t max_pos = 0;
         for (const batch_segment& g : batch) max_pos = std::max(max_pos, g.pos0 + static_cast<int32_t>(g.tokens.size()));
@@ -590,6 +591,21 @@ private:
         mm(l.down_exps, gate_, n * K, ey_, d_act, ids, 1);
     }
 
+    // Every routed expert of the layer in VRAM, expert e at slot e (the all-GPU model, a whole
+    // layer of a split one, or a streamed layer's buffer).
+    void all_experts(const dlayer& l, int64_t n, bool g_act) {
+        const int64_t K = hp_.n_expert_used;
+        // Many pairs per expert (a prefill): group them by expert on the device, so each
+        // expert's weights are decoded once per tile of 64 pairs (the tensor-core kernel) instead
+        // of once per pair. The choice depends on the sizes only; either way every pair's bits
+        // are the same (E1).
+        group_experts_ = hp_.n_expert;
+        grouped_ = n * K >= 2 * hp_.n_expert && hp_.n_expert <= cuda::k_group_max_experts;
+        if (grouped_)
+            cuda::group_pairs(ids_, n * K, hp_.n_expert, cuda::k_tile_rows_mma, perm_, tiles_, n_tiles_, stream_);
+        routed_experts(l, n, ids_, g_act);
+    }
+
     void moe_block(const dlayer& l, int il, int64_t n) {
         const int64_t K = hp_.n_expert_used;
         const auto fg = fmt(l.gate_exps);
@@ -603,7 +619,17 @@ private:
         rp.n_used = hp_.n_expert_used;
         rp.renormalize = hp_.expert_weights_norm;
         cuda::route_topk(rp, router_, n, ids_, ew_, stream_);
-        if (lanes_ && !lanes_->whole_layer(il)) {
+        if (lanes_ && lanes_->streaming() && !lanes_->whole_layer(il)) {
+            // A streamed split layer (prefill): its experts copied whole into a layer buffer in
+            // expert order, computed as a whole layer once the copies land.
+            const cuda_expert_lanes::layer_slots& buf = lanes_->stream_acquire(il);
+            dlayer streamed = l;
+            streamed.gate_exps.data = buf.gate;
+            streamed.up_exps.data = buf.up;
+            streamed.down_exps.data = buf.down;
+            all_experts(streamed, n, g_act);
+            lanes_->stream_release(il);
+        } else if (lanes_ && !lanes_->whole_layer(il)) {
             // A split layer: the ids go to the host, the GPU computes the pairs of resident experts
             // (slot ids; grouped, CPU pairs skipped) while the CPU lane computes the rest, whose
             // rows join ey_ before the combine: every pair's row has the same bits either way (E3).
@@ -636,16 +662,7 @@ private:
             lanes_->run_cpu(n, *pool_, il);
             lanes_->join(n, ey_);
         } else {
-            // Every expert in VRAM (the all-GPU model, or a whole layer of a split one, its slots
-            // in expert order). Many pairs per expert (a prefill): group them by expert on the
-            // device, so each expert's weights are decoded once per tile of 64 pairs (the
-            // tensor-core kernel) instead of once per pair. The choice depends on the sizes only; either way every
-            // pair's bits are the same (E1).
-            group_experts_ = hp_.n_expert;
-            grouped_ = n * K >= 2 * hp_.n_expert && hp_.n_expert <= cuda::k_group_max_experts;
-            if (grouped_)
-                cuda::group_pairs(ids_, n * K, hp_.n_expert, cuda::k_tile_rows_mma, perm_, tiles_, n_tiles_, stream_);
-            routed_experts(l, n, ids_, g_act);
+            all_experts(l, n, g_act);
         }
         grouped_ = false;
         const int64_t E = hp_.n_embd;

@@ -58,6 +58,14 @@ struct cuda_placement {
     // < 0: the cost model (calibrated at load and at the first forward) splits each layer's
     // misses; 0..1: this share goes over PCIe whatever it costs (tests: the bits never depend on it).
     double pcie_share = -1.0;
+    // Prefill streaming (issue 10, part 5; models/cuda_expert_stream.cpp): a forward for which
+    // copying every missing expert costs less than splitting the misses (the cost model:
+    // placement::stream_layer_costs over the split layers) copies each split layer's experts whole
+    // into one of two layer buffers on the device, the next layer's copy running while this one
+    // computes, and runs the layer as the all-GPU model does: no host round trip, the same bits.
+    // < 0: the cost model's cut-over (rows); 0: never; N > 0: every forward of >= N rows (tests).
+    // Needs the PCIe lane; the two buffers are VRAM beyond vram_budget (2 x a layer's experts).
+    int prefill_stream_rows = -1;
 };
 std::unique_ptr<model> load_model_cuda(const model_file& f, const load_options& o, int device, const cuda_placement& p,
                                        bool graphs = true);
@@ -74,6 +82,11 @@ struct cuda_placement_info {
     std::string pcie_note;       // why there is no PCIe lane (empty when there is one)
     double pcie_gb_s = 0;        // the cost model's figures: measured at load (PCIe) ...
     double cpu_gb_s = 0;         // ... and at the first forward (the CPU pool; 0 before it)
+    bool prefill_stream = false; // layer buffers for prefill streaming are allocated
+    uint64_t stream_bytes = 0;   // their VRAM
+    int64_t stream_rows = 0;     // forwards of at least this many rows stream (the cost model's
+                                 // cut-over once calibrated at the first forward, or the forced count)
+    std::string stream_note;     // why there is no streaming (empty when there is)
 };
 cuda_placement_info cuda_placement_of(const model& m);
 // What the split model's lanes did since the last reset (hits, CPU misses, per-lane seconds

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <vector>
 
 namespace sluice::placement {
@@ -54,20 +55,29 @@ double measure_cpu_expert(thread_pool& pool, const moe::expert_bank& bank, int32
     return median > 0 ? static_cast<double>(e.expert_bytes) / median / 1e9 : 0.0;
 }
 
-double measure_cpu_expert_batch(thread_pool& pool, const moe::expert_bank& bank, int32_t first, int32_t count) {
+double measure_cpu_expert_batch(thread_pool& pool, const moe::expert_bank& bank, int32_t first, int32_t count,
+                                int rows) {
     expert_run e(bank, "measure_cpu_expert_batch");
     if (count < 1 || first < 0 || first + count > e.n_expert)
         fail("cost model: experts {}..{}: expected a range inside 0..{}", first, first + count - 1, e.n_expert - 1);
-    moe::expert_scratch s = moe::make_expert_scratch(1, count, static_cast<int>(e.n_expert), e.n_embd, e.n_ff);
-    std::vector<int32_t> ids(static_cast<size_t>(count));
-    std::vector<float> w(static_cast<size_t>(count), 1.0f / static_cast<float>(count));
+    if (rows < 1 || rows > 64) fail("cost model: {} rows: expected 1..64", rows);
+    moe::expert_scratch s = moe::make_expert_scratch(rows, count, static_cast<int>(e.n_expert), e.n_embd, e.n_ff);
+    const size_t R = static_cast<size_t>(rows), C = static_cast<size_t>(count), E = static_cast<size_t>(e.n_embd);
+    std::vector<float> x(R * E), out(R * E);
+    for (size_t r = 0; r < R; ++r) std::copy(e.x.begin(), e.x.end(), x.begin() + static_cast<std::ptrdiff_t>(r * E));
+    std::vector<int32_t> ids(R * C);
+    std::vector<float> w(R * C, 1.0f / static_cast<float>(count));
+    const auto route = [&](int32_t base) {
+        for (size_t r = 0; r < R; ++r)
+            for (size_t k = 0; k < C; ++k) ids[r * C + k] = static_cast<int32_t>((base + static_cast<int64_t>(k)) % e.n_expert);
+    };
     // Warm-up on the experts after the timed ones (wrapping), so the pool's threads are awake
     // and the timed weights were not just read.
-    for (int32_t k = 0; k < count; ++k) ids[static_cast<size_t>(k)] = static_cast<int32_t>((first + count + k) % e.n_expert);
-    moe::run_experts(pool, bank, e.x.data(), ids.data(), w.data(), 1, s, e.out.data());
-    for (int32_t k = 0; k < count; ++k) ids[static_cast<size_t>(k)] = first + k;
+    route(first + count);
+    moe::run_experts(pool, bank, x.data(), ids.data(), w.data(), rows, s, out.data());
+    route(first);
     const auto t0 = std::chrono::steady_clock::now();
-    moe::run_experts(pool, bank, e.x.data(), ids.data(), w.data(), 1, s, e.out.data());
+    moe::run_experts(pool, bank, x.data(), ids.data(), w.data(), rows, s, out.data());
     const double secs = seconds_since(t0);
     return secs > 0 ? static_cast<double>(e.expert_bytes) * count / secs / 1e9 : 0.0;
 }
@@ -77,6 +87,32 @@ void calibrate_cpu(cost_model& m, thread_pool& pool, const moe::expert_bank& ban
     const int32_t k = static_cast<int32_t>(std::min<int64_t>(8, n_expert / 2));
     const double g = k >= 1 ? measure_cpu_expert_batch(pool, bank, 0, k) : measure_cpu_expert(pool, bank, 0, reps);
     if (g > 0) m.set_cpu_gb_s(bank.gate->type, g);
+    // 16 rows through the next experts (as a prefill gives each expert many rows): the time of
+    // a row beyond the first relative to one row. Read from RAM as the one-row batch was.
+    if (k >= 1 && g > 0 && n_expert >= 2 * k) {
+        constexpr int rows = 16;
+        const double g16 = measure_cpu_expert_batch(pool, bank, k, std::min<int32_t>(k, static_cast<int32_t>(n_expert) - k), rows);
+        if (g16 > 0) m.cpu_extra_row = std::max(0.0, (g / g16 - 1.0) / (rows - 1));
+    }
+}
+
+layer_costs stream_layer_costs(const cost_model& m, const stream_layer& l) {
+    layer_costs c;
+    if (l.missing <= 0 || l.n_rows <= 0 || l.n_expert <= 0 || l.k_used <= 0) return c;
+    const double N = l.n_expert, k = std::min<double>(l.k_used, N);
+    const double used = 1.0 - std::pow(1.0 - k / N, static_cast<double>(l.n_rows));   // P(an expert is routed)
+    const double u = l.missing * used;                                                // missing experts routed
+    const double rows = static_cast<double>(l.n_rows) * k / (N * std::max(used, 1e-12));
+    const double cpu_e = m.cpu_rows_seconds(l.blob_bytes, l.type, rows), pcie_e = m.pcie_seconds(l.blob_bytes);
+    // The split path: s experts over PCIe (at most the slots), the rest on the CPU; the s that
+    // balances the two lanes, tried rounded down and up.
+    const double s_max = std::min<double>(l.staging_slots, u);
+    const double s0 = std::min(s_max, std::floor(u * cpu_e / (cpu_e + pcie_e)));
+    c.split_s = std::max((u - s0) * cpu_e, s0 * pcie_e);
+    if (s0 + 1 <= s_max) c.split_s = std::min(c.split_s, std::max((u - s0 - 1) * cpu_e, (s0 + 1) * pcie_e));
+    c.split_s += m.split_round_trip_s;
+    c.stream_s = l.missing * m.pcie_seconds(l.blob_bytes);
+    return c;
 }
 
 }  // namespace sluice::placement

@@ -8,6 +8,7 @@
 #include "core/thread_pool.h"
 #include "moe/expert_pool.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
@@ -28,6 +29,14 @@ struct cost_model {
     std::array<double, 64> cpu_gb_s_by_type{};
     double cpu_default_gb_s = 20.0;   // a guess for formats never measured
     double cpu_overhead_s = 5e-6;     // per expert (a guess: two parallel_for dispatches)
+    // Each row beyond the first that an expert computes costs this fraction of its one-row time
+    // (the multi-row kernels decode a weight block once for up to 16 rows, but the integer dot
+    // products grow with the rows). 0.5 is a guess until calibrate_cpu measures 16 rows.
+    double cpu_extra_row = 0.5;
+    // A split layer's host round trip (the ids to the host and a stream sync, the plan, the
+    // join): on the H200 a split layer's serial part took ~170 us against ~65 us for a whole GPU
+    // layer (cuda_expert_lanes.cpp, ranking_of), so ~105 us a layer.
+    double split_round_trip_s = 105e-6;
 
     double cpu_gb_s(dtype t) const {
         const size_t i = static_cast<size_t>(t);
@@ -41,7 +50,33 @@ struct cost_model {
     double cpu_seconds(uint64_t bytes, dtype t) const { return cpu_overhead_s + static_cast<double>(bytes) / (cpu_gb_s(t) * 1e9); }
     double pcie_seconds(uint64_t bytes) const { return pcie_latency_s + static_cast<double>(bytes) / (pcie_gb_s * 1e9); }
     double gpu_seconds(uint64_t bytes) const { return gpu_overhead_s + static_cast<double>(bytes) / (gpu_gb_s * 1e9); }
+    // Seconds for one expert computing `rows` rows on the CPU.
+    double cpu_rows_seconds(uint64_t bytes, dtype t, double rows) const {
+        return cpu_seconds(bytes, t) * (1.0 + cpu_extra_row * std::max(rows - 1.0, 0.0));
+    }
 };
+
+// Prefill streaming (issue 10, part 5): what one split layer costs for a window of n_rows rows
+//   split  - its misses shared between the CPU lane and up to staging_slots PCIe copies (the
+//            share that balances the two lanes), the planner's path, plus the host round trip;
+//   stream - every expert not resident copied to the GPU (the copy engine's time: the GPU
+//            computes the layer while the next layer's copy runs).
+// Routing is taken as uniform: a missing expert is used with probability u = 1 - (1 - k/N)^n,
+// by n k / (N u) rows on average. The forward streams when the sum over its split layers of
+// stream is below that of split.
+struct layer_costs {
+    double split_s = 0.0, stream_s = 0.0;
+};
+struct stream_layer {
+    int64_t n_rows = 0;
+    int k_used = 0, n_expert = 0;
+    int missing = 0;           // experts of the layer not resident in VRAM
+    uint64_t blob_bytes = 0;   // one expert's gate + up + down
+    dtype type = dtype::f32;   // the experts' gate format (the CPU figure's key)
+    int staging_slots = 0;     // PCIe misses the split path may copy
+};
+layer_costs stream_layer_costs(const cost_model& m, const stream_layer& l);
+
 
 // Times the CPU expert pool computing one row through one expert (`expert` of `bank`), `reps`
 // times after one warm-up, and returns the expert's bytes (gate + up + down slices) over the
@@ -53,10 +88,13 @@ double measure_cpu_expert(thread_pool& pool, const moe::expert_bank& bank, int32
 // decode layer's CPU lane: one flat batch), once, after a warm-up batch over other experts when
 // the bank has them (so the timed experts come from RAM, as a large model's do): their bytes over
 // the time, in GB/s.
-double measure_cpu_expert_batch(thread_pool& pool, const moe::expert_bank& bank, int32_t first, int32_t count);
+// rows: each of that many rows through all `count` experts (the time of a prefill's experts).
+double measure_cpu_expert_batch(thread_pool& pool, const moe::expert_bank& bank, int32_t first, int32_t count,
+                                int rows = 1);
 
 // Fills the CPU figure for the bank's gate format: a batch of up to 8 experts not yet touched
-// (measure_cpu_expert_batch), or measure_cpu_expert on expert 0 for a bank of one expert.
+// (measure_cpu_expert_batch), or measure_cpu_expert on expert 0 for a bank of one expert; and,
+// for a bank of at least 2 experts, cpu_extra_row from a batch of 16 rows over other experts.
 void calibrate_cpu(cost_model& m, thread_pool& pool, const moe::expert_bank& bank, int reps = 5);
 
 }  // namespace sluice::placement

@@ -36,6 +36,8 @@ void placement_metrics::merge(const placement_metrics& o) {
     cpu_bytes += o.cpu_bytes;
     gpu_bytes += o.gpu_bytes;
     swaps += o.swaps;
+    streamed_layers += o.streamed_layers;
+    streamed_bytes += o.streamed_bytes;
     for (auto [a, b] : {std::pair{&gpu_lane, &o.gpu_lane}, std::pair{&pcie_lane, &o.pcie_lane}, std::pair{&cpu_lane, &o.cpu_lane}}) {
         a->predicted += b->predicted;
         a->measured += b->measured;
@@ -57,6 +59,8 @@ nlohmann::json placement_metrics::to_json() const {
             {"cpu_bytes", cpu_bytes},
             {"gpu_bytes", gpu_bytes},
             {"swaps", swaps},
+            {"streamed_layers", streamed_layers},
+            {"streamed_bytes", streamed_bytes},
             {"cpu_expert_seconds", cpu_lane.measured},
             {"lanes", {{"gpu", lane_j(gpu_lane)}, {"pcie", lane_j(pcie_lane)}, {"cpu", lane_j(cpu_lane)}}},
             {"makespan_predicted_s", makespan_predicted}};
@@ -76,6 +80,10 @@ std::string placement_metrics::to_prometheus() const {
     counter("sluice_expert_cpu_total", "Routed experts computed by the CPU pool.", static_cast<double>(cpu));
     counter("sluice_expert_pcie_bytes_total", "Expert bytes copied over PCIe.", static_cast<double>(pcie_bytes));
     counter("sluice_expert_cache_swaps_total", "VRAM cache swaps.", static_cast<double>(swaps));
+    counter("sluice_expert_streamed_layers_total", "Split layers whose experts were streamed to the GPU whole (prefill).",
+            static_cast<double>(streamed_layers));
+    counter("sluice_expert_streamed_bytes_total", "Expert bytes streamed over PCIe for prefill.",
+            static_cast<double>(streamed_bytes));
     gauge("sluice_expert_hit_rate", "Hits over unique routed experts.", hit_rate());
     gauge("sluice_expert_pcie_share", "PCIe experts over misses.", pcie_share());
     s += "# HELP sluice_expert_lane_seconds_total Seconds per lane, predicted by the cost model and measured.\n"

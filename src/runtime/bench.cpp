@@ -205,7 +205,7 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
 #ifdef SLUICE_BENCH_GPU
         // Routed experts under the budget (all in VRAM without one), ranked by the profile beside
         // the model when there is one.
-        net = load_model_on(o.model_path, *file, n_ctx, o.gpu, o.vram_budget);
+        net = load_model_on(o.model_path, *file, n_ctx, o.gpu, o.vram_budget, o.prefill_stream_rows);
 #else
         fail("bench: --gpu {}: this build has no CUDA backend (configure with -DSLUICE_CUDA=ON and nvcc)", o.gpu);
 #endif
@@ -493,6 +493,10 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
                                     {"staging_bytes", pi.staging_bytes},
                                     {"pcie_gb_s_calibrated", pi.pcie_gb_s},
                                     {"cpu_expert_gb_s_calibrated", pi.cpu_gb_s},
+                                    {"prefill_stream", pi.prefill_stream},
+                                    {"prefill_stream_bytes", pi.stream_bytes},
+                                    {"prefill_stream_rows", pi.stream_rows},
+                                    {"prefill_stream_note", pi.stream_note},
                                     {"metrics", m->to_json()}};
             rep.placement_json = pj.dump();
             rep.placement_note = fmt::format(
@@ -500,13 +504,18 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
                 "without a host round trip), the rest copied over PCIe or computed by the CPU lane ({}); over the whole "
                 "run, in the split layers: hit rate {:.3f} ({} hits, {} PCIe, {} CPU "
                 "misses; PCIe share {:.3f}, {:.2f} GB copied), GPU lane {:.3f} s, PCIe {:.3f} s, CPU lane {:.3f} s "
-                "measured; ceilings below assume the whole model in VRAM",
+                "measured; {}; ceilings below assume the whole model in VRAM",
                 pi.resident, pi.total, double(pi.resident_bytes) / 1e9, double(pi.total_bytes) / 1e9, pi.whole_layers,
                 pi.pcie_lane ? fmt::format("PCIe lane: {} staging slots, {:.1f} GB/s calibrated; CPU {:.1f} GB/s",
                                            pi.staging_slots, pi.pcie_gb_s, pi.cpu_gb_s)
                              : "no PCIe lane: " + pi.pcie_note,
                 m->hit_rate(), m->hits, m->pcie, m->cpu, m->pcie_share(), double(m->pcie_bytes) / 1e9,
-                m->gpu_lane.measured, m->pcie_lane.measured, m->cpu_lane.measured);
+                m->gpu_lane.measured, m->pcie_lane.measured, m->cpu_lane.measured,
+                pi.prefill_stream
+                    ? fmt::format("prefill streaming for windows of >= {} rows ({:.2f} GB of layer buffers): {} layer "
+                                  "forwards streamed, {:.2f} GB", pi.stream_rows, double(pi.stream_bytes) / 1e9,
+                                  m->streamed_layers, double(m->streamed_bytes) / 1e9)
+                    : "no prefill streaming: " + pi.stream_note);
         }
 #endif
     rep.notes.push_back(fmt::format(

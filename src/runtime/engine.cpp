@@ -63,6 +63,7 @@ struct engine::impl {
     int n_ctx = 0;
     int n_threads = 1;
     numa_setup numa;   // the pools' topology; the target's experts placed per node at open
+    int prefill_rows = k_session_rows;   // the target's rows per forward (k_gpu_prefill_rows with --gpu)
     // Window costs measured once per engine (calibration times windows of 1..16 rows); the
     // acceptance estimate restarts with every request.
     depth_policy policy;
@@ -108,6 +109,7 @@ std::unique_ptr<engine> engine::open(const engine_options& o) {
     const model_hparams& hp = p->target.net->hparams();
     p->n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(hp.n_ctx_train, 4096);
     p->n_threads = o.n_threads > 0 ? o.n_threads : usable_cpus();
+    p->prefill_rows = o.gpu >= 0 ? k_gpu_prefill_rows : k_session_rows;
     p->numa = setup_numa(o.numa, p->n_threads, *p->target.file);
     if (!o.draft_model_path.empty()) {
         p->draft = std::make_unique<loaded_model>(loaded_model::open(o.draft_model_path, o.n_ctx, -1, UINT64_MAX, access));
@@ -173,10 +175,10 @@ generate_stats engine::generate(std::string_view prompt, const generate_params& 
     session_options so;
     so.n_ctx = p_->n_ctx;
     so.n_threads = p_->n_threads;
-    so.prefill_chunk = k_session_rows;
+    so.prefill_chunk = p_->prefill_rows;
     so.pool.numa = p_->numa.topology;
     session s(net, so);
-    session_target target(s, k_session_rows);
+    session_target target(s, p_->prefill_rows);
 
     std::unique_ptr<session> draft_session;
     std::unique_ptr<session_target> draft_target;
@@ -200,7 +202,9 @@ generate_stats engine::generate(std::string_view prompt, const generate_params& 
     } else if (p.drafter == drafter_kind::ngram) {
         drafts = std::make_unique<ngram_drafter>();
     } else if (p.drafter == drafter_kind::draft_model) {
-        draft_session = std::make_unique<session>(*p_->draft->net, so);
+        session_options dso = so;   // the draft model runs on the CPU
+        dso.prefill_chunk = k_session_rows;
+        draft_session = std::make_unique<session>(*p_->draft->net, dso);
         draft_target = std::make_unique<session_target>(*draft_session, k_session_rows);
         draft_model_params dp;
         dp.prompt_chunk = k_session_rows;
@@ -215,7 +219,7 @@ generate_stats engine::generate(std::string_view prompt, const generate_params& 
     for (token_id id = 0; id < tok.n_vocab(); ++id)
         if (tok.is_end_of_generation(id)) opt.eos.push_back(id);
     opt.max_window = drafts ? p.max_window : 1;
-    opt.prefill_chunk = k_session_rows;
+    opt.prefill_chunk = p_->prefill_rows;
     stream_decoder text(tok);
     size_t streamed = 0;   // tokens whose text went to on_text
     // Called after every emitted token but one that reaches max_tokens (the decoder stops

@@ -8,7 +8,7 @@
 namespace sluice {
 
 std::unique_ptr<model> load_model_on(const std::filesystem::path& path, const model_file& f, int n_ctx, int gpu,
-                                     uint64_t vram_budget) {
+                                     uint64_t vram_budget, int prefill_stream_rows) {
     if (gpu < 0) return load_model(f, load_options{n_ctx});
 #ifdef SLUICE_HAVE_CUDA
     if (!cuda_model_supports(f.architecture()))
@@ -16,12 +16,14 @@ std::unique_ptr<model> load_model_on(const std::filesystem::path& path, const mo
              f.architecture());
     cuda_placement p;
     p.vram_budget = vram_budget;
+    p.prefill_stream_rows = prefill_stream_rows;
     // The profile ranks what the budget holds; only read when the budget splits the experts.
     if (vram_budget != UINT64_MAX) p.profile = placement::load_profile_for(path, placement::identify_model(path, f));
     return load_model_cuda(f, load_options{n_ctx}, gpu, p);
 #else
     (void)path;
     (void)vram_budget;
+    (void)prefill_stream_rows;
     fail("--gpu {}: this build of sluice has no CUDA backend (configure with -DSLUICE_CUDA=ON and nvcc, or leave out "
          "--gpu to run on the CPU)", gpu);
 #endif

@@ -35,7 +35,7 @@ struct loaded_model {
 // The network of file f (opened from path): on the CPU (gpu < 0), or on CUDA device gpu with its
 // routed experts under vram_budget bytes. Fails with what to do in a build without CUDA.
 std::unique_ptr<model> load_model_on(const std::filesystem::path& path, const model_file& f, int n_ctx, int gpu,
-                                     uint64_t vram_budget);
+                                     uint64_t vram_budget, int prefill_stream_rows = -1);
 
 // The keyed sampler's parameters of a request (logit_bias left empty: the serving API carries
 // it beside the parameters). Shared by both engines so they sample alike.

@@ -1,11 +1,11 @@
-// cpu_op_bits_equal_gpu_op_bits: every device op of src/kernels/cuda/ops.cu against its CPU op
-// (src/kernels/cpu), bit for bit, on random inputs: RMSNorm (model rows and per-head rows),
-// RoPE (normal, NeoX, YaRN) from the host's rope_table, attention (decode, a verify window,
-// a whole prefill; GQA; head_dim 128, 64 and 80), the router's softmax + top-k (with ties),
+// cpu_op_bits_equal_gpu_op_bits: every device op of src/kernels/cuda/ops.cu and attention.cu
+// against its CPU op (src/kernels/cpu), bit for bit, on random inputs: RMSNorm (model rows and
+// per-head rows), RoPE (normal, NeoX, YaRN) from the host's rope_table, attention (decode, a
+// verify window, prefills with both kernels; GQA; head_dim 128, 80, 72 and 64), the router's softmax + top-k (with ties),
 // SwiGLU, the MoE rank-order combine and the shared-expert gate; the fused forms the CUDA
 // model runs (rmsnorm + int8 activation rows, SwiGLU + int8 activation rows, combine + residual)
 // against the CPU's two steps (kernels::rmsnorm / swiglu, then quant::quantize_act_row). Also E1 for attention on the
-// GPU: a window's rows equal the same rows computed one at a time.
+// GPU: a window's rows equal the same rows computed one at a time (by the one-row kernel).
 // Before the GPU: (host) the router's one-row function that the device runs
 // (src/kernels/cuda/router.cuh) equals kernels::route_topk on the host.
 // Exit 0 when everything matches, 1 on a difference, 77 (skipped) without a GPU.
@@ -135,8 +135,15 @@ int test_attention(thread_pool& pool) {
     // serial fallback for NaN scores is not covered here, as NaN payloads differ between the
     // CPU and the GPU).
     struct cfg { int n_head, n_kv, hd; int32_t pos0; int rows; bool ties = false; };
-    const cfg cfgs[] = {{8, 2, 128, 299, 1}, {8, 2, 128, 250, 16}, {8, 2, 128, 0, 300}, {4, 4, 64, 77, 5}, {6, 3, 80, 40, 3},
-                        {32, 4, 128, 1000, 1}, {8, 2, 128, 600, 4, true}};
+    // Windows of more than 16 rows run attention_rows_kernel (a block per KV head and tile of
+    // rows); "rows alone" then compares it with the one-row kernel: 300 rows of 4 query heads a
+    // KV head, 100 of 8 (Qwen3-30B-A3B's 32/4), SmolLM2's 9/3 at head_dim 64, head_dim 72 (not a
+    // multiple of 16: scalar K reads), 16 heads on one KV head (a row a block), 20 query heads a
+    // KV head (more than a block's warps: the one-row kernel), and ties.
+    const cfg cfgs[] = {{8, 2, 128, 299, 1},   {8, 2, 128, 250, 16},  {8, 2, 128, 0, 300},   {4, 4, 64, 77, 5},
+                        {6, 3, 80, 40, 3},     {32, 4, 128, 1000, 1}, {8, 2, 128, 600, 4, true},
+                        {32, 4, 128, 37, 100}, {9, 3, 64, 5, 70},     {4, 2, 72, 3, 50},     {16, 1, 128, 20, 33},
+                        {40, 2, 128, 0, 20},   {8, 2, 128, 600, 40, true}};
     for (const cfg& c : cfgs) {
         kernels::attention_params p;
         p.n_head = c.n_head;

@@ -146,15 +146,18 @@ int run_file(const fs::path& path, thread_pool& pool) {
         for (const std::string& n : names) budgets.push_back({n.c_str(), placement::parse_size(n), false, -1});
     }
     budgets.push_back({"everything", UINT64_MAX, false, hp.n_layer * hp.n_expert});
-    // PLACEMENT_SHARES=cost,0,0.5,1 (default): each split budget once per PCIe share (cost: the
-    // cost model's split; a number: that share of each layer's misses forced over PCIe).
+    // PLACEMENT_SHARES=cost,0,0.5,1,stream (default): each split budget once per PCIe share (cost:
+    // the cost model's split and its prefill-streaming cut-over; a number: that share of each
+    // layer's misses forced over PCIe, no streaming; stream: every forward streams its split
+    // layers, decode steps included).
+    constexpr double k_stream = -2.0;
     std::vector<double> shares;
     {
         const char* env = std::getenv("PLACEMENT_SHARES");
-        for (std::string rest = env && *env ? env : "cost,0,0.5,1"; !rest.empty();) {
+        for (std::string rest = env && *env ? env : "cost,0,0.5,1,stream"; !rest.empty();) {
             const size_t c = rest.find(',');
             const std::string w = rest.substr(0, c);
-            shares.push_back(w == "cost" ? -1.0 : std::stod(w));
+            shares.push_back(w == "cost" ? -1.0 : w == "stream" ? k_stream : std::stod(w));
             rest = c == std::string::npos ? "" : rest.substr(c + 1);
         }
     }
@@ -163,7 +166,8 @@ int run_file(const fs::path& path, thread_pool& pool) {
         for (const double share : b.bytes == UINT64_MAX ? std::vector<double>{-1.0} : shares) {
             cuda_placement p;
             p.vram_budget = b.bytes;
-            p.pcie_share = share;
+            p.pcie_share = share >= 0 ? share : -1.0;
+            p.prefill_stream_rows = share == k_stream ? 1 : share >= 0 ? 0 : -1;
             if (b.profile) p.profile = prof;
             auto gpu = load_model_cuda(*mf, o, 0, p);
             const cuda_placement_info info = cuda_placement_of(*gpu);
@@ -185,22 +189,40 @@ int run_file(const fs::path& path, thread_pool& pool) {
                 // some exactly when a split layer holds residents. A forced share: PCIe misses
                 // exactly when it is above 0 and the lane is open (a float model has none, and
                 // says why); a share below 1 leaves CPU misses.
+                // Streaming forced: every forward (the prompt and 16 steps) streams every split
+                // layer, none asks the host; forced shares never stream. The cost model's runs may
+                // stream the prompt window; its other forwards are planned.
+                const int split_layers = hp.n_layer - info.whole_layers;
+                const uint64_t forwards = 1 + static_cast<uint64_t>(steps);
                 const bool split_residents = info.resident > info.whole_layers * hp.n_expert;
-                placed = placed && info.split && m->experts > 0 && (split_residents ? m->hits > 0 : m->hits == 0);
+                if (share == k_stream && info.prefill_stream) {
+                    placed = placed && info.split && m->layer_plans == 0 &&
+                             m->streamed_layers == forwards * static_cast<uint64_t>(split_layers) && m->streamed_bytes > 0;
+                } else if (share >= 0 || !info.prefill_stream) {
+                    placed = placed && info.split && m->experts > 0 && (split_residents ? m->hits > 0 : m->hits == 0) &&
+                             m->streamed_layers == 0;
+                } else {   // the cost model: what was planned hit as above, the rest streamed whole
+                    placed = placed && info.split && (m->experts > 0 || m->streamed_layers > 0) &&
+                             (m->experts == 0 || (split_residents ? m->hits > 0 : m->hits == 0)) &&
+                             m->streamed_layers % static_cast<uint64_t>(split_layers) == 0;
+                }
                 if (share >= 0) {
                     placed = placed && (share > 0 && info.pcie_lane ? m->pcie > 0 : m->pcie == 0);
                     placed = placed && (share < 1 || !info.pcie_lane ? m->cpu > 0 : true);
                 }
+                // Streaming is open wherever the PCIe lane is (and not asked off).
+                placed = placed && (share >= 0 || info.prefill_stream == info.pcie_lane);
                 // No lane only for a stated reason, and never because registering failed here.
                 placed = placed && (info.pcie_lane || !info.pcie_note.empty()) &&
                          info.pcie_note.find("cudaHostRegister") == std::string::npos;
                 char buf[512];
                 std::snprintf(buf, sizeof buf,
                               "%d whole layers; split layers: hit rate %.3f (%llu hits, %llu PCIe, %llu CPU misses), GPU "
-                              "lane %.2f ms, PCIe %.2f ms, CPU lane %.2f ms; %s",
+                              "lane %.2f ms, PCIe %.2f ms, CPU lane %.2f ms; %llu layer forwards streamed (from %lld rows); %s",
                               info.whole_layers, m->hit_rate(), static_cast<unsigned long long>(m->hits), static_cast<unsigned long long>(m->pcie),
                               static_cast<unsigned long long>(m->cpu), m->gpu_lane.measured * 1e3, m->pcie_lane.measured * 1e3,
-                              m->cpu_lane.measured * 1e3,
+                              m->cpu_lane.measured * 1e3, static_cast<unsigned long long>(m->streamed_layers),
+                              static_cast<long long>(calibrated.stream_rows),
                               info.pcie_lane ? ("PCIe lane " + std::to_string(info.staging_slots) + " slots, " +
                                                 std::to_string(static_cast<int>(info.pcie_gb_s)) + " GB/s, CPU " +
                                                 std::to_string(static_cast<int>(calibrated.cpu_gb_s)) + " GB/s")
@@ -213,7 +235,8 @@ int run_file(const fs::path& path, thread_pool& pool) {
             const bool ok = d == 0 && placed && picks_equal == static_cast<int>(ref.picks.size());
             failures += ok ? 0 : 1;
             char share_name[32];
-            if (share < 0) std::snprintf(share_name, sizeof share_name, "cost model");
+            if (share == k_stream) std::snprintf(share_name, sizeof share_name, "streamed");
+            else if (share < 0) std::snprintf(share_name, sizeof share_name, "cost model");
             else std::snprintf(share_name, sizeof share_name, "PCIe %.2f", share);
             std::printf("%s %-40s budget %-16s %-10s %d/%d experts in VRAM: logits %zu/%zu bit-identical, greedy picks %d/%zu "
                         "equal, decode %.1f tok/s; %s%s\n",

@@ -271,6 +271,56 @@ TEST(placement_plan, cpu_expert_rate_is_measured_on_the_pool) {
     EXPECT_LT(batch, 10000.0);
     EXPECT_THROW(measure_cpu_expert_batch(pool, bank, 3, 2), std::exception);
     EXPECT_THROW(measure_cpu_expert_batch(pool, bank, 0, 0), std::exception);
+    // 16 rows through each expert (the row-cost calibration's form); rows outside 1..64 refused.
+    EXPECT_GT(measure_cpu_expert_batch(pool, bank, 0, 2, 16), 0.0);
+    EXPECT_THROW(measure_cpu_expert_batch(pool, bank, 0, 2, 0), std::exception);
+    EXPECT_THROW(measure_cpu_expert_batch(pool, bank, 0, 2, 65), std::exception);
+    EXPECT_GE(m.cpu_extra_row, 0.0);
+}
+
+// Prefill streaming's choice (stream_layer_costs): a Qwen3-30B-A3B-shaped layer (128 experts,
+// 8 used, 3.1 MB blobs, nothing resident) with the H200 machine's figures (PCIe 53 GB/s, CPU
+// 40 GB/s at one row): a decode row splits (8 experts on the CPU and PCIe beat copying 128), a
+// 512-row chunk streams (every expert is routed, with ~32 rows each on the CPU), and once
+// streaming wins it keeps winning as the chunk grows. Nothing missing costs nothing.
+TEST(cost_model, stream_choice) {
+    cost_model m;
+    m.pcie_gb_s = 53.0;
+    m.pcie_latency_s = 0.0;
+    m.set_cpu_gb_s(dtype::q4_k, 40.0);
+    m.cpu_extra_row = 0.5;
+    stream_layer l;
+    l.k_used = 8;
+    l.n_expert = 128;
+    l.missing = 128;
+    l.blob_bytes = 3'100'000;
+    l.type = dtype::q4_k;
+    l.staging_slots = 16;
+    l.n_rows = 1;
+    const layer_costs one = stream_layer_costs(m, l);
+    EXPECT_LT(one.split_s, one.stream_s);
+    EXPECT_NEAR(one.stream_s, 128 * 3.1e6 / 53e9, 1e-9);
+    l.n_rows = 512;
+    const layer_costs big = stream_layer_costs(m, l);
+    EXPECT_GT(big.split_s, big.stream_s);
+    EXPECT_DOUBLE_EQ(big.stream_s, one.stream_s);   // the copy does not depend on the rows
+    bool streamed = false;
+    for (int64_t n = 1; n <= 4096; n *= 2) {
+        l.n_rows = n;
+        const layer_costs c = stream_layer_costs(m, l);
+        if (streamed) {
+            EXPECT_LT(c.stream_s, c.split_s) << n << " rows";
+        }
+        streamed = streamed || c.stream_s < c.split_s;
+    }
+    EXPECT_TRUE(streamed);
+    // Half the experts resident: half the copy.
+    l.missing = 64;
+    EXPECT_NEAR(stream_layer_costs(m, l).stream_s, big.stream_s / 2, 1e-9);
+    l.missing = 0;
+    const layer_costs none = stream_layer_costs(m, l);
+    EXPECT_EQ(none.split_s, 0.0);
+    EXPECT_EQ(none.stream_s, 0.0);
 }
 
 // The shipped MoE's real routing, planned layer by layer from inside the forward (the routing

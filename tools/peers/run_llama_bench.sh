@@ -5,7 +5,7 @@
 #
 #   tools/peers/run_llama_bench.sh MODEL [options] [-- extra llama-bench args]
 #     -t, --threads N      CPU threads (default: nproc)
-#     -p N                 prompt tokens for the prefill test (default 512; 0 = none)
+#     -p N[,N...]          prompt tokens for the prefill tests (default 512; 0 = none)
 #     -n N                 generated tokens for the decode test (default 128; 0 = none)
 #     -r N                 repetitions (default 3)
 #     --gpu                offload all layers (-ngl 99); routed experts stay where --ncmoe says
@@ -41,7 +41,8 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-for v in threads prompt gen reps reserve; do
+[[ $prompt =~ ^[0-9]+(,[0-9]+)*$ ]] || die "prompt: expected numbers separated by commas, got '$prompt'"
+for v in threads gen reps reserve; do
   [[ ${!v} =~ ^[0-9]+([.][0-9]+)?$ ]] || die "$v: expected a number, got '${!v}'"
 done
 
