@@ -8,6 +8,7 @@
 #include "kernels/cuda/ops.cuh"
 
 #include "core/error.h"
+#include "kernels/cuda/lanes.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/math.h"
 
@@ -27,20 +28,6 @@ constexpr int k_dims_per_lane = kernels::k_max_head_dim / 32;   // 16
 // V positions whose rows a lane loads before their adds (64 floats of registers per lane).
 template <int U>
 constexpr int k_attn_vbatch = U <= 4 ? 16 : 4;
-
-// dot_f32_lanes' pairwise fold of 16 lane sums: acc[u] += acc[u + s] for s = 8, 4, 2, 1, every
-// index a constant. (As a loop over s, nvcc left acc in a 64-byte local-memory frame that the
-// K loop stored to and the fold read back: 143k local sectors per attention launch, Nsight
-// Compute, 2026-12-02.)
-__device__ inline float fold16(float (&acc)[16]) {
-#pragma unroll
-    for (int u = 0; u < 8; ++u) acc[u] = __fadd_rn(acc[u], acc[u + 8]);
-#pragma unroll
-    for (int u = 0; u < 4; ++u) acc[u] = __fadd_rn(acc[u], acc[u + 4]);
-#pragma unroll
-    for (int u = 0; u < 2; ++u) acc[u] = __fadd_rn(acc[u], acc[u + 2]);
-    return __fadd_rn(acc[0], acc[1]);
-}
 
 // The max of a chunk's scores (lane j holds position j's, lanes j < n): the value the CPU's
 // serial scan keeps (mc = j == 0 || s_j > mc ? s_j : mc), which is the first maximal score in
@@ -104,15 +91,14 @@ __device__ inline float chunk_score(const float* kj, const float* qs, int hd, bo
 // A chunk's exp sum lc and weighted V sum oc (lane owns dimensions lane + 32u): positions in
 // order, lc += e_j and oc += e_j * V[j], the CPU's per-chunk sums. e: lane j holds position j's
 // exponential (lanes j < n). v0: the chunk's first V row, rows v_stride floats apart (global or
-// shared memory). The V rows of k_attn_vbatch positions are loaded before their adds (a chunk
-// pays a few memory latencies instead of one per position); the adds are the same.
-template <int U>
+// shared memory). The V rows of JB positions are loaded before their adds (a chunk pays a few
+// memory latencies instead of one per position); the adds are the same whatever JB.
+template <int U, int JB = k_attn_vbatch<U>>
 __device__ inline void chunk_v_sum(const float* v0, int64_t v_stride, int n, float e, int hd, int lane, float& lc,
                                    float (&oc)[U]) {
     lc = 0.0f;
 #pragma unroll
     for (int u = 0; u < U; ++u) oc[u] = 0.0f;
-    constexpr int JB = k_attn_vbatch<U>;
     for (int j0 = 0; j0 < n; j0 += JB) {   // n is uniform across the warp
         float vv[JB][U];   // V[j0 + jj][lane + 32u], loaded before the adds
 #pragma unroll
@@ -268,6 +254,10 @@ __global__ void __launch_bounds__(k_attn_warps * 32)
 constexpr int k_rows_warps = 16;
 constexpr int k_rows_max_hd = 128;
 constexpr int k_rows_kstride = k_rows_max_hd + 4;   // K rows padded: float4 reads of 8 lanes hit distinct banks
+// V rows loaded ahead of their adds: 4 from shared memory (16 from global memory in the one-row
+// kernel). Two blocks an SM would need 64 registers a thread: ptxas then spills 28-72 bytes
+// whatever this batch (1, 2, 4, 8 tried), so the kernel keeps one block (16 warps) an SM.
+constexpr int k_rows_vbatch = 4;
 
 __global__ void __launch_bounds__(k_rows_warps * 32)
     attention_rows_kernel(kernels::attention_params p, const float* q, const float* kc, const float* vc, int32_t pos0,
@@ -312,7 +302,7 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
         const float e = lane < n ? kernels::exp_f32(__fsub_rn(score, mc)) : 0.0f;
         float lc = 0.0f;
         float oc[4];
-        chunk_v_sum<4>(&sv[0][0], k_rows_max_hd, n, e, hd, lane, lc, oc);
+        chunk_v_sum<4, k_rows_vbatch>(&sv[0][0], k_rows_max_hd, n, e, hd, lane, lc, oc);
         if (c0 == 0) {
             m = mc;
             l = lc;

@@ -31,6 +31,7 @@
 #include "kernels/cuda/quant_decode.cuh"
 
 #include "core/error.h"
+#include "kernels/cuda/lanes.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "quant/iq_tables.h"
 
@@ -330,6 +331,90 @@ __global__ void __launch_bounds__(k_warps * 32)
     }
 }
 
+// Float weights, several rows (a window's or a prefill's router, a float model's matrices): a
+// block computes a tile of k_ft_rows rows x k_ft_cols columns, a thread one column for k_ft_rpt
+// rows, keeping each output's 16 chains in registers (element i goes to chain i % 16, as lane
+// i % 16 of mm_float_kernel's half warp takes it) and folding them 8, 4, 2, 1 at the end (that
+// half warp's shuffles): the same terms in the same order, so the same bits. Weights and
+// activations go through shared memory in chunks of k_ft_k elements, so each weight is read
+// once per tile of rows instead of once per row.
+constexpr int k_ft_cols = 32;     // columns per block: a warp's lanes
+constexpr int k_ft_rpt = 2;       // rows per thread
+constexpr int k_ft_threads = 256;
+constexpr int k_ft_rows = k_ft_threads / k_ft_cols * k_ft_rpt;   // 16 rows per block
+constexpr int k_ft_k = 64;        // elements per staged chunk (a multiple of 16: chains stay aligned)
+// Rows padded by 4 floats: the float4 reads of 8 consecutive lanes (columns) hit distinct banks.
+constexpr int k_ft_stride = k_ft_k + 4;
+
+template <dtype T>
+__global__ void __launch_bounds__(k_ft_threads)
+    mm_float_tile_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
+                         const uint8_t* __restrict__ act, size_t act_stride, int64_t n_rows, float* __restrict__ y,
+                         int64_t y_stride, bool accumulate, int64_t n_cb1, const uint8_t* __restrict__ w2,
+                         int64_t n_out2, float* __restrict__ y2, int64_t y2_stride) {
+    wait_prior_grids();   // first: see launch.cuh
+    const int64_t bx = pick_matrix(n_cb1, w, n_out, y, y_stride, w2, n_out2, y2, y2_stride);
+    __shared__ __align__(16) float sw[k_ft_cols][k_ft_stride];   // the chunk of each column's weights
+    __shared__ __align__(16) float sx[k_ft_rows][k_ft_stride];   // the chunk of each row's activations
+    const int tid = static_cast<int>(threadIdx.x), c = tid % k_ft_cols, rg = tid / k_ft_cols;
+    const int64_t col0 = bx * k_ft_cols, r0 = static_cast<int64_t>(blockIdx.y) * k_ft_rows;
+    float acc[k_ft_rpt][16];
+#pragma unroll
+    for (int rr = 0; rr < k_ft_rpt; ++rr)
+#pragma unroll
+        for (int u = 0; u < 16; ++u) acc[rr][u] = 0.0f;
+    for (int64_t k0 = 0; k0 < n_in; k0 += k_ft_k) {
+        const int nk = static_cast<int>(n_in - k0 < k_ft_k ? n_in - k0 : k_ft_k);
+        __syncthreads();   // the previous chunk is consumed
+        for (int i = tid; i < k_ft_cols * k_ft_k; i += k_ft_threads) {
+            const int cc = i / k_ft_k, kk = i - cc * k_ft_k;
+            const int64_t col = col0 + cc;
+            sw[cc][kk] = col < n_out && kk < nk ? load_w<T>(w + static_cast<size_t>(col) * row_bytes, k0 + kk) : 0.0f;
+        }
+        for (int i = tid; i < k_ft_rows * k_ft_k; i += k_ft_threads) {
+            const int rr = i / k_ft_k, kk = i - rr * k_ft_k;
+            const int64_t row = r0 + rr;
+            sx[rr][kk] = row < n_rows && kk < nk
+                             ? reinterpret_cast<const float*>(act + static_cast<size_t>(row) * act_stride)[k0 + kk]
+                             : 0.0f;
+        }
+        __syncthreads();
+        if (nk == k_ft_k) {
+#pragma unroll
+            for (int i0 = 0; i0 < k_ft_k; i0 += 4) {
+                const float4 wv = *reinterpret_cast<const float4*>(&sw[c][i0]);
+#pragma unroll
+                for (int rr = 0; rr < k_ft_rpt; ++rr) {
+                    const float4 xv = *reinterpret_cast<const float4*>(&sx[rg * k_ft_rpt + rr][i0]);
+                    float* a = &acc[rr][i0 % 16];
+                    a[0] = __fmaf_rn(wv.x, xv.x, a[0]);
+                    a[1] = __fmaf_rn(wv.y, xv.y, a[1]);
+                    a[2] = __fmaf_rn(wv.z, xv.z, a[2]);
+                    a[3] = __fmaf_rn(wv.w, xv.w, a[3]);
+                }
+            }
+        } else {   // the row's last, partial chunk: only its elements
+            for (int i0 = 0; i0 < nk; i0 += 16)
+#pragma unroll
+                for (int u = 0; u < 16; ++u)
+                    if (i0 + u < nk)
+#pragma unroll
+                        for (int rr = 0; rr < k_ft_rpt; ++rr)
+                            acc[rr][u] = __fmaf_rn(sw[c][i0 + u], sx[rg * k_ft_rpt + rr][i0 + u], acc[rr][u]);
+        }
+    }
+    const int64_t col = col0 + c;
+    if (col >= n_out) return;
+#pragma unroll
+    for (int rr = 0; rr < k_ft_rpt; ++rr) {
+        const int64_t row = r0 + rg * k_ft_rpt + rr;
+        if (row >= n_rows) continue;
+        const float v = fold16(acc[rr]);
+        float* yy = y + row * y_stride + col;
+        *yy = accumulate ? __fadd_rn(*yy, v) : v;
+    }
+}
+
 // Float weights, one column a block (plain matrices with few columns: the router): the block's
 // 128 threads copy the column's weight row into shared memory, all their 16-byte loads issued
 // before any store (one memory latency instead of one per few elements, which left
@@ -488,6 +573,21 @@ void launch_quant(const mm_args& a, dim3 grid, cudaStream_t s) {
 
 template <dtype T>
 void launch_float(const mm_args& a, dim3 grid, cudaStream_t s) {
+    // Many rows of a plain matrix (a prefill): tiles of rows and columns through shared memory.
+    // For the 2048 x 128 F32 router of Qwen3-30B-A3B on the H200 (bench/gpu/profile.sh,
+    // 2026-12-02): 82 us at 512 rows (413 us in the 2026-12-01 profile, mm_float_kernel then);
+    // but 84 us for an 8-row window (4 blocks) against 50 for the column kernel below, so
+    // windows stay there.
+    if (!a.ids && a.n_rows > k_max_rows) {
+        const int64_t cb1 = (a.n_out + k_ft_cols - 1) / k_ft_cols;
+        const int64_t cb2 = a.w2 ? (a.n_out2 + k_ft_cols - 1) / k_ft_cols : 0;
+        const int64_t row_tiles = (a.n_rows + k_ft_rows - 1) / k_ft_rows;
+        launch(mm_float_tile_kernel<T>, dim3(static_cast<unsigned>(cb1 + cb2), static_cast<unsigned>(row_tiles)),
+               dim3(k_ft_threads), 0, s, reinterpret_cast<const uint8_t*>(a.w), a.row_bytes, a.n_in, a.n_out,
+               reinterpret_cast<const uint8_t*>(a.act), a.act_stride, a.n_rows, a.y, a.y_stride, a.accumulate, cb1,
+               reinterpret_cast<const uint8_t*>(a.w2), a.n_out2, a.y2, a.y2_stride);
+        return;
+    }
     // A small grid (the router: 128 columns, one row) would leave most SMs idle with 8 columns a
     // block: then one warp (2 columns) a block, 4x the blocks pulling weights at once. Each
     // column's arithmetic is the same either way.

@@ -13,6 +13,11 @@
 // block order. Only the integer part moved to the tensor cores; every float operation is the
 // one the one-row kernel does, in the same order.
 //
+// Formats whose sub-blocks are 32 elements wide (Q4_K, Q5_K, IQ4_XS and every 32-wide block
+// format: one sc and mn for both 16-element groups of a sub-block) take m16n8k32 MMAs: one MMA
+// and one scale step per 32 elements, the integer sum sc * (dot(q_g, x_g) + dot(q_g+1, x_g+1))
+// being the same integer as the two products added.
+//
 // A block of 8 warps computes 64 rows x 64 columns. Per step of 256 elements (one K-quant or
 // I-quant super-block, or eight 32-wide blocks) it decodes its 64 weight rows into shared memory
 // as int8 (the per-lane decode of quant_decode.cuh: each weight block is decoded once for all 64
@@ -58,6 +63,25 @@ __device__ inline void mma_s8_16x8x16(int32_t (&d)[4], uint32_t a0, uint32_t a1,
     __trap();   // the builds are sm_80 and newer (CMakeLists.txt); matmul() checks the device
 #endif
 }
+
+// The same for k = 32 (a0..a3, b0, b1): a0 = A[g][4t..4t+3], a1 = A[g+8][4t..4t+3], a2 =
+// A[g][16+4t..], a3 = A[g+8][16+4t..]; b0 = B[4t..4t+3][g], b1 = B[16+4t..][g]; d as above.
+__device__ inline void mma_s8_16x8x32(int32_t (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                      uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%10, %11, %12, %13};\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0), "r"(0), "r"(0), "r"(0));
+#else
+    __trap();
+#endif
+}
+
+// 16-element groups one MMA takes for format T: 2 where a sub-block's 32 elements share sc, mn.
+template <dtype T>
+inline constexpr int mma_group_span =
+    T == dtype::q4_k || T == dtype::q5_k || T == dtype::iq4_xs || fmt_traits<T>::qk == 32 ? 2 : 1;
 
 // grid (column blocks of the one or two matrices, row tiles): row tiles of 64 rows (plain), or
 // group_pairs' tiles of up to 64 pairs of one expert (grouped expert mode).
@@ -160,20 +184,35 @@ __global__ void __launch_bounds__(k_mma_warps * 32, 2)
         }
         if (!live) continue;
         const int ng = nb * GPB;
-        for (int g = 0; g < ng; ++g) {
+        constexpr int GS = mma_group_span<T>;
+        for (int g = 0; g < ng; g += GS) {
             const uint32_t a0 = *reinterpret_cast<const uint32_t*>(&s.x[wr + g8][16 * g + 4 * t4]);
             const uint32_t a1 = *reinterpret_cast<const uint32_t*>(&s.x[wr + g8 + 8][16 * g + 4 * t4]);
+            uint32_t a2 = 0, a3 = 0;
+            if constexpr (GS == 2) {
+                a2 = *reinterpret_cast<const uint32_t*>(&s.x[wr + g8][16 * g + 16 + 4 * t4]);
+                a3 = *reinterpret_cast<const uint32_t*>(&s.x[wr + g8 + 8][16 * g + 16 + 4 * t4]);
+            }
             int32_t xs0 = 0, xs1 = 0;
             if constexpr (has_min) {
                 xs0 = s.xs[g][wr + g8];
                 xs1 = s.xs[g][wr + g8 + 8];
+                if constexpr (GS == 2) {
+                    xs0 += s.xs[g + 1][wr + g8];
+                    xs1 += s.xs[g + 1][wr + g8 + 8];
+                }
             }
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int cc = wc + 8 * i;
                 const uint32_t b0 = *reinterpret_cast<const uint32_t*>(&s.w[cc + g8][16 * g + 4 * t4]);
                 int32_t dd[4];
-                mma_s8_16x8x16(dd, a0, a1, b0);
+                if constexpr (GS == 2) {
+                    const uint32_t b1 = *reinterpret_cast<const uint32_t*>(&s.w[cc + g8][16 * g + 16 + 4 * t4]);
+                    mma_s8_16x8x32(dd, a0, a1, a2, a3, b0, b1);
+                } else {
+                    mma_s8_16x8x16(dd, a0, a1, b0);
+                }
                 const int c0 = cc + 2 * t4;
                 const int32_t sc0 = s.sc[g][c0], sc1 = s.sc[g][c0 + 1];
                 si[i][0] += sc0 * dd[0];
@@ -188,7 +227,7 @@ __global__ void __launch_bounds__(k_mma_warps * 32, 2)
                     sm[i][3] += mn1 * xs1;
                 }
             }
-            if ((g + 1) % GPB == 0) {   // the end of a format block: its terms, folded in order
+            if ((g + GS) % GPB == 0) {   // the end of a format block: its terms, folded in order
                 const int blk = g / GPB;
                 const bool first = kb + blk == 0;
                 const float dx0 = s.dx[blk][wr + g8], dx1 = s.dx[blk][wr + g8 + 8];
