@@ -47,7 +47,15 @@ struct __align__(16) mma_smem {
     float dmin[8][k_mma_cols];             // ... and dmin
     float dx[8][k_mma_rows];               // each activation block's scale, per row
     int32_t xs[k_mma_groups][k_mma_rows];  // sum of each group's int8 activations, per row
+    const uint8_t* arow[k_mma_rows];       // each row's activation row (act + row / act_div * act_stride)
 };
+constexpr int k_mma_threads = k_mma_warps * 32;
+// Items of the staging loops a thread takes per step: unrolled, so that each thread's global loads
+// of a step are issued together instead of one round trip after another (the activation words:
+// 64 rows x 64 words; the weight pieces: 64 columns x 32 pieces of 8 elements).
+constexpr int k_mma_x_items = k_mma_rows * (k_mma_k / 4) / k_mma_threads;   // 16
+constexpr int k_mma_w_items = k_mma_cols * (k_mma_k / 8) / k_mma_threads;   // 8
+constexpr int k_mma_x_batch = 8;   // activation loads in flight per thread (16 spilled)
 static_assert(sizeof(mma_smem) <= 48 * 1024, "static shared memory within the default limit");
 
 // d[0..3] = A (16 x 16 int8, rows of the row-major tile) . B (16 x 8 int8) with int32 sums.
@@ -134,12 +142,21 @@ __global__ void __launch_bounds__(k_mma_warps * 32, 2)
             acc[i][c] = 0.0f;
         }
 
+    // Each row's activation row, once (the staging loops would otherwise read perm per word).
+    for (int r = tid; r < nr; r += nthr) {
+        const int64_t row = rows ? rows[r] : r0 + r;
+        s.arow[r] = act + static_cast<size_t>(row / act_div) * act_stride;
+    }
+    // (the first step's barrier orders these stores before their reads)
     for (int64_t kb = 0; kb < n_blocks; kb += CB) {
         const int nb = static_cast<int>(n_blocks - kb < CB ? n_blocks - kb : CB);
         __syncthreads();   // the previous step is consumed
         // Weights: (column, piece) items, consecutive threads on consecutive pieces of a column.
         const int ppc = nb * PPB;   // pieces per column this step
-        for (int it = tid; it < ncols * ppc; it += nthr) {
+#pragma unroll 2
+        for (int u = 0; u < k_mma_w_items; ++u) {
+            const int it = tid + u * k_mma_threads;
+            if (it >= ncols * ppc) break;
             const int c = it / ppc, p = it - c * ppc;
             const int blk = p / PPB, piece = p - blk * PPB;
             const uint8_t* b = wm + static_cast<size_t>(col0 + c) * row_bytes + static_cast<size_t>(kb + blk) * BB;
@@ -161,13 +178,31 @@ __global__ void __launch_bounds__(k_mma_warps * 32, 2)
         // Activations: the int8 values as words (blocks are 4-byte aligned: matmul() checks),
         // and each block's scale.
         const int wpr = nb * QK / 4;   // words per row this step
-        for (int it = tid; it < nr * wpr; it += nthr) {
-            const int r = it / wpr, wi = it - r * wpr;
-            const int blk = (4 * wi) / QK, off = 4 * wi - blk * QK;
-            const int64_t row = rows ? rows[r] : r0 + r;
-            const uint8_t* ab = act + static_cast<size_t>(row / act_div) * act_stride + static_cast<size_t>(kb + blk) * AB;
-            *reinterpret_cast<uint32_t*>(&s.x[r][4 * wi]) = *reinterpret_cast<const uint32_t*>(ab + 4 + off);
-            if (off == 0) s.dx[blk][r] = *reinterpret_cast<const float*>(ab);
+#pragma unroll 1
+        for (int u0 = 0; u0 < k_mma_x_items; u0 += k_mma_x_batch) {
+            uint32_t xv[k_mma_x_batch];
+#pragma unroll
+            for (int u = 0; u < k_mma_x_batch; ++u) {
+                const int it = tid + (u0 + u) * k_mma_threads;
+                if (it < nr * wpr) {
+                    const int r = it / wpr, wi = it - r * wpr;
+                    const int blk = (4 * wi) / QK, off = 4 * wi - blk * QK;
+                    xv[u] = *reinterpret_cast<const uint32_t*>(s.arow[r] + static_cast<size_t>(kb + blk) * AB + 4 + off);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < k_mma_x_batch; ++u) {
+                const int it = tid + (u0 + u) * k_mma_threads;
+                if (it < nr * wpr) {
+                    const int r = it / wpr, wi = it - r * wpr;
+                    *reinterpret_cast<uint32_t*>(&s.x[r][4 * wi]) = xv[u];
+                }
+            }
+        }
+        // Each activation block's scale: 64 rows x up to 8 blocks.
+        for (int it = tid; it < nr * nb; it += k_mma_threads) {
+            const int r = it / nb, blk = it - r * nb;
+            s.dx[blk][r] = *reinterpret_cast<const float*>(s.arow[r] + static_cast<size_t>(kb + blk) * AB);
         }
         __syncthreads();
         if constexpr (has_min) {   // per-group activation sums (the min term's integer)
