@@ -439,6 +439,15 @@ double elapsed_s(const std::vector<void*>& events, std::vector<uint8_t>& recorde
 }
 }  // namespace
 
+void cuda_expert_lanes::abandon_forward() noexcept {
+    streaming_ = false;
+    cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+    if (copy_stream_) cudaStreamSynchronize(static_cast<cudaStream_t>(copy_stream_));
+    cudaGetLastError();
+    std::fill(recorded_.begin(), recorded_.end(), uint8_t{0});
+    std::fill(pcie_recorded_.begin(), pcie_recorded_.end(), uint8_t{0});
+}
+
 void cuda_expert_lanes::end_forward() {
     streaming_ = false;
     const double gpu_s = elapsed_s(events_, recorded_);

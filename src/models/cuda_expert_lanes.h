@@ -84,6 +84,10 @@ public:
     void join(int64_t n, float* d_ey);
     // After the forward's last sync: adds the GPU lane's measured time to the metrics.
     void end_forward();
+    // A forward that threw part way: waits for what it enqueued on both streams (so that no
+    // copy of the next forward lands in a layer buffer an abandoned launch still reads) and
+    // forgets its timings. Never throws.
+    void abandon_forward() noexcept;
 
     // Prefill streaming (cuda_expert_stream.cpp; cuda_placement::prefill_stream_rows). Decides
     // whether this forward of n rows streams; when it does, enqueues the copies of the first two

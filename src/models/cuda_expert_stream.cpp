@@ -21,8 +21,10 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <vector>
 
 namespace sluice {
 
@@ -47,6 +49,7 @@ void cuda_expert_lanes::open_stream(int prefill_stream_rows) {
     }
     const size_t X = static_cast<size_t>(hp_.n_expert);
     const size_t sizes[3] = {gs * X, us * X, ds * X};
+    std::vector<void*> got;   // freed again if a later allocation fails
     for (layer_slots& buf : stream_buf_) {
         std::byte** mats[3] = {&buf.gate, &buf.up, &buf.down};
         for (int m = 0; m < 3; ++m) {
@@ -54,16 +57,18 @@ void cuda_expert_lanes::open_stream(int prefill_stream_rows) {
             const cudaError_t e = cudaMalloc(&d, sizes[m]);
             if (e != cudaSuccess) {
                 cudaGetLastError();   // the model goes on without streaming
+                for (void* p : got) cudaFree(p);
                 info_.stream_note = fmt::format("no VRAM for the two layer buffers ({} bytes): {}",
                                                 2 * (sizes[0] + sizes[1] + sizes[2]), cudaGetErrorString(e));
-                stream_buf_[0].n_slots = stream_buf_[1].n_slots = 0;
+                stream_buf_[0] = stream_buf_[1] = layer_slots{};
                 return;
             }
-            dev_allocs_.push_back(d);
+            got.push_back(d);
             *mats[m] = static_cast<std::byte*>(d);
         }
         buf.n_slots = hp_.n_expert;
     }
+    dev_allocs_.insert(dev_allocs_.end(), got.begin(), got.end());
     for (void** ev : {&stream_landed_[0], &stream_landed_[1], &stream_free_[0], &stream_free_[1]}) {
         cudaEvent_t e = nullptr;
         ck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");

@@ -192,7 +192,6 @@ public:
             lanes_->ensure(s.max_rows);
             pool_ = s.pool;
             lanes_->calibrate(*pool_);   // once: the CPU lane's figure for the planner
-            lanes_->begin_stream(n);     // a prefill chunk may stream its split layers
         }
         int32_t max_pos = 0;
         for (const batch_segment& g : batch) max_pos = std::max(max_pos, g.pos0 + static_cast<int32_t>(g.tokens.size()));
@@ -208,6 +207,23 @@ public:
             for (token_id t : g.tokens) kernels::get_row(*tok_embd_, t, h_x_ + (r++) * E);
             m += g.n_logits;
         }
+        try {
+            if (lanes_) lanes_->begin_stream(n);   // a prefill chunk may stream its split layers
+            enqueue_forward(batch, kv_bufs, n);
+        } catch (...) {
+            if (lanes_) lanes_->abandon_forward();
+            throw;
+        }
+        for (const batch_segment& g : batch) g.kv->set_n_pos(g.pos0 + static_cast<int32_t>(g.tokens.size()));
+        if (m > 0)
+            ck(cudaMemcpyAsync(logits, logits_, static_cast<size_t>(m * hp_.n_vocab) * 4, cudaMemcpyDeviceToHost, stream_),
+               "logits");
+        ck(cudaStreamSynchronize(stream_), "forward");
+        if (lanes_) lanes_->end_forward();
+    }
+
+    // The forward's launches: a captured graph for a decode step, else enqueued one by one.
+    void enqueue_forward(std::span<const batch_segment> batch, const std::vector<float*>& kv_bufs, int64_t n) {
         // A split model's host sits inside every MoE layer: no graphs there.
         if (graphs_ && !lanes_ && batch.size() == 1 && n == 1) {
             // A decode step: one captured graph per (cache, logits wanted), replayed with the
@@ -222,12 +238,6 @@ public:
         } else {
             enqueue(batch, kv_bufs, n, nullptr);
         }
-        for (const batch_segment& g : batch) g.kv->set_n_pos(g.pos0 + static_cast<int32_t>(g.tokens.size()));
-        if (m > 0)
-            ck(cudaMemcpyAsync(logits, logits_, static_cast<size_t>(m * hp_.n_vocab) * 4, cudaMemcpyDeviceToHost, stream_),
-               "logits");
-        ck(cudaStreamSynchronize(stream_), "forward");
-        if (lanes_) lanes_->end_forward();
     }
 
     const cuda_expert_lanes* lanes() const { return lanes_.get(); }
@@ -627,7 +637,9 @@ private:
             streamed.gate_exps.data = buf.gate;
             streamed.up_exps.data = buf.up;
             streamed.down_exps.data = buf.down;
+            lanes_->gpu_begin(il);   // after the wait: the GPU lane's time, not the copy's
             all_experts(streamed, n, g_act);
+            lanes_->gpu_end(il);
             lanes_->stream_release(il);
         } else if (lanes_ && !lanes_->whole_layer(il)) {
             // A split layer: the ids go to the host, the GPU computes the pairs of resident experts

@@ -87,11 +87,15 @@ void calibrate_cpu(cost_model& m, thread_pool& pool, const moe::expert_bank& ban
     const int32_t k = static_cast<int32_t>(std::min<int64_t>(8, n_expert / 2));
     const double g = k >= 1 ? measure_cpu_expert_batch(pool, bank, 0, k) : measure_cpu_expert(pool, bank, 0, reps);
     if (g > 0) m.set_cpu_gb_s(bank.gate->type, g);
-    // 16 rows through the next experts (as a prefill gives each expert many rows): the time of
-    // a row beyond the first relative to one row. Read from RAM as the one-row batch was.
+    // 16 rows through other experts (as a prefill gives each expert many rows): the time of a
+    // row beyond the first relative to one row. The one-row batch timed [0, k) after warming up
+    // on [k, 2k); this one times [2k, 3k) (warm-up [3k, 4k)) where the bank has them, so that
+    // its weights come from RAM too (a last-level cache can hold what the warm-up just read).
     if (k >= 1 && g > 0 && n_expert >= 2 * k) {
         constexpr int rows = 16;
-        const double g16 = measure_cpu_expert_batch(pool, bank, k, std::min<int32_t>(k, static_cast<int32_t>(n_expert) - k), rows);
+        const int32_t first = n_expert >= 4 * k ? 2 * k : k;
+        const double g16 =
+            measure_cpu_expert_batch(pool, bank, first, std::min<int32_t>(k, static_cast<int32_t>(n_expert) - first), rows);
         if (g16 > 0) m.cpu_extra_row = std::max(0.0, (g / g16 - 1.0) / (rows - 1));
     }
 }

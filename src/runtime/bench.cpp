@@ -512,9 +512,11 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
                 m->hit_rate(), m->hits, m->pcie, m->cpu, m->pcie_share(), double(m->pcie_bytes) / 1e9,
                 m->gpu_lane.measured, m->pcie_lane.measured, m->cpu_lane.measured,
                 pi.prefill_stream
-                    ? fmt::format("prefill streaming for windows of >= {} rows ({:.2f} GB of layer buffers): {} layer "
-                                  "forwards streamed, {:.2f} GB", pi.stream_rows, double(pi.stream_bytes) / 1e9,
-                                  m->streamed_layers, double(m->streamed_bytes) / 1e9)
+                    ? fmt::format("prefill streaming for windows of {} ({:.2f} GB of layer buffers): {} layer "
+                                  "forwards streamed, {:.2f} GB",
+                                  pi.stream_rows >= (int64_t{1} << 20) ? std::string("no size (the cost model never streams here)")
+                                                                        : fmt::format(">= {} rows", pi.stream_rows),
+                                  double(pi.stream_bytes) / 1e9, m->streamed_layers, double(m->streamed_bytes) / 1e9)
                     : "no prefill streaming: " + pi.stream_note);
         }
 #endif

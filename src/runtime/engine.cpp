@@ -38,7 +38,8 @@ namespace {
 // (sluice bench pp256, same file, 2 threads, AMD EPYC with AVX-512): 141-153 tok/s at 32,
 // 174-197 at 128; pp512 with 16 threads on the H200 machine's Xeon: 55.6 at 32, 63.6 at 128,
 // 64.6 at 256, 59.2 at 512. Costs a [128, n_vocab] logits buffer (78 MB at Qwen3's 151,936
-// tokens). Any value gives the same bits (E1).
+// tokens; with --gpu the chunk is k_gpu_prefill_rows, 512: 311 MB on the host and as much in
+// VRAM). Any value gives the same bits (E1).
 constexpr int k_session_rows = k_cpu_prefill_rows;
 
 // The model a folder offers as the default: models/ ships the MoE (sluice-moe-*.gguf) beside its

@@ -507,6 +507,9 @@ int main(int argc, char** argv) {
         // 576 (SmolLM2's width): 18 blocks of 32, so the tensor-core kernel's last step of 256
         // elements is partial (2 blocks); 256: 8 blocks of 32, the one-row kernel at a piece a lane.
         if (info(t).block_elems == 32) failures += gpu_parity(t, 576) + gpu_parity(t, 256);
+        // Float weights: 2072 = 32 x 64 + 24, so the tile kernel's last chunk is partial and ends
+        // inside a 16-element group.
+        if (info(t).block_elems == 1) failures += gpu_parity(t, 2072);
     }
     if (do_bench && failures == 0) {
         for (dtype t : {dtype::q4_k, dtype::q8_0, dtype::q4_0, dtype::q6_k, dtype::iq4_xs, dtype::mxfp4}) {

@@ -331,7 +331,7 @@ __global__ void __launch_bounds__(k_warps * 32)
     }
 }
 
-// Float weights, several rows (a window's or a prefill's router, a float model's matrices): a
+// Float weights, many rows (a prefill's router, a float model's matrices in a prefill): a
 // block computes a tile of k_ft_rows rows x k_ft_cols columns, a thread one column for k_ft_rpt
 // rows, keeping each output's 16 chains in registers (element i goes to chain i % 16, as lane
 // i % 16 of mm_float_kernel's half warp takes it) and folding them 8, 4, 2, 1 at the end (that
@@ -578,7 +578,7 @@ void launch_float(const mm_args& a, dim3 grid, cudaStream_t s) {
     // 2026-12-02): 82 us at 512 rows (413 us in the 2026-12-01 profile, mm_float_kernel then);
     // but 84 us for an 8-row window (4 blocks) against 50 for the column kernel below, so
     // windows stay there.
-    if (!a.ids && a.n_rows > k_max_rows) {
+    if (!a.ids && a.act_div == 1 && a.n_rows > k_max_rows) {
         const int64_t cb1 = (a.n_out + k_ft_cols - 1) / k_ft_cols;
         const int64_t cb2 = a.w2 ? (a.n_out2 + k_ft_cols - 1) / k_ft_cols : 0;
         const int64_t row_tiles = (a.n_rows + k_ft_rows - 1) / k_ft_rows;

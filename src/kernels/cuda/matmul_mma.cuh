@@ -16,14 +16,15 @@
 // Formats whose sub-blocks are 32 elements wide (Q4_K, Q5_K, IQ4_XS and every 32-wide block
 // format: one sc and mn for both 16-element groups of a sub-block) take m16n8k32 MMAs: one MMA
 // and one scale step per 32 elements, the integer sum sc * (dot(q_g, x_g) + dot(q_g+1, x_g+1))
-// being the same integer as the two products added.
+// being the same integer as the two products added. (IQ2_XXS, IQ3_XXS and IQ3_S also carry one
+// sc per 32 elements; they keep k16 until a GPU run of matmul_parity covers them at k32.)
 //
 // A block of 8 warps computes 64 rows x 64 columns. Per step of 256 elements (one K-quant or
 // I-quant super-block, or eight 32-wide blocks) it decodes its 64 weight rows into shared memory
 // as int8 (the per-lane decode of quant_decode.cuh: each weight block is decoded once for all 64
 // rows, against once per 16 rows in mm_quant_kernel), with sc / mn per group and d / dmin per
 // block, copies the 64 activation rows' int8 values and scales beside them, then each warp runs
-// its 16 rows x 32 columns (four 16 x 8 MMAs per group).
+// its 16 rows x 32 columns (four 16 x 8 MMAs per group of 16 elements, or of 32 at k32).
 #pragma once
 
 namespace sluice::cuda {
