@@ -80,37 +80,19 @@ void cuda_expert_lanes::open_stream(int prefill_stream_rows) {
 }
 
 int64_t cuda_expert_lanes::stream_cutover() const {
-    // Summed over the split layers; stream_layer_costs is monotone in the rows once streaming
-    // wins (tests/unit/test_placement_plan.cpp: cost_model.stream_choice), so a doubling search
-    // then a bisection finds the first row count that streams.
-    const auto streams = [&](int64_t n) {
-        double split = 0, stream = 0;
-        for (const int il : split_layers_) {
-            const moe::expert_bank& b = banks_[static_cast<size_t>(il)];
-            placement::stream_layer l;
-            l.n_rows = n;
-            l.k_used = hp_.n_expert_used;
-            l.n_expert = hp_.n_expert;
-            l.missing = hp_.n_expert - slots_[static_cast<size_t>(il)].n_slots;
-            l.blob_bytes = slice_of(*b.gate) + slice_of(*b.up) + slice_of(*b.down);
-            l.type = b.gate->type;
-            l.staging_slots = staging_.n_slots;
-            const placement::layer_costs c = placement::stream_layer_costs(costs_, l);
-            split += c.split_s;
-            stream += c.stream_s;
-        }
-        return stream < split;
-    };
-    constexpr int64_t k_never = int64_t{1} << 20;   // windows are far smaller: never streams
-    int64_t hi = 1;
-    while (hi < k_never && !streams(hi)) hi *= 2;
-    if (hi >= k_never) return k_never;
-    int64_t lo = hi / 2;   // does not stream (or 0)
-    while (hi - lo > 1) {
-        const int64_t mid = (lo + hi) / 2;
-        (streams(mid) ? hi : lo) = mid;
+    std::vector<placement::stream_layer> layers;
+    for (const int il : split_layers_) {
+        const moe::expert_bank& b = banks_[static_cast<size_t>(il)];
+        placement::stream_layer l;
+        l.k_used = hp_.n_expert_used;
+        l.n_expert = hp_.n_expert;
+        l.missing = hp_.n_expert - slots_[static_cast<size_t>(il)].n_slots;
+        l.blob_bytes = slice_of(*b.gate) + slice_of(*b.up) + slice_of(*b.down);
+        l.type = b.gate->type;
+        l.staging_slots = staging_.n_slots;
+        layers.push_back(l);
     }
-    return hi;
+    return placement::stream_cutover_rows(costs_, layers);
 }
 
 bool cuda_expert_lanes::begin_stream(int64_t n) {

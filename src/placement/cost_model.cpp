@@ -119,4 +119,26 @@ layer_costs stream_layer_costs(const cost_model& m, const stream_layer& l) {
     return c;
 }
 
+int64_t stream_cutover_rows(const cost_model& m, std::span<const stream_layer> layers) {
+    const auto streams = [&](int64_t n) {
+        double split = 0, stream = 0;
+        for (stream_layer l : layers) {
+            l.n_rows = n;
+            const layer_costs c = stream_layer_costs(m, l);
+            split += c.split_s;
+            stream += c.stream_s;
+        }
+        return stream < split;
+    };
+    int64_t hi = 1;
+    while (hi < k_never_streams && !streams(hi)) hi *= 2;
+    if (hi >= k_never_streams) return k_never_streams;
+    int64_t lo = hi / 2;   // does not stream (or 0)
+    while (hi - lo > 1) {
+        const int64_t mid = (lo + hi) / 2;
+        (streams(mid) ? hi : lo) = mid;
+    }
+    return hi;
+}
+
 }  // namespace sluice::placement

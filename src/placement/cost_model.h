@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <span>
 #include <cstdint>
 
 namespace sluice::placement {
@@ -76,6 +77,13 @@ struct stream_layer {
     int staging_slots = 0;     // PCIe misses the split path may copy
 };
 layer_costs stream_layer_costs(const cost_model& m, const stream_layer& l);
+// The smallest window (rows) for which streaming the given split layers costs less than
+// splitting them (stream_layer_costs summed over the layers; their n_rows is ignored), or
+// k_never_streams when no window up to that size does. Streaming, once it wins, keeps winning
+// as the rows grow (the split path's cost grows with the rows, the copy's does not), so a
+// doubling search and a bisection find it.
+inline constexpr int64_t k_never_streams = int64_t{1} << 20;
+int64_t stream_cutover_rows(const cost_model& m, std::span<const stream_layer> layers);
 
 
 // Times the CPU expert pool computing one row through one expert (`expert` of `bank`), `reps`

@@ -514,7 +514,7 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
                 pi.prefill_stream
                     ? fmt::format("prefill streaming for windows of {} ({:.2f} GB of layer buffers): {} layer "
                                   "forwards streamed, {:.2f} GB",
-                                  pi.stream_rows >= (int64_t{1} << 20) ? std::string("no size (the cost model never streams here)")
+                                  pi.stream_rows >= placement::k_never_streams ? std::string("no size (the cost model never streams here)")
                                                                         : fmt::format(">= {} rows", pi.stream_rows),
                                   double(pi.stream_bytes) / 1e9, m->streamed_layers, double(m->streamed_bytes) / 1e9)
                     : "no prefill streaming: " + pi.stream_note);

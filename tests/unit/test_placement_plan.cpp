@@ -323,6 +323,52 @@ TEST(cost_model, stream_choice) {
     EXPECT_EQ(none.stream_s, 0.0);
 }
 
+// The forward's cut-over (stream_cutover_rows): the first row count at which the summed stream
+// cost of the split layers is below the summed split cost, checked against a linear scan (also
+// with half of each layer resident); a copy engine too slow to win below 2^20 rows never streams.
+TEST(cost_model, stream_cutover_rows) {
+    cost_model m;
+    m.pcie_gb_s = 53.0;
+    m.pcie_latency_s = 0.0;
+    m.set_cpu_gb_s(dtype::q4_k, 40.0);
+    m.cpu_extra_row = 0.5;
+    stream_layer l;
+    l.k_used = 8;
+    l.n_expert = 128;
+    l.missing = 128;
+    l.blob_bytes = 3'100'000;
+    l.type = dtype::q4_k;
+    l.staging_slots = 16;
+    const std::vector<stream_layer> layers(48, l);
+    const auto streams = [&](const std::vector<stream_layer>& ls, int64_t n) {
+        double split = 0, stream = 0;
+        for (stream_layer x : ls) {
+            x.n_rows = n;
+            split += stream_layer_costs(m, x).split_s;
+            stream += stream_layer_costs(m, x).stream_s;
+        }
+        return stream < split;
+    };
+    const int64_t cut = stream_cutover_rows(m, layers);
+    ASSERT_GT(cut, 1);
+    ASSERT_LT(cut, 512);
+    for (int64_t n = 1; n < cut; ++n) EXPECT_FALSE(streams(layers, n)) << n << " rows";
+    for (int64_t n = cut; n < cut + 64; ++n) EXPECT_TRUE(streams(layers, n)) << n << " rows";
+    // Half of each layer resident: half the copy, and the staging slots take a larger share of
+    // the misses, so the split path stays cheaper for a few more rows.
+    std::vector<stream_layer> half = layers;
+    for (stream_layer& x : half) x.missing = 64;
+    const int64_t cut_half = stream_cutover_rows(m, half);
+    ASSERT_LT(cut_half, 512);
+    for (int64_t n = 1; n < cut_half; ++n) EXPECT_FALSE(streams(half, n)) << n << " rows";
+    EXPECT_TRUE(streams(half, cut_half));
+    // A copy engine at 100 KB/s never pays.
+    cost_model slow = m;
+    slow.pcie_gb_s = 1e-4;
+    EXPECT_EQ(stream_cutover_rows(slow, layers), k_never_streams);
+    EXPECT_EQ(stream_cutover_rows(m, {}), k_never_streams);
+}
+
 // The shipped MoE's real routing, planned layer by layer from inside the forward (the routing
 // observer), with the cache adapting between windows: no budget or no GPU puts every expert on
 // the CPU; a budget for every expert makes every lookup a hit once the copies land; in between,
