@@ -278,24 +278,32 @@ TEST(placement_plan, cpu_expert_rate_is_measured_on_the_pool) {
     EXPECT_GE(m.cpu_extra_row, 0.0);
 }
 
-// Prefill streaming's choice (stream_layer_costs): a Qwen3-30B-A3B-shaped layer (128 experts,
-// 8 used, 3.1 MB blobs, nothing resident) with the H200 machine's figures (PCIe 53 GB/s, CPU
-// 40 GB/s at one row): a decode row splits (8 experts on the CPU and PCIe beat copying 128), a
+// A Qwen3-30B-A3B-shaped split layer (128 experts, 8 used, 3.1 MB blobs, nothing resident, 16
+// staging slots) and the H200 machine's figures (PCIe 53 GB/s, CPU 40 GB/s at one row).
+struct h200_stream_case {
+    cost_model m;
+    stream_layer l;
+    h200_stream_case() {
+        m.pcie_gb_s = 53.0;
+        m.pcie_latency_s = 0.0;
+        m.set_cpu_gb_s(dtype::q4_k, 40.0);
+        m.cpu_extra_row = 0.5;
+        l.k_used = 8;
+        l.n_expert = 128;
+        l.missing = 128;
+        l.blob_bytes = 3'100'000;
+        l.type = dtype::q4_k;
+        l.staging_slots = 16;
+    }
+};
+
+// Prefill streaming's choice (stream_layer_costs) for h200_stream_case: a decode row splits (8 experts on the CPU and PCIe beat copying 128), a
 // 512-row chunk streams (every expert is routed, with ~32 rows each on the CPU), and once
 // streaming wins it keeps winning as the chunk grows. Nothing missing costs nothing.
 TEST(cost_model, stream_choice) {
-    cost_model m;
-    m.pcie_gb_s = 53.0;
-    m.pcie_latency_s = 0.0;
-    m.set_cpu_gb_s(dtype::q4_k, 40.0);
-    m.cpu_extra_row = 0.5;
-    stream_layer l;
-    l.k_used = 8;
-    l.n_expert = 128;
-    l.missing = 128;
-    l.blob_bytes = 3'100'000;
-    l.type = dtype::q4_k;
-    l.staging_slots = 16;
+    h200_stream_case hc;
+    cost_model& m = hc.m;
+    stream_layer& l = hc.l;
     l.n_rows = 1;
     const layer_costs one = stream_layer_costs(m, l);
     EXPECT_LT(one.split_s, one.stream_s);
@@ -327,18 +335,9 @@ TEST(cost_model, stream_choice) {
 // cost of the split layers is below the summed split cost, checked against a linear scan (also
 // with half of each layer resident); a copy engine too slow to win below 2^20 rows never streams.
 TEST(cost_model, stream_cutover_rows) {
-    cost_model m;
-    m.pcie_gb_s = 53.0;
-    m.pcie_latency_s = 0.0;
-    m.set_cpu_gb_s(dtype::q4_k, 40.0);
-    m.cpu_extra_row = 0.5;
-    stream_layer l;
-    l.k_used = 8;
-    l.n_expert = 128;
-    l.missing = 128;
-    l.blob_bytes = 3'100'000;
-    l.type = dtype::q4_k;
-    l.staging_slots = 16;
+    h200_stream_case hc;
+    cost_model& m = hc.m;
+    stream_layer& l = hc.l;
     const std::vector<stream_layer> layers(48, l);
     const auto streams = [&](const std::vector<stream_layer>& ls, int64_t n) {
         double split = 0, stream = 0;
