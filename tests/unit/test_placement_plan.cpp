@@ -297,9 +297,10 @@ struct h200_stream_case {
     }
 };
 
-// Prefill streaming's choice (stream_layer_costs) for h200_stream_case: a decode row splits (8 experts on the CPU and PCIe beat copying 128), a
-// 512-row chunk streams (every expert is routed, with ~32 rows each on the CPU), and once
-// streaming wins it keeps winning as the chunk grows. Nothing missing costs nothing.
+// Prefill streaming's choice (stream_layer_costs) for h200_stream_case: a decode row splits (8
+// experts on the CPU and PCIe beat copying 128), a 512-row chunk streams (every expert is
+// routed, with ~32 rows each on the CPU), and once streaming wins it keeps winning as the chunk
+// grows. Nothing missing costs nothing.
 TEST(cost_model, stream_choice) {
     h200_stream_case hc;
     cost_model& m = hc.m;
