@@ -36,6 +36,10 @@ struct engine_options {
     // at open for gpu >= 0. The draft model stays on the CPU.
     int gpu = -1;
     uint64_t vram_budget = UINT64_MAX;
+    // With a budget that splits the experts: prompt chunks stream each split layer's experts to
+    // the GPU (models/cuda_model.h: cuda_placement::prefill_stream_rows): -1 from the cost
+    // model's cut-over, 0 never (saves the two layer buffers' VRAM), N from N rows.
+    int prefill_stream_rows = -1;
     // The MTP drafter's trimmed draft vocabulary (tools/make_draft_vocab.py): the head's output
     // projection computes only the listed ids' rows. Empty: <model>.draft-vocab beside the model
     // when that file exists, else the whole vocabulary. Drafts only: never changes a token.

@@ -114,10 +114,7 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("--json", a->json, "Print the report as JSON (progress still goes to stderr)");
     cmd->add_flag("-q,--quiet", a->quiet, "No progress lines on stderr");
     cmd->add_option("--vram-budget", a->vram_budget, "GPU memory for routed experts, e.g. 12G, 512M, 0");
-    cmd->add_option("--prefill-stream", a->o.prefill_stream_rows,
-                    "With --gpu and a budget: stream a split layer's experts to the GPU for windows of at least "
-                    "this many rows (-1: the cost model's cut-over; 0: never)")
-        ->default_str("-1");
+    cmd->add_option("--prefill-stream", a->o.prefill_stream_rows, k_prefill_stream_help)->default_str("-1");
     cmd->add_flag("--no-mmap", a->no_mmap, "Read the model into memory (transparent huge pages) instead of mapping it: slower start, faster CPU decode");
     cmd->callback([a] { run(*a); });
 }

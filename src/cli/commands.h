@@ -14,4 +14,9 @@ void add_serve_command(CLI::App& app);    // serve.cpp
 void add_bench_command(CLI::App& app);    // bench.cpp
 void add_profile_command(CLI::App& app);  // profile.cpp
 
+// --prefill-stream's help, the same for run, serve and bench.
+inline constexpr const char* k_prefill_stream_help =
+    "With --gpu and a budget: stream a split layer's experts to the GPU for prompt chunks of at least this many "
+    "rows (-1: the cost model's cut-over; 0: never, and no VRAM for its two layer buffers)";
+
 }  // namespace sluice::cli

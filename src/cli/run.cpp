@@ -48,6 +48,7 @@ struct run_args {
     bool verbose = false;
     std::string stats_json;
     std::string vram_budget;
+    int prefill_stream = -1;
     bool no_mmap = false;   // --no-mmap: the file read into memory (io/mmap.h)
     int gpu = -1;   // --gpu: CUDA device of the target model (-1: the CPU)
 };
@@ -101,6 +102,7 @@ void run(const run_args& a) {
     eo.draft_vocab_path = a.draft_vocab;
     eo.gpu = a.gpu;
     eo.vram_budget = budget;
+    eo.prefill_stream_rows = a.prefill_stream;
     eo.mmap = !a.no_mmap;
     auto eng = engine::open(eo);
     if (a.verbose) fmt::print(stderr, "model: {}\n{}\n", eng->model_path().string(), eng->describe());
@@ -181,6 +183,7 @@ void add_run_command(CLI::App& app) {
     cmd->add_flag("-v,--verbose", args->verbose, "Print the model's shape");
     cmd->add_option("--stats-json", args->stats_json, "Write the generation's figures (token_sha, tok/s, spec) as JSON");
     cmd->add_option("--vram-budget", args->vram_budget, "GPU memory for routed experts, e.g. 12G, 512M, 0");
+    cmd->add_option("--prefill-stream", args->prefill_stream, k_prefill_stream_help)->capture_default_str();
     cmd->add_flag("--no-mmap", args->no_mmap, "Read the model into memory (transparent huge pages) instead of mapping it: slower start, faster CPU decode");
     cmd->add_option("--gpu", args->gpu, "CUDA device for the model (-1: the CPU); with --vram-budget, routed experts "
                     "beyond it run on the CPU")->capture_default_str();

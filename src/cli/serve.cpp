@@ -46,6 +46,7 @@ struct serve_args {
     int max_body_mb = 4;
     int grace_s = 20;
     std::string vram_budget;
+    int prefill_stream = -1;
     bool no_mmap = false;   // --no-mmap: the file read into memory (io/mmap.h)
     int gpu = -1;   // --gpu: CUDA device of the target model (-1: the CPU)
 };
@@ -114,6 +115,7 @@ void serve(const serve_args& a) {
     opt.engine.draft_vocab_path = a.draft_vocab;
     opt.engine.gpu = a.gpu;
     opt.engine.vram_budget = budget;
+    opt.engine.prefill_stream_rows = a.prefill_stream;
     opt.engine.mmap = !a.no_mmap;
     opt.max_batch = a.parallel;
     opt.max_queue = a.queue;
@@ -198,6 +200,7 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--shutdown-grace", a->grace_s, "Seconds in-flight requests get to finish after SIGTERM")
         ->capture_default_str();
     cmd->add_option("--vram-budget", a->vram_budget, "GPU memory for routed experts, e.g. 12G, 512M, 0");
+    cmd->add_option("--prefill-stream", a->prefill_stream, k_prefill_stream_help)->capture_default_str();
     cmd->add_flag("--no-mmap", a->no_mmap, "Read the model into memory (transparent huge pages) instead of mapping it: slower start, faster CPU decode");
     cmd->add_option("--gpu", a->gpu, "CUDA device for the model (-1: the CPU); with --vram-budget, routed experts "
                     "beyond it run on the CPU")->capture_default_str();

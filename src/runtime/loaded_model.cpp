@@ -30,12 +30,12 @@ std::unique_ptr<model> load_model_on(const std::filesystem::path& path, const mo
 }
 
 loaded_model loaded_model::open(const std::filesystem::path& path, int n_ctx, int gpu, uint64_t vram_budget,
-                                file_access access) {
+                                file_access access, int prefill_stream_rows) {
     loaded_model m;
     m.path = path;
     m.file = model_file::open(path, access);
     m.tok = tokenizer::for_model(*m.file, path);
-    m.net = load_model_on(path, *m.file, n_ctx, gpu, vram_budget);
+    m.net = load_model_on(path, *m.file, n_ctx, gpu, vram_budget, prefill_stream_rows);
     if (m.tok->n_vocab() > m.net->hparams().n_vocab)
         fail("model: {}: the tokenizer has {} tokens but the model's output has {}", path.string(), m.tok->n_vocab(),
              m.net->hparams().n_vocab);

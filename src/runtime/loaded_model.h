@@ -26,8 +26,10 @@ struct loaded_model {
     // gpu >= 0: the network on that CUDA device, its routed experts under vram_budget bytes
     // (models/cuda_model.h: cuda_placement, with the profile beside the model when present).
     // access: the file mapped or read into memory (io/mmap.h).
+    // prefill_stream_rows: load_model_on's.
     static loaded_model open(const std::filesystem::path& path, int n_ctx, int gpu = -1,
-                             uint64_t vram_budget = UINT64_MAX, file_access access = file_access::map);
+                             uint64_t vram_budget = UINT64_MAX, file_access access = file_access::map,
+                             int prefill_stream_rows = -1);
     // Every token's bytes, by id (for the draft model's vocabulary check).
     std::vector<std::string> vocab() const;
 };
