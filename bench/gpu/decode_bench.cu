@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
         const token_id first = argmax(logits.data(), hp.n_vocab);
         // Decode with and without graphs from the same prefilled cache (rolled back to the
         // prompt): the tokens must agree; the times differ by the launch overhead.
-        double t_decode[2] = {0.0, 0.0};
+        double t_decode[2] = {0.0, 0.0}, t_argmax[2] = {0.0, 0.0};
         std::vector<token_id> out[2];
         for (int mode = 0; mode < 2; ++mode) {
             set_cuda_graphs(*m, mode == 0);
@@ -114,7 +114,9 @@ int main(int argc, char** argv) {
                     profile_scope ps(mode == 1 && i == 0 ? "decode" : "");
                     m->forward(std::span<const token_id>(&next, 1), n_prompt + i, kv, s, logits.data());
                 }
+                const double ta = now_s();
                 next = argmax(logits.data(), hp.n_vocab);
+                t_argmax[mode] += now_s() - ta;
                 out[mode].push_back(next);
             }
             t_decode[mode] = now_s() - t0;
@@ -135,6 +137,7 @@ int main(int argc, char** argv) {
         std::printf("prefill: %d tokens in %.3f s = %.1f tok/s\n", n_prompt, t_prefill, n_prompt / t_prefill);
         std::printf("decode (graphs): %d tokens in %.3f s = %.1f tok/s (%.3f ms/token)\n", n_gen, t_decode[0],
                     n_gen / t_decode[0], 1e3 * step);
+        std::printf("  of which the host's argmax over the logits: %.1f us/token\n", 1e6 * t_argmax[0] / n_gen);
         std::printf("decode (no graphs): %d tokens in %.3f s = %.1f tok/s (%.3f ms/token)\n", n_gen, t_decode[1],
                     n_gen / t_decode[1], 1e3 * t_decode[1] / n_gen);
         std::printf("greedy tokens with and without graphs: %s\n", out[0] == out[1] ? "identical" : "DIFFER");

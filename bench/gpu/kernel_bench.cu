@@ -178,9 +178,32 @@ int main(int argc, char** argv) {
         ap.n_kv_head = KVH;
         ap.head_dim = HD;
         ap.scale = 0.0883883f;
+        // The split decode kernel (what the model runs for a decode step) with records for a
+        // 4,096-position cache, at 512 and at 4,096 positions; the one-block-per-head kernel at
+        // 512 for comparison (not counted in the layer).
+        const int64_t LONG = 4096;
+        float* kc_long = dev_floats(static_cast<size_t>(LONG) * KVH * HD, 16);
+        float* vc_long = dev_floats(static_cast<size_t>(LONG) * KVH * HD, 17);
+        cuda::attention_split sp;
+        sp.max_chunks = LONG / kernels::k_attn_chunk;
+        ck(cudaMalloc(&sp.records, static_cast<size_t>(H * sp.max_chunks * (HD + 2)) * 4), "records");
+        ck(cudaMalloc(&sp.arrivals, KVH * 4), "arrivals");
+        ck(cudaMemset(sp.arrivals, 0, KVH * 4), "arrivals");
         const double us_att = time_us(s, reps, [&](int) { cuda::attention(ap, q, kc, vc, CTX - 1, 1, out, s); });
-        report("attention, 512 positions, 32/4 heads of 128 (L2)", us_att, 2.0 * CTX * KVH * HD * 4, true);
-        for (float* p : {q, k, v, qn, kn, kc, vc, out, d_cs}) cudaFree(p);
+        report("attention, one block a head, 512 positions (L2)", us_att, 2.0 * CTX * KVH * HD * 4, false);
+        const double us_split = time_us(s, reps, [&](int) {
+            cuda::attention(ap, q, kc_long, vc_long, CTX - 1, 1, out, s, nullptr, &sp);
+        });
+        report("attention, split, 512 positions, 32/4 heads of 128 (L2)", us_split, 2.0 * CTX * KVH * HD * 4, true);
+        const double us_split_long = time_us(s, reps, [&](int) {
+            cuda::attention(ap, q, kc_long, vc_long, LONG - 1, 1, out, s, nullptr, &sp);
+        });
+        report("attention, split, 4096 positions", us_split_long, 2.0 * LONG * KVH * HD * 4, false);
+        const double us_long = time_us(s, reps, [&](int) { cuda::attention(ap, q, kc_long, vc_long, LONG - 1, 1, out, s); });
+        report("attention, one block a head, 4096 positions", us_long, 2.0 * LONG * KVH * HD * 4, false);
+        cudaFree(sp.records);
+        cudaFree(sp.arrivals);
+        for (float* p : {q, k, v, qn, kn, kc, vc, out, d_cs, kc_long, vc_long}) cudaFree(p);
     }
     // 5. Quantised matmuls of a layer, one row: wq (Q4_K 4096 x 2048), wk + wv (2 x 512 x 2048),
     // wo (2048 x 4096), the experts' gate + up (8 pairs, 768 x 2048 each, Q4_K) and down (8

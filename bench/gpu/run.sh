@@ -16,7 +16,8 @@
 #     the PCIe shares PLACEMENT_SYNTH_SHARES (default cost,1: the cost model's split, all over PCIe).
 #   KERNEL_BENCH=1: time the decode step's kernels (bench/gpu/kernel_bench.cu); NCU=1: and the
 #     stall reasons of NCU_COUNT (4) launches of the kernels NCU_KERNELS names (default
-#     regex:attention_kernel|route_topk) under Nsight Compute.
+#     regex:attention_kernel|route_topk) under Nsight Compute, kernel_bench running each kernel
+#     3 + NCU_REPS (3) times.
 # Needs: .peers/gpu-bench/include (bench/run_gpu.sh --prepare) and the gguf package (.gpudeps/py).
 # bench/gpu/session.sh is the one-call form for the lead (budget 420 s, sm_90, all cores).
 set -uo pipefail
@@ -95,6 +96,16 @@ run_step() {   # run_step NAME LOG CAP RESERVE COMMAND...: one program under its
   note "$name: rc=$rc$why in $(( $(date +%s) - t0 )) s, $(grep -c '^PASS' "$log") PASS / $(grep -c '^FAIL' "$log") FAIL lines: $(grep -v '^$' "$log" | tail -1)"
 }
 
+# The host side of a step (bench/gpu/step_overhead.cu: syncs, graph launches, the logits copy):
+# a few seconds; its lines go into the summary.
+if [ -x "$B/step_overhead" ]; then
+  say "step_overhead"
+  timeout -k 5 "$(cap 30 $(rs $(( R_BENCH + 200 ))))" "$B/step_overhead" 200 > "$OUT/step_overhead.log" 2>&1
+  note "step_overhead: rc=$?"
+  cat "$OUT/step_overhead.log" >> "$summary"
+  cat "$OUT/step_overhead.log" >> "$run_log" && rm -f "$OUT/step_overhead.log"
+fi
+
 # Parity tests, cheapest first. The golden fixtures and the models shipped in models/ (trained,
 # not random) for model_parity.
 run_step act_quant_parity "$OUT/act_quant_parity.h200.log" 30 $(rs $(( R_BENCH + 150 ))) "$B/act_quant_parity"
@@ -114,7 +125,7 @@ if [ "${KERNEL_BENCH:-1}" = 1 ]; then
       -k "${NCU_KERNELS:-regex:attention_kernel|route_topk}" --launch-count "${NCU_COUNT:-4}" \
       --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section LaunchStats \
       --section MemoryWorkloadAnalysis --section SourceCounters \
-      "$B/kernel_bench" 3 >> "$OUT/kernel_bench.h200.log" 2>&1
+      "$B/kernel_bench" "${NCU_REPS:-3}" >> "$OUT/kernel_bench.h200.log" 2>&1
     note "ncu kernel_bench: rc=$?"
   fi
 fi

@@ -38,7 +38,7 @@ std::vector<uint64_t> blob_bytes_of(const std::vector<moe::expert_bank>& banks) 
 
 // The counts the cache ranks by: the profile's, or without one none, so the cache fills whole
 // layers in layer order (expert_cache: no profile, (layer, expert) order). Whole layers because a
-// layer with every expert resident skips the host round trip (cuda_model.cpp computes it as the
+// layer with every expert resident skips the host round trip (cuda_model_moe.cpp computes it as the
 // all-GPU model does), while a split layer pays it whatever its hit rate: on the H200 a split
 // layer's serial part (attention, the ids to the host, the plan, the join) is ~170 us against
 // ~65 us for a whole GPU layer, so under even routing whole layers beat the same budget spread

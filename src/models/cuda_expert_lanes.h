@@ -3,14 +3,14 @@
 // computes; the PCIe lane, misses the copy engine moves from host memory into staging slots for
 // the GPU to compute; and the CPU lane, which computes the other misses from host memory
 // (moe/expert_pool.h: run_expert_pairs). The planner (placement/plan.h) splits each layer's
-// misses between PCIe and the CPU by the cost model. cuda_model.cpp runs a layer as
+// misses between PCIe and the CPU by the cost model. cuda_model_moe.cpp runs a layer as
 //   route (ids and normalised input to the host: a stream sync; plan; the PCIe copies enqueued
 //   on the copy stream) -> GPU hits enqueued -> staged experts enqueued (waiting on the copies'
 //   event) -> run_cpu (the CPU lane, while the GPU and the copy engine work) -> join (the CPU's
 //   rows copied into the layer's per-pair buffer) -> the all-GPU model's rank-order combine.
 // Every pair's row has the same bits on any lane (E3): the staged and resident experts are the
 // file's bytes read by the same kernels.
-// Host-side C++ (cuda_runtime.h only); included by cuda_model.cpp alone.
+// Host-side C++ (cuda_runtime.h only); included by the CUDA model's files alone.
 #pragma once
 
 #include "core/thread_pool.h"

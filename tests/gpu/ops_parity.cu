@@ -143,7 +143,7 @@ int test_attention(thread_pool& pool) {
     const cfg cfgs[] = {{8, 2, 128, 299, 1},   {8, 2, 128, 250, 16},  {8, 2, 128, 0, 300},   {4, 4, 64, 77, 5},
                         {6, 3, 80, 40, 3},     {32, 4, 128, 1000, 1}, {8, 2, 128, 600, 4, true},
                         {32, 4, 128, 37, 100}, {9, 3, 64, 5, 70},     {4, 2, 72, 3, 50},     {16, 1, 128, 20, 33},
-                        {40, 2, 128, 0, 20},   {8, 2, 128, 600, 40, true}};
+                        {40, 2, 128, 0, 20},   {8, 2, 128, 600, 40, true}, {32, 4, 128, 5000, 1}, {9, 3, 64, 2100, 2}};
     for (const cfg& c : cfgs) {
         kernels::attention_params p;
         p.n_head = c.n_head;
@@ -172,6 +172,44 @@ int test_attention(thread_pool& pool) {
             for (int r = 0; r < c.rows; ++r)
                 cuda::attention(p, dq.p + r * rf, dk.p, dv.p, c.pos0 + r, 1, dout.p + r * rf, nullptr);
             f += report(name + " rows alone", win, dout.get());
+        }
+        // The split decode kernel (one row, chunk records merged by the last block of a KV head):
+        // each row alone against the CPU's rows, with records for exactly the chunks the last row
+        // needs and for 100 more (idle chunk lanes), the position from the host and from device
+        // memory (a graph's form).
+        const size_t rf = static_cast<size_t>(c.n_head) * c.hd;
+        const int64_t need = (n_ctx + kernels::k_attn_chunk - 1) / kernels::k_attn_chunk;
+        for (const int64_t max_chunks : {need, need + 100}) {
+            if (cuda::attention_split_blocks(p, max_chunks) == 0) break;
+            cuda::attention_split sp;
+            sp.max_chunks = max_chunks;
+            CK(cudaMalloc(&sp.records, static_cast<size_t>(c.n_head * max_chunks * (c.hd + 2)) * 4));
+            CK(cudaMalloc(&sp.arrivals, static_cast<size_t>(c.n_kv) * 4));
+            CK(cudaMemset(sp.arrivals, 0, static_cast<size_t>(c.n_kv) * 4));
+            int32_t* dpos = nullptr;
+            CK(cudaMalloc(&dpos, 4));
+            for (int from_device = 0; from_device < 2; ++from_device) {
+                CK(cudaMemset(dout.p, 0, q.size() * 4));
+                for (int r = 0; r < c.rows; ++r) {
+                    const int32_t pos = c.pos0 + r;
+                    CK(cudaMemcpy(dpos, &pos, 4, cudaMemcpyHostToDevice));
+                    cuda::attention(p, dq.p + r * rf, dk.p, dv.p, from_device ? 0 : pos, 1, dout.p + r * rf, nullptr,
+                                    from_device ? dpos : nullptr, &sp);
+                }
+                f += report(name + " split (" + std::to_string(cuda::attention_split_blocks(p, max_chunks)) +
+                                " lanes, records of " + std::to_string(max_chunks) + " chunks" +
+                                (from_device ? ", position on the device)" : ")"),
+                            cpu, dout.get());
+            }
+            std::vector<unsigned> arr(static_cast<size_t>(c.n_kv));
+            CK(cudaMemcpy(arr.data(), sp.arrivals, arr.size() * 4, cudaMemcpyDeviceToHost));
+            if (std::any_of(arr.begin(), arr.end(), [](unsigned a) { return a != 0; })) {
+                std::printf("FAIL: %s split: arrival counters not zero after the launches\n", name.c_str());
+                ++f;
+            }
+            cudaFree(sp.records);
+            cudaFree(sp.arrivals);
+            cudaFree(dpos);
         }
     }
     return f;

@@ -124,6 +124,53 @@ __device__ inline void chunk_v_sum(const float* v0, int64_t v_stride, int n, flo
     }
 }
 
+// The merge's factors for chunks cg .. cg + n_here - 1 (n_here <= 32), mc(w) giving chunk cg + w's
+// max (the same value in every lane); m: the running max before them. The running max is a prefix of `mc > m ? mc : m`
+// over the chunks, and chunk w's two factors exp(m_before - m_after), exp(mc - m_after) depend
+// only on it: every lane walks the prefix (a compare a chunk), then lane w computes chunk w's
+// factors a_w, bc_w, all chunks at once (chunk 0 of a row has none: 1, 1). Only l * a + lc * bc
+// and o * a + oc * bc stay serial (merge_chunk). Returns the max after the n_here chunks.
+template <class MC>
+__device__ inline float merge_factors(int64_t cg, int n_here, MC mc_at, float m, int lane, float& a_w, float& bc_w) {
+    float m_after = m, my_mb = 0.0f, my_ma = 0.0f, my_mc = 0.0f;
+    for (int w = 0; w < n_here; ++w) {
+        const float mc = mc_at(w);
+        const float mb = m_after;
+        m_after = cg + w == 0 ? mc : (mc > mb ? mc : mb);
+        if (lane == w) {   // selects, not work: the exponentials run once below
+            my_mb = mb;
+            my_ma = m_after;
+            my_mc = mc;
+        }
+    }
+    a_w = 1.0f;
+    bc_w = 1.0f;
+    if (lane < n_here && cg + lane != 0) {
+        a_w = kernels::exp_f32(__fsub_rn(my_mb, my_ma));
+        bc_w = kernels::exp_f32(__fsub_rn(my_mc, my_ma));
+    }
+    return m_after;
+}
+
+// Chunk c = cg + w merged into the running (l, o) (lane's dims lane + 32u): the first chunk of the
+// row sets them, each later one is l = l * a + lc * bc, o = o * a + oc * bc (the CPU's merge).
+// oc(u): the chunk's V sum at dim lane + 32u (read only where that dim exists).
+template <int U, class OC>
+__device__ inline void merge_chunk(int64_t cg, int w, float lc, OC oc, float a_w, float bc_w, int hd, int lane, float& l,
+                                   float (&o)[U]) {
+    if (cg + w == 0) {
+        l = lc;
+#pragma unroll
+        for (int u = 0; u < U; ++u) o[u] = lane + 32 * u < hd ? oc(u) : 0.0f;
+        return;
+    }
+    const float a = __shfl_sync(k_full, a_w, w), bc = __shfl_sync(k_full, bc_w, w);
+    l = __fadd_rn(__fmul_rn(l, a), __fmul_rn(lc, bc));
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+        if (lane + 32 * u < hd) o[u] = __fadd_rn(__fmul_rn(o[u], a), __fmul_rn(oc(u), bc));
+}
+
 // One block per (row, head), k_attn_warps warps. The KV chunks are taken k_attn_warps at a time:
 // warp w computes chunk c0 + w on its own (its scores, its max, its exp sum and its weighted V
 // sum, exactly the serial kernel's per-chunk operations) into shared memory; then warp 0 merges
@@ -186,46 +233,10 @@ __global__ void __launch_bounds__(k_attn_warps * 32)
         __syncthreads();
         if (warp == 0) {
             const int n_here = static_cast<int>(n_chunks - cg < k_attn_warps ? n_chunks - cg : k_attn_warps);
-            // The merge's running max is a prefix of `mc > m ? mc : m` over the chunks, and
-            // chunk w's two factors exp(m_before - m_after), exp(mc - m_after) depend only on
-            // it: the prefix is walked by every lane (a compare a chunk), then lane w computes
-            // chunk w's factors, all chunks at once. Only l * a + lc * bc and o * a + oc * bc stay
-            // serial. Same operands, same operations, same order: the serial merge's bits.
-            float m_after = m, my_mb = 0.0f, my_ma = 0.0f, my_mc = 0.0f;
-            for (int w = 0; w < n_here; ++w) {
-                const float mc = s_mc[w];
-                const float mb = m_after;
-                m_after = cg + w == 0 ? mc : (mc > mb ? mc : mb);
-                if (lane == w) {   // selects, not work: the exponentials run once below
-                    my_mb = mb;
-                    my_ma = m_after;
-                    my_mc = mc;
-                }
-            }
-            float a_w = 1.0f, bc_w = 1.0f;
-            if (lane < n_here && cg + lane != 0) {
-                a_w = kernels::exp_f32(__fsub_rn(my_mb, my_ma));
-                bc_w = kernels::exp_f32(__fsub_rn(my_mc, my_ma));
-            }
-            for (int w = 0; w < n_here; ++w) {
-                const float lc = s_lc[w];
-                if (cg + w == 0) {
-                    l = lc;
-#pragma unroll
-                    for (int u = 0; u < U; ++u) {
-                        const int d = lane + 32 * u;
-                        o[u] = d < hd ? s_oc[w][d] : 0.0f;
-                    }
-                } else {
-                    const float a = __shfl_sync(k_full, a_w, w), bc = __shfl_sync(k_full, bc_w, w);
-                    l = __fadd_rn(__fmul_rn(l, a), __fmul_rn(lc, bc));
-#pragma unroll
-                    for (int u = 0; u < U; ++u) {
-                        const int d = lane + 32 * u;
-                        if (d < hd) o[u] = __fadd_rn(__fmul_rn(o[u], a), __fmul_rn(s_oc[w][d], bc));
-                    }
-                }
-            }
+            float a_w, bc_w;
+            const float m_after = merge_factors(cg, n_here, [&](int w) { return s_mc[w]; }, m, lane, a_w, bc_w);
+            for (int w = 0; w < n_here; ++w)
+                merge_chunk<U>(cg, w, s_lc[w], [&](int u) { return s_oc[w][lane + 32 * u]; }, a_w, bc_w, hd, lane, l, o);
             m = m_after;
         }
         __syncthreads();   // the chunk slots are free again
@@ -258,6 +269,44 @@ constexpr int k_rows_kstride = k_rows_max_hd + 4;   // K rows padded: float4 rea
 // kernel). Two blocks an SM would need 64 registers a thread: ptxas then spills 28-72 bytes
 // whatever this batch (1, 2, 4, 8 tried), so the kernel keeps one block (16 warps) an SM.
 constexpr int k_rows_vbatch = 4;
+// Blocks (chunk lanes) per KV head of attention_split_kernel: 4 KV heads x 32 = 128 blocks, one
+// an SM of the H200, from 32 chunks (1,024 positions) on; fewer chunks leave some lanes idle.
+constexpr int64_t k_split_lanes = 32;
+
+// The block's threads copy n K and V rows of a chunk (kg, vg: the chunk's first row of this KV
+// head, rows kv_stride floats apart) into sk, sv: as float4 where every row is 16-byte aligned
+// (head_dim and the stride multiples of 4: every model here), else float by float. Copies only.
+__device__ inline void stage_chunk(const float* kg, const float* vg, int64_t kv_stride, int n, int hd,
+                                   float (*sk)[k_rows_kstride], float (*sv)[k_rows_max_hd]) {
+    const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+    const bool vec4 = hd % 4 == 0 && kv_stride % 4 == 0 && ((reinterpret_cast<uintptr_t>(kg) | reinterpret_cast<uintptr_t>(vg)) & 15) == 0;
+    if (vec4) {
+        const int q4 = hd / 4;
+        for (int i = tid; i < n * q4; i += nt) {
+            const int j = i / q4, d = 4 * (i - j * q4);
+            const float4 k4 = *reinterpret_cast<const float4*>(kg + j * kv_stride + d);
+            const float4 v4 = *reinterpret_cast<const float4*>(vg + j * kv_stride + d);
+            *reinterpret_cast<float4*>(&sk[j][d]) = k4;
+            *reinterpret_cast<float4*>(&sv[j][d]) = v4;
+        }
+        return;
+    }
+    for (int i = tid; i < n * hd; i += nt) {
+        const int j = i / hd, d = i - j * hd;
+        sk[j][d] = kg[j * kv_stride + d];
+        sv[j][d] = vg[j * kv_stride + d];
+    }
+}
+
+// One query's chunk of n staged positions (the warp's part of a staged chunk): its max mc, exp
+// sum lc and V sum oc (dims lane + 32u), attention_kernel's per-chunk operations on shared memory.
+__device__ inline void staged_chunk(const float (*sk)[k_rows_kstride], const float (*sv)[k_rows_max_hd], const float* qs,
+                                    int n, int hd, bool vec16, float scale, int lane, float& mc, float& lc, float (&oc)[4]) {
+    const float score = lane < n ? chunk_score(sk[lane], qs, hd, vec16, scale) : 0.0f;
+    mc = chunk_max(score, n, lane);
+    const float e = lane < n ? kernels::exp_f32(__fsub_rn(score, mc)) : 0.0f;
+    chunk_v_sum<4, k_rows_vbatch>(&sv[0][0], k_rows_max_hd, n, e, hd, lane, lc, oc);
+}
 
 __global__ void __launch_bounds__(k_rows_warps * 32)
     attention_rows_kernel(kernels::attention_params p, const float* q, const float* kc, const float* vc, int32_t pos0,
@@ -289,20 +338,12 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
         __syncthreads();   // the previous chunk's reads are done (and sq is written)
         const float* kg = kc + c0 * kv_stride + static_cast<int64_t>(kvh) * hd;
         const float* vg = vc + c0 * kv_stride + static_cast<int64_t>(kvh) * hd;
-        for (int i = static_cast<int>(threadIdx.x); i < n_stage * hd; i += k_rows_warps * 32) {
-            const int j = i / hd, d = i - j * hd;
-            sk[j][d] = kg[j * kv_stride + d];
-            sv[j][d] = vg[j * kv_stride + d];
-        }
+        stage_chunk(kg, vg, kv_stride, n_stage, hd, sk, sv);
         __syncthreads();
         if (!active || c0 >= n_kv) continue;
         const int n = static_cast<int>(n_kv - c0 < kernels::k_attn_chunk ? n_kv - c0 : kernels::k_attn_chunk);
-        const float score = lane < n ? chunk_score(sk[lane], sq[warp], hd, vec16, p.scale) : 0.0f;
-        const float mc = chunk_max(score, n, lane);
-        const float e = lane < n ? kernels::exp_f32(__fsub_rn(score, mc)) : 0.0f;
-        float lc = 0.0f;
-        float oc[4];
-        chunk_v_sum<4, k_rows_vbatch>(&sv[0][0], k_rows_max_hd, n, e, hd, lane, lc, oc);
+        float mc, lc, oc[4];
+        staged_chunk(sk, sv, sq[warp], n, hd, vec16, p.scale, lane, mc, lc, oc);
         if (c0 == 0) {
             m = mc;
             l = lc;
@@ -327,10 +368,121 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
     }
 }
 
+
+// A decode step (one row) split over the GPU: one block per (KV head, chunk lane s), grid
+// (n_kv_head, S); the block's G = n_head / n_kv_head warps are the query heads sharing the KV
+// head. Block s takes chunks s, s + S, s + 2S, ...: it stages each chunk's K and V rows in shared
+// memory once for its G queries (as attention_rows_kernel), and each warp computes its head's
+// chunk (chunk_score, chunk_max, the exponentials, chunk_v_sum: attention_kernel's operations)
+// into a record in global memory (the chunk's max, exp sum and V sum). The last block of a KV
+// head to finish (an arrival counter) merges every chunk of its G heads in chunk order with
+// attention_kernel's merge (the prefix of maxima, then the serial l / o updates), so the bits are
+// the one-block kernel's, which are the CPU's. Why: attention_kernel gives a decode step one
+// block per head, 32 blocks on 132 SMs reading every K/V row once per query head; at 512
+// positions that took 16.3 us a layer (kernel_bench, session 9), this reads each row once per
+// KV head from all SMs.
+//   rec: [n_head, max_chunks, head_dim + 2]; arrivals: [n_kv_head], zero before and after.
+__global__ void __launch_bounds__(k_rows_warps * 32)
+    attention_split_kernel(kernels::attention_params p, const float* q, const float* kc, const float* vc, int32_t pos0,
+                           const int32_t* pos_dev, float* rec, unsigned* arrivals, int64_t max_chunks, float* out) {
+    wait_prior_grids();   // first: see launch.cuh
+    if (pos_dev) pos0 = *pos_dev;
+    __shared__ __align__(16) float sk[kernels::k_attn_chunk][k_rows_kstride];   // the chunk's K rows of this KV head
+    __shared__ __align__(16) float sv[kernels::k_attn_chunk][k_rows_max_hd];    // its V rows
+    __shared__ __align__(16) float sq[k_rows_warps][k_rows_max_hd];             // each warp's query
+    __shared__ bool last;
+    const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x & 31);
+    const int G = p.n_head / p.n_kv_head, hd = p.head_dim;
+    const int kvh = static_cast<int>(blockIdx.x);
+    const int h = kvh * G + warp;
+    const int64_t kv_stride = static_cast<int64_t>(p.n_kv_head) * hd;
+    const int64_t rs = hd + 2;   // floats per record
+    float* hrec = rec + static_cast<int64_t>(h) * max_chunks * rs;
+    for (int d = lane; d < hd; d += 32) sq[warp][d] = q[static_cast<int64_t>(h) * hd + d];
+    const int64_t n_kv = static_cast<int64_t>(pos0) + 1;
+    const int64_t n_chunks = (n_kv + kernels::k_attn_chunk - 1) / kernels::k_attn_chunk;
+    if (n_chunks > max_chunks) __trap();   // the caller sizes rec for its cache: never
+    const bool vec16 = hd % 16 == 0;
+    for (int64_t c = blockIdx.y; c < n_chunks; c += gridDim.y) {
+        const int64_t c0 = c * kernels::k_attn_chunk;
+        const int n = static_cast<int>(n_kv - c0 < kernels::k_attn_chunk ? n_kv - c0 : kernels::k_attn_chunk);
+        __syncthreads();   // the previous chunk's reads are done (and sq is written)
+        const float* kg = kc + c0 * kv_stride + static_cast<int64_t>(kvh) * hd;
+        const float* vg = vc + c0 * kv_stride + static_cast<int64_t>(kvh) * hd;
+        stage_chunk(kg, vg, kv_stride, n, hd, sk, sv);
+        __syncthreads();
+        float mc, lc, oc[4];
+        staged_chunk(sk, sv, sq[warp], n, hd, vec16, p.scale, lane, mc, lc, oc);
+        float* r = hrec + c * rs;
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            const int d = lane + 32 * u;
+            if (d < hd) r[2 + d] = oc[u];
+        }
+        if (lane == 0) {
+            r[0] = mc;
+            r[1] = lc;
+        }
+    }
+    // The last block of this KV head to arrive merges (its records' writes made visible first).
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        const unsigned before = atomicAdd(&arrivals[kvh], 1u);
+        last = before == gridDim.y - 1;
+        if (last) arrivals[kvh] = 0;   // every block has arrived: ready for the next launch
+        __threadfence();
+    }
+    __syncthreads();
+    if (!last) return;
+    // attention_kernel's merge, records read from L2 (__ldcg: written by other blocks).
+    float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float m = 0.0f, l = 0.0f;
+    constexpr int k_batch = 8;   // chunks whose V sums a lane loads before their updates
+    for (int64_t cg = 0; cg < n_chunks; cg += 32) {
+        const int n_here = static_cast<int>(n_chunks - cg < 32 ? n_chunks - cg : 32);
+        const float mine_mc = lane < n_here ? __ldcg(hrec + (cg + lane) * rs) : 0.0f;
+        const float mine_lc = lane < n_here ? __ldcg(hrec + (cg + lane) * rs + 1) : 0.0f;
+        float a_w, bc_w;
+        const float m_after = merge_factors(
+            cg, n_here, [&](int w) { return __shfl_sync(k_full, mine_mc, w); }, m, lane, a_w, bc_w);
+        for (int w0 = 0; w0 < n_here; w0 += k_batch) {
+            float ocb[k_batch][4];
+#pragma unroll
+            for (int jj = 0; jj < k_batch; ++jj)
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const int d = lane + 32 * u;
+                    ocb[jj][u] = w0 + jj < n_here && d < hd ? __ldcg(hrec + (cg + w0 + jj) * rs + 2 + d) : 0.0f;
+                }
+#pragma unroll
+            for (int jj = 0; jj < k_batch; ++jj) {
+                if (w0 + jj >= n_here) break;   // uniform
+                merge_chunk<4>(cg, w0 + jj, __shfl_sync(k_full, mine_lc, w0 + jj), [&](int u) { return ocb[jj][u]; }, a_w,
+                               bc_w, hd, lane, l, o);
+            }
+        }
+        m = m_after;
+    }
+    float* orow = out + static_cast<int64_t>(h) * hd;
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+        const int d = lane + 32 * u;
+        if (d < hd) orow[d] = __fdiv_rn(o[u], l);
+    }
+}
+
 }  // namespace
 
+int64_t attention_split_blocks(const kernels::attention_params& p, int64_t max_chunks) {
+    if (p.head_dim > k_rows_max_hd || p.n_kv_head < 1 || p.n_head % p.n_kv_head != 0 ||
+        p.n_head / p.n_kv_head > k_rows_warps)
+        return 0;
+    return max_chunks < k_split_lanes ? max_chunks : k_split_lanes;
+}
+
 void attention(const kernels::attention_params& p, const float* q, const float* kc, const float* vc, int32_t pos0,
-               int64_t n_rows, float* out, void* stream, const int32_t* pos_dev) {
+               int64_t n_rows, float* out, void* stream, const int32_t* pos_dev, const attention_split* split) {
     if (p.head_dim < 1 || p.head_dim > kernels::k_max_head_dim || p.n_kv_head < 1 || p.n_head % p.n_kv_head != 0)
         fail("cuda: attention: head_dim {} (1..{}), n_head {}, n_kv_head {}", p.head_dim, kernels::k_max_head_dim,
              p.n_head, p.n_kv_head);
@@ -348,6 +500,16 @@ void attention(const kernels::attention_params& p, const float* q, const float* 
         if (tiles > 0x7fffffff) fail("cuda: attention: {} row tiles exceed one launch", tiles);
         launch(attention_rows_kernel, dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(p.n_kv_head)),
                dim3(k_rows_warps * 32), 0, static_cast<cudaStream_t>(stream), p, q, kc, vc, pos0, n_rows, R, out);
+        return;
+    }
+    // A decode step with the split records: all SMs (see attention_split_kernel).
+    const int64_t lanes = split && n_rows == 1 ? attention_split_blocks(p, split->max_chunks) : 0;
+    if (lanes > 0) {
+        if (!pos_dev && (pos0 + kernels::k_attn_chunk) / kernels::k_attn_chunk > split->max_chunks)
+            fail("cuda: attention: position {} needs more than the split records' {} chunks", pos0, split->max_chunks);
+        launch(attention_split_kernel, dim3(static_cast<unsigned>(p.n_kv_head), static_cast<unsigned>(lanes)),
+               dim3(static_cast<unsigned>(G * 32)), 0, static_cast<cudaStream_t>(stream), p, q, kc, vc, pos0, pos_dev,
+               split->records, split->arrivals, split->max_chunks, out);
         return;
     }
     // head_dim <= 128 (every model here): 4 dimensions per lane, fewer registers.

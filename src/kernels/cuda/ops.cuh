@@ -48,8 +48,20 @@ void kv_store(const float* k, const float* v, float* kc, float* vc, int32_t pos0
 // kernels::attention: chunks of k_attn_chunk KV positions in order, each softmaxed against its
 // own max and merged online, the same operations in the same order.
 //   q: [n_rows, n_head, head_dim]; kc, vc: [n_ctx, n_kv_head, head_dim]; out: [n_rows, n_head, head_dim]
+// A decode step (n_rows 1) given `split` runs over every SM: blocks per (KV head, chunk lane)
+// write each chunk's (max, exp sum, V sum) to split->records and the last block of a KV head
+// merges them in chunk order: the same bits (head_dim <= 128, <= 16 query heads a KV head;
+// otherwise, and for windows, the one-block-per-head kernel).
+struct attention_split {
+    float* records = nullptr;      // [n_head, max_chunks, head_dim + 2]
+    unsigned* arrivals = nullptr;  // [n_kv_head], zero (the kernel leaves it zero)
+    int64_t max_chunks = 0;        // chunks of k_attn_chunk positions the records hold per head
+};
+// Blocks per KV head the split kernel launches for records of max_chunks (0: p can't split).
+int64_t attention_split_blocks(const kernels::attention_params& p, int64_t max_chunks);
 void attention(const kernels::attention_params& p, const float* q, const float* kc, const float* vc, int32_t pos0,
-               int64_t n_rows, float* out, void* stream, const int32_t* pos_dev = nullptr);
+               int64_t n_rows, float* out, void* stream, const int32_t* pos_dev = nullptr,
+               const attention_split* split = nullptr);
 
 // kernels::route_topk for each of n_rows rows. logits: [n_rows, n_expert] (overwritten with the
 // probabilities); ids, weights: [n_rows, n_used].

@@ -1,0 +1,224 @@
+// The CUDA model's class, private to src/models (the interface is models/cuda_model.h), shared
+// by its two source files: cuda_model.cpp (loading, per-forward buffers, the forward, its
+// attention and dense blocks, graphs) and cuda_model_moe.cpp (the MoE block: routing, then the
+// routed experts all in VRAM, split between the lanes of cuda_expert_lanes.h, or streamed).
+// CUDA builds only.
+#pragma once
+
+#ifdef SLUICE_HAVE_CUDA
+
+#include "models/cuda_model.h"
+
+#include "core/error.h"
+#include "io/model_file.h"
+#include "kernels/cuda/ops.cuh"
+#include "models/blocks.h"
+#include "models/cuda_expert_lanes.h"
+#include "quant/act.h"
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace sluice::cuda_impl {
+
+void ck(cudaError_t e, const char* what);
+
+// A weight matrix (or a bank of experts) in device memory.
+struct dmat {
+    dtype type = dtype::f32;
+    int64_t n_in = 0, n_out = 0;
+    size_t row_bytes = 0;
+    size_t expert_stride = 0;   // bytes per expert's matrix (expert banks)
+    const std::byte* data = nullptr;
+    explicit operator bool() const { return data != nullptr; }
+};
+
+struct dlayer {
+    float* attn_norm = nullptr;                 // [n_embd]
+    dmat wq, wk, wv, wo;                        // [n_embd, nq], [n_embd, nkv] x2, [nq, n_embd]
+    float *bq = nullptr, *bk = nullptr, *bv = nullptr;   // [nq], [nkv], [nkv] (qwen2moe)
+    float *q_norm = nullptr, *k_norm = nullptr;         // [head_dim] (qwen3*)
+    float* ffn_norm = nullptr;                  // [n_embd]
+    dmat gate, up, down;                        // dense FFN [n_embd, n_ff] x2, [n_ff, n_embd]
+    dmat router;                                // [n_embd, n_expert]
+    dmat gate_exps, up_exps, down_exps;         // [n_embd, n_ff_exp, n_expert] x2, [n_ff_exp, n_embd, n_expert]
+    dmat sh_gate, sh_up, sh_down, sh_inp;       // shared expert [n_embd, n_ff_shexp] x2, [n_ff_shexp, n_embd], [n_embd, 1]
+};
+
+// A sequence's KV cache on the device: per layer K then V, each [n_ctx, n_kv_head, head_dim].
+struct dkv {
+    float* buf = nullptr;
+    int n_ctx = 0;
+};
+
+struct arch_spec {
+    kernels::rope_mode rope;
+    bool bias, qk_norm, moe, shexp, default_norm;
+};
+
+arch_spec spec_for(const std::string& arch);
+
+class cuda_model final : public model {
+public:
+    // place: null, or the VRAM budget for routed experts (a budget below their total splits the
+    // experts between the GPU's cache slots and the CPU lane: cuda_expert_lanes).
+    cuda_model(const model_file& f, const load_options&, int device, const cuda_placement* place);
+
+    ~cuda_model() override;
+
+    const model_hparams& hparams() const override { return hp_; }
+
+    void forward_batch(std::span<const batch_segment> batch, forward_scratch& s, float* logits) override;
+
+    // The forward's launches: a captured graph for a decode step, else enqueued one by one.
+    void enqueue_forward(std::span<const batch_segment> batch, const std::vector<float*>& kv_bufs, int64_t n);
+
+    const cuda_expert_lanes* lanes() const { return lanes_.get(); }
+    cuda_expert_lanes* lanes() { return lanes_.get(); }
+
+    void set_graphs(bool on) { graphs_ = on; }
+    void set_programmatic(bool on);
+
+private:
+    // ---- loading ----------------------------------------------------------------------------
+    void* dalloc(size_t bytes);
+
+    float* upload_vec(const std::vector<float>& v);
+
+    dmat upload_mat(const tensor_view& t);
+
+    // t read from data on the device (its shape; checked for a CUDA matmul), or a bank of cache
+    // slots read as an expert tensor: slot s where the file has expert s. data: the device copy,
+    // or the slots' buffer (null when the layer has none).
+    static dmat slot_mat(const tensor_view& t, const std::byte* data);
+
+    // ---- per-forward buffers ----------------------------------------------------------------
+    void free_scratch();
+
+    template <class T>
+    T* salloc(size_t count) {
+        void* p = nullptr;
+        ck(cudaMalloc(&p, count * sizeof(T) + 16), "cudaMalloc (scratch)");
+        scratch_.push_back(p);
+        return static_cast<T*>(p);
+    }
+
+    void ensure_scratch(int max_rows);
+
+    // cos/sin rows for positions [0, n_pos), made by the CPU's rope_table.
+    void ensure_rope(int32_t n_pos);
+
+    float* kv_for(const kv_cache& kv);
+    void ensure_attention_split(int n_ctx);
+    void free_attention_split();
+
+    // Waits for the forward and copies its m logits rows (logits_) to dst.
+    void copy_logits(float* dst, int64_t m);
+
+    // ---- one forward, enqueued ------------------------------------------------------------
+    struct graph_key {
+        float* kv;
+        int n_ctx;
+        int32_t n_logits;
+        bool operator==(const graph_key& o) const { return kv == o.kv && n_ctx == o.n_ctx && n_logits == o.n_logits; }
+    };
+
+    // Everything from the embedding copy to the LM head's logits (left in logits_). pos_dev:
+    // nullptr for host positions (each segment's pos0), or the device copy of segment 0's pos0
+    // (graph replay; single segment).
+    void enqueue(std::span<const batch_segment> batch, const std::vector<float*>& kv_bufs, int64_t n, const int32_t* pos_dev);
+
+    cudaGraphExec_t capture(std::span<const batch_segment> batch, const std::vector<float*>& kv_bufs, int64_t n,
+                            const graph_key& key);
+
+    // Graphs hold buffer addresses: dropped whenever a buffer they use is reallocated.
+    void clear_graphs();
+
+    // ---- the forward's pieces -------------------------------------------------------------
+    static quant::act_format fmt(const dmat& w) { return quant::act_format_for(w.type); }
+    // Two matrices one launch can compute from the same activations (gate and up, k and v).
+    static bool pairable(const dmat& a, const dmat& b) {
+        return a.type == b.type && a.n_in == b.n_in && a.row_bytes == b.row_bytes && a.expert_stride == b.expert_stride;
+    }
+
+    // y [n_rows, w.n_out] = w . x; x [n_rows / act_div or n_rows, w.n_in] f32. reuse: the
+    // activation rows in act_ are already x's, for w's activation format. accumulate: y += w . x
+    // (the residual add in the same launch). w2, y2: a second matrix pairable with w, computed in
+    // the same launch into y2 [n_rows, w2->n_out].
+    void mm(const dmat& w, const float* x, int64_t n_rows, float* y, bool reuse, const int32_t* ids = nullptr,
+            int act_div = 1, bool accumulate = false, const dmat* w2 = nullptr, float* y2 = nullptr);
+
+    // out = rmsnorm(x) * w for n rows; when f is an int8 format, act_ gets out's activation rows
+    // in the same launch (returns true), else act_ is untouched (false).
+    bool norm(const float* x, const float* w, float* out, int64_t n, quant::act_format f, std::byte* act);
+
+    void attention_block(const dlayer& l, int il, std::span<const batch_segment> batch, const std::vector<float*>& kv_bufs,
+                         int64_t n, const int32_t* pos_dev);
+
+    // SwiGLU of gate_ and up_ ([rows, width]) as the down projection's input: quantised straight
+    // into act_ when `down` takes int8 rows (returns true: reuse them), else in place in gate_.
+    bool swiglu_for(const dmat& down, int64_t rows, int64_t width);
+
+    void dense_block(const dlayer& l, int64_t n);
+
+    // Pair p = (row p / K, rank p % K), each a one-row product with expert ids[p] (read on the
+    // device: every routed expert of the layer in one launch, gate and up together) into ey_.
+    void routed_experts(const dlayer& l, int64_t n, const int32_t* ids, bool g_act);
+
+    // Every routed expert of the layer in VRAM, expert e at slot e (the all-GPU model, a whole
+    // layer of a split one, or a streamed layer's buffer).
+    void all_experts(const dlayer& l, int64_t n, bool g_act);
+
+    void moe_block(const dlayer& l, int il, int64_t n);
+
+    int dev_;
+    cudaStream_t stream_ = nullptr;
+    arch_spec spec_{};
+    model_hparams hp_;
+    output_weights out_;
+    const tensor_view* tok_embd_ = nullptr;   // read on the host for the embedding rows
+    float* output_norm_ = nullptr;
+    dmat output_;
+    std::vector<dlayer> layers_;
+    std::vector<void*> allocs_;
+    std::unordered_map<const tensor_view*, dmat> uploaded_;
+    std::unordered_map<const kv_cache*, dkv> kvs_;
+    float* rope_ = nullptr;   // [rope_pos_, n_rot]
+    cuda::attention_split attn_split_;   // decode attention's chunk records for the longest cache
+    int32_t rope_pos_ = 0;
+    // Scratch for max_rows_ rows (see ensure_scratch for shapes).
+    int max_rows_ = 0;
+    std::vector<void*> scratch_;
+    float *x_ = nullptr, *xn_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *attn_ = nullptr;
+    float *out_buf_ = nullptr, *gate_ = nullptr, *up_ = nullptr, *ey_ = nullptr, *shexp_ = nullptr;
+    float *router_ = nullptr, *ew_ = nullptr, *shgate_ = nullptr, *logits_ = nullptr;
+    int32_t* ids_ = nullptr;
+    int32_t *perm_ = nullptr, *tiles_ = nullptr, *n_tiles_ = nullptr;   // group_pairs' output: [RK], [max tiles][3], [1]
+    bool grouped_ = false;   // the expert matmuls being enqueued use the grouped pairs
+    int group_experts_ = 0;  // ... grouped over this many experts (or a split layer's cache slots)
+    std::unique_ptr<cuda_expert_lanes> lanes_;   // the split model's lanes (null: every expert in VRAM)
+    thread_pool* pool_ = nullptr;                // the CPU lane's threads (the forward's scratch)
+    std::byte* act_ = nullptr;
+    float* h_x_ = nullptr;        // pinned [max_rows_, n_embd]
+    int32_t* h_pos_ = nullptr;    // pinned [1]: a graph step's position
+    // Rows of logits staged at a time: a verify window's 16 (9.7 MB for a 151,936 vocabulary);
+    // a prefill that wants more rows copies them in turns.
+    static constexpr int k_logits_stage_rows = 16;
+    int logits_stage_rows_ = 0;
+    float* h_logits_ = nullptr;   // pinned [logits_stage_rows_, n_vocab]
+    int32_t* d_pos_ = nullptr;    // device [1]
+    bool graphs_ = true;          // decode steps (one segment, one row) as CUDA graphs
+    std::vector<std::pair<graph_key, cudaGraphExec_t>> graphs_cache_;
+};
+
+}  // namespace sluice::cuda_impl
+
+#endif  // SLUICE_HAVE_CUDA

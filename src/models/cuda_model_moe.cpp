@@ -1,0 +1,121 @@
+// The CUDA model's MoE block (the class is models/cuda_model_impl.h): the norm, the router and
+// its top-k, then the routed experts of the layer computed one of three ways with the same bits:
+// all in VRAM (one launch for every pair, grouped by expert for a prefill), split between the
+// GPU's cache slots, the PCIe staging slots and the CPU lane (cuda_expert_lanes.h), or streamed
+// whole into a layer buffer (a prefill chunk, cuda_expert_stream.cpp); then the combine in rank
+// order and, for qwen2moe, the gated shared expert.
+#ifdef SLUICE_HAVE_CUDA
+
+#include "models/cuda_model_impl.h"
+
+#include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/ops.cuh"
+
+namespace sluice::cuda_impl {
+
+void cuda_model::routed_experts(const dlayer& l, int64_t n, const int32_t* ids, bool g_act) {
+    const int64_t K = hp_.n_expert_used;
+    const auto fg = fmt(l.gate_exps);
+    if (pairable(l.gate_exps, l.up_exps)) {
+        mm(l.gate_exps, xn_, n * K, gate_, g_act, ids, static_cast<int>(K), false, &l.up_exps, up_);
+    } else {
+        mm(l.gate_exps, xn_, n * K, gate_, g_act, ids, static_cast<int>(K));
+        mm(l.up_exps, xn_, n * K, up_, fg != quant::act_format::f32 && fmt(l.up_exps) == fg, ids, static_cast<int>(K));
+    }
+    const bool d_act = swiglu_for(l.down_exps, n * K, hp_.n_ff_exp);
+    mm(l.down_exps, gate_, n * K, ey_, d_act, ids, 1);
+}
+
+void cuda_model::all_experts(const dlayer& l, int64_t n, bool g_act) {
+    const int64_t K = hp_.n_expert_used;
+    // Many pairs per expert (a prefill): group them by expert on the device, so each
+    // expert's weights are decoded once per tile of 64 pairs (the tensor-core kernel) instead
+    // of once per pair. The choice depends on the sizes only; either way every pair's bits
+    // are the same (E1).
+    group_experts_ = hp_.n_expert;
+    grouped_ = n * K >= 2 * hp_.n_expert && hp_.n_expert <= cuda::k_group_max_experts;
+    if (grouped_)
+        cuda::group_pairs(ids_, n * K, hp_.n_expert, cuda::k_tile_rows_mma, perm_, tiles_, n_tiles_, stream_);
+    routed_experts(l, n, ids_, g_act);
+}
+
+void cuda_model::moe_block(const dlayer& l, int il, int64_t n) {
+    const int64_t K = hp_.n_expert_used;
+    const auto fg = fmt(l.gate_exps);
+    bool g_act = norm(x_, l.ffn_norm, xn_, n, fg, act_);
+    // The router (F32 in the files llama.cpp writes: it reads xn_ and leaves act_ alone).
+    const auto fr = fmt(l.router);
+    mm(l.router, xn_, n, router_, g_act && fr == fg);
+    if (fr != quant::act_format::f32 && fr != fg) g_act = false;   // act_ was overwritten
+    kernels::router_params rp;
+    rp.n_expert = hp_.n_expert;
+    rp.n_used = hp_.n_expert_used;
+    rp.renormalize = hp_.expert_weights_norm;
+    cuda::route_topk(rp, router_, n, ids_, ew_, stream_);
+    if (lanes_ && lanes_->streaming() && !lanes_->whole_layer(il)) {
+        // A streamed split layer (prefill): its experts copied whole into a layer buffer in
+        // expert order, computed as a whole layer once the copies land.
+        const cuda_expert_lanes::layer_slots& buf = lanes_->stream_acquire(il);
+        dlayer streamed = l;
+        streamed.gate_exps.data = buf.gate;
+        streamed.up_exps.data = buf.up;
+        streamed.down_exps.data = buf.down;
+        lanes_->gpu_begin(il);   // after the wait: the GPU lane's time, not the copy's
+        all_experts(streamed, n, g_act);
+        lanes_->gpu_end(il);
+        lanes_->stream_release(il);
+    } else if (lanes_ && !lanes_->whole_layer(il)) {
+        // A split layer: the ids go to the host, the GPU computes the pairs of resident experts
+        // (slot ids; grouped, CPU pairs skipped) while the CPU lane computes the rest, whose
+        // rows join ey_ before the combine: every pair's row has the same bits either way (E3).
+        const cuda_expert_lanes::routed r = lanes_->route(il, n, ids_, xn_);
+        if (r.gpu_pairs + r.pcie_pairs > 0) lanes_->gpu_begin(il);
+        if (r.gpu_pairs > 0) {
+            group_experts_ = lanes_->slots(il).n_slots;
+            grouped_ = r.grouped;
+            if (grouped_)
+                cuda::group_pairs(r.mm_ids, n * K, group_experts_, cuda::k_tile_rows_mma, perm_, tiles_, n_tiles_, stream_);
+            routed_experts(l, n, r.mm_ids, g_act);
+            g_act = false;   // act_ now holds the down projection's input
+        }
+        if (r.pcie_pairs > 0) {
+            // The misses copied over PCIe: the same launches on the staging slots, once the
+            // copies have landed (their pairs only: the others are -1, skipped).
+            lanes_->staged_begin();
+            const cuda_expert_lanes::layer_slots& st = lanes_->staging();
+            dlayer staged = l;
+            staged.gate_exps.data = st.gate;
+            staged.up_exps.data = st.up;
+            staged.down_exps.data = st.down;
+            group_experts_ = st.n_slots;
+            grouped_ = true;
+            cuda::group_pairs(r.stage_ids, n * K, group_experts_, cuda::k_tile_rows_mma, perm_, tiles_, n_tiles_, stream_);
+            routed_experts(staged, n, r.stage_ids, g_act);
+            lanes_->staged_end();
+        }
+        if (r.gpu_pairs + r.pcie_pairs > 0) lanes_->gpu_end(il);
+        lanes_->run_cpu(n, *pool_, il);
+        lanes_->join(n, ey_);
+    } else {
+        all_experts(l, n, g_act);
+    }
+    grouped_ = false;
+    const int64_t E = hp_.n_embd;
+    if (!l.sh_inp) {
+        cuda::moe_combine(ey_, ew_, static_cast<int>(K), n, E, x_, stream_, true);   // x += the rank-order sum
+        return;
+    }
+    cuda::moe_combine(ey_, ew_, static_cast<int>(K), n, E, out_buf_, stream_);
+    const int64_t S = hp_.n_ff_shexp;
+    mm(l.sh_gate, xn_, n, gate_, false);
+    mm(l.sh_up, xn_, n, up_, l.sh_up.type == l.sh_gate.type);
+    cuda::swiglu(gate_, up_, gate_, n * S, stream_);
+    mm(l.sh_down, gate_, n, shexp_, false);
+    mm(l.sh_inp, xn_, n, shgate_, false);
+    cuda::add_gated(out_buf_, shexp_, shgate_, n, E, stream_);
+    cuda::add(x_, out_buf_, n * E, stream_);
+}
+
+}  // namespace sluice::cuda_impl
+
+#endif  // SLUICE_HAVE_CUDA
