@@ -121,10 +121,19 @@ int main(int argc, char** argv) {
         report("rmsnorm_quant n_embd 2048 (x2 per layer, L2)", 2 * us, 2 * 3.0 * E * 4, true);
     }
     // 2. The router: F32 [128, 2048], one row.
+    // The model runs them as one launch (cuda::router_topk: the router's last block routes the
+    // row); the two launches are timed below for comparison, outside the layer's sum.
+    kernels::router_params rp;
+    rp.n_expert = X;
+    rp.n_used = K;
+    rp.renormalize = true;
+    unsigned* arrivals = nullptr;
+    ck(cudaMalloc(&arrivals, 4), "arrivals");
+    ck(cudaMemset(arrivals, 0, 4), "arrivals");
     {
         std::vector<float*> w;
         for (int c = 0; c < copies; ++c) w.push_back(dev_floats(static_cast<size_t>(X * E), 100 + c, 0.02f));
-        const double us = time_us(s, reps, [&](int i) {
+        auto args = [&](int i) {
             cuda::mm_args a;
             a.type = dtype::f32;
             a.w = reinterpret_cast<const std::byte*>(w[i % copies]);
@@ -136,20 +145,20 @@ int main(int argc, char** argv) {
             a.n_rows = 1;
             a.y = logits;
             a.y_stride = X;
-            cuda::matmul(a, s);
-        });
-        report("router F32 128 x 2048, 1 row", us, X * E * 4.0, true);
+            return a;
+        };
+        const double us_fused = time_us(s, reps, [&](int i) { cuda::router_topk(args(i), rp, ids, ew, arrivals, s); });
+        report("router F32 128 x 2048 + top-8, one launch, 1 row", us_fused, X * E * 4.0, true);
+        const double us = time_us(s, reps, [&](int i) { cuda::matmul(args(i), s); });
+        report("router F32 128 x 2048 alone, 1 row", us, X * E * 4.0, false);
         for (float* p : w) cudaFree(p);
     }
-    // 3. Top-k of 128 (8 used).
+    // 3. Top-k of 128 (8 used) alone (the second launch of the unfused pair).
     {
-        kernels::router_params rp;
-        rp.n_expert = X;
-        rp.n_used = K;
-        rp.renormalize = true;
         const double us = time_us(s, reps, [&](int) { cuda::route_topk(rp, logits, 1, ids, ew, s); });
-        report("route_topk 128 experts, top 8", us, X * 4.0, true);
+        report("route_topk 128 experts, top 8, alone", us, X * 4.0, false);
     }
+    cudaFree(arrivals);
     // 4. Attention: q/k norm + rope + store, then attention over 512 positions.
     {
         float* q = dev_floats(H * HD, 8);

@@ -325,6 +325,8 @@ void cuda_model::ensure_scratch(int max_rows) {
     const size_t widest = std::max({E, nq, ff});
     act_ = salloc<std::byte>(RK * (widest / 32 + 1) * 37);
     d_pos_ = salloc<int32_t>(1);
+    route_arrivals_ = salloc<unsigned>(1);
+    ck(cudaMemset(route_arrivals_, 0, sizeof(unsigned)), "cudaMemset");
     ck(cudaMallocHost(&h_x_, R * E * 4), "cudaMallocHost");
     ck(cudaMallocHost(&h_pos_, 4), "cudaMallocHost");
     logits_stage_rows_ = std::min(max_rows, k_logits_stage_rows);
@@ -419,6 +421,11 @@ void cuda_model::clear_graphs() {
 
 void cuda_model::mm(const dmat& w, const float* x, int64_t n_rows, float* y, bool reuse, const int32_t* ids, int act_div,
                     bool accumulate, const dmat* w2, float* y2) {
+    cuda::matmul(mm_args_for(w, x, n_rows, y, reuse, ids, act_div, accumulate, w2, y2), stream_);
+}
+
+cuda::mm_args cuda_model::mm_args_for(const dmat& w, const float* x, int64_t n_rows, float* y, bool reuse,
+                                      const int32_t* ids, int act_div, bool accumulate, const dmat* w2, float* y2) {
     const auto f = fmt(w);
     const int64_t act_rows = ids ? n_rows / act_div : n_rows;
     cuda::mm_args a;
@@ -455,7 +462,7 @@ void cuda_model::mm(const dmat& w, const float* x, int64_t n_rows, float* y, boo
         a.act = act_;
         a.act_stride = quant::act_row_bytes(f, w.n_in);
     }
-    cuda::matmul(a, stream_);
+    return a;
 }
 
 bool cuda_model::norm(const float* x, const float* w, float* out, int64_t n, quant::act_format f, std::byte* act) {

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "io/model_file.h"
+#include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/ops.cuh"
 #include "models/blocks.h"
 #include "models/cuda_expert_lanes.h"
@@ -155,6 +156,11 @@ private:
     // the same launch into y2 [n_rows, w2->n_out].
     void mm(const dmat& w, const float* x, int64_t n_rows, float* y, bool reuse, const int32_t* ids = nullptr,
             int act_div = 1, bool accumulate = false, const dmat* w2 = nullptr, float* y2 = nullptr);
+    // mm's launch arguments (the activation rows quantised first unless reused), for a caller that
+    // launches them itself (the router with its top-k).
+    cuda::mm_args mm_args_for(const dmat& w, const float* x, int64_t n_rows, float* y, bool reuse,
+                              const int32_t* ids = nullptr, int act_div = 1, bool accumulate = false,
+                              const dmat* w2 = nullptr, float* y2 = nullptr);
 
     // out = rmsnorm(x) * w for n rows; when f is an int8 format, act_ gets out's activation rows
     // in the same launch (returns true), else act_ is untouched (false).
@@ -215,6 +221,7 @@ private:
     int logits_stage_rows_ = 0;
     float* h_logits_ = nullptr;   // pinned [logits_stage_rows_, n_vocab]
     int32_t* d_pos_ = nullptr;    // device [1]
+    unsigned* route_arrivals_ = nullptr;   // device [1]: the fused router's block counter (zero between launches)
     bool graphs_ = true;          // decode steps (one segment, one row) as CUDA graphs
     std::vector<std::pair<graph_key, cudaGraphExec_t>> graphs_cache_;
 };

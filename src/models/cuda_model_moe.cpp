@@ -43,15 +43,15 @@ void cuda_model::moe_block(const dlayer& l, int il, int64_t n) {
     const int64_t K = hp_.n_expert_used;
     const auto fg = fmt(l.gate_exps);
     bool g_act = norm(x_, l.ffn_norm, xn_, n, fg, act_);
-    // The router (F32 in the files llama.cpp writes: it reads xn_ and leaves act_ alone).
+    // The router (F32 in the files llama.cpp writes: it reads xn_ and leaves act_ alone) and its
+    // top-k: one launch for a decode step's row (the router's last block routes it).
     const auto fr = fmt(l.router);
-    mm(l.router, xn_, n, router_, g_act && fr == fg);
-    if (fr != quant::act_format::f32 && fr != fg) g_act = false;   // act_ was overwritten
     kernels::router_params rp;
     rp.n_expert = hp_.n_expert;
     rp.n_used = hp_.n_expert_used;
     rp.renormalize = hp_.expert_weights_norm;
-    cuda::route_topk(rp, router_, n, ids_, ew_, stream_);
+    cuda::router_topk(mm_args_for(l.router, xn_, n, router_, g_act && fr == fg), rp, ids_, ew_, route_arrivals_, stream_);
+    if (fr != quant::act_format::f32 && fr != fg) g_act = false;   // act_ was overwritten
     if (lanes_ && lanes_->streaming() && !lanes_->whole_layer(il)) {
         // A streamed split layer (prefill): its experts copied whole into a layer buffer in
         // expert order, computed as a whole layer once the copies land.

@@ -6,13 +6,16 @@
 //   2. (GPU) cuda::matmul gives dot_ref's bits for every output element, for windows of 1..16
 //      rows, a prefill of 100 rows and expert mode (ids, act_div), and each row of a window
 //      equals the same row computed alone (E1);
-//   3. (GPU, timing) one-row matmul GB/s on an expert-sized matrix (2048 x 768) and a large
+//   3. (GPU) router_topk's one launch (the router's last block routes the row) equals matmul
+//      then route_topk, bit for bit;
+//   4. (GPU, timing) one-row matmul GB/s on an expert-sized matrix (2048 x 768) and a large
 //      dense one, for a few formats.
 // Exit 0 when everything matches, 1 on a difference, 77 (skipped) without a GPU after part 1.
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/quant_decode.cuh"
 
 #include "kernels/cpu/dot_ref.h"
+#include "kernels/cpu/ops.h"
 #include "quant/act.h"
 #include "quant/iq_tables.h"
 #include "quant/quant.h"
@@ -23,6 +26,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 using namespace sluice;
@@ -373,6 +377,104 @@ int gpu_parity(dtype t, int64_t n_in) {
 
 // ---- part 3: one-row bandwidth -------------------------------------------------------------
 // n_copies distinct matrices cycled so that most reads come from HBM, not the 60 MB L2.
+// router_topk: the router's product and its top-k in one launch (a decode step's row of an F32 /
+// F16 / BF16 router: the column kernel's last block routes it) against the two launches it
+// replaces (matmul, then route_topk; each checked against the CPU elsewhere): the probabilities,
+// ids and weights bit for bit, over several launches on one arrival counter (which must be
+// left at zero), for Qwen3-30B-A3B's 128 experts top-8 (renormalised), qwen2moe's 60 top-4 and
+// a row of ties (every column the same weights).
+int router_topk_parity() {
+    int f = 0;
+    struct cfg { dtype t; int n_expert, n_used; bool renorm, ties; };
+    for (const cfg c : {cfg{dtype::f32, 128, 8, true, false}, cfg{dtype::f32, 60, 4, false, false},
+                        cfg{dtype::bf16, 128, 8, true, false}, cfg{dtype::f32, 128, 8, true, true}}) {
+        const int64_t n_in = 2048;
+        const size_t row_bytes = static_cast<size_t>(n_in) * (c.t == dtype::f32 ? 4 : 2);
+        std::vector<uint8_t> w(row_bytes * static_cast<size_t>(c.n_expert));
+        std::mt19937 rng(77);
+        if (c.t == dtype::f32) {
+            const auto v = random_floats(static_cast<size_t>(n_in) * c.n_expert, 78, 0.05f);
+            std::memcpy(w.data(), v.data(), w.size());
+        } else {
+            for (size_t i = 0; i < w.size(); i += 2) {   // bf16 of small normals: the top byte pair of a float
+                const float x = std::normal_distribution<float>(0.0f, 0.05f)(rng);
+                const uint32_t u = f2u(x);
+                w[i] = static_cast<uint8_t>(u >> 16);
+                w[i + 1] = static_cast<uint8_t>(u >> 24);
+            }
+        }
+        if (c.ties)
+            for (int e = 1; e < c.n_expert; ++e) std::memcpy(w.data() + e * row_bytes, w.data(), row_bytes);
+        kernels::router_params p;
+        p.n_expert = c.n_expert;
+        p.n_used = c.n_used;
+        p.renormalize = c.renorm;
+        uint8_t* dw = nullptr;
+        float *dx = nullptr, *dy[2] = {nullptr, nullptr}, *dwt[2] = {nullptr, nullptr};
+        int32_t* dids[2] = {nullptr, nullptr};
+        unsigned* arrivals = nullptr;
+        CK(cudaMalloc(&dw, w.size()));
+        CK(cudaMemcpy(dw, w.data(), w.size(), cudaMemcpyHostToDevice));
+        CK(cudaMalloc(&dx, n_in * 4));
+        CK(cudaMalloc(&arrivals, 4));
+        CK(cudaMemset(arrivals, 0, 4));
+        for (int k = 0; k < 2; ++k) {
+            CK(cudaMalloc(&dy[k], c.n_expert * 4));
+            CK(cudaMalloc(&dwt[k], c.n_used * 4));
+            CK(cudaMalloc(&dids[k], c.n_used * 4));
+        }
+        const std::string what = std::string("router_topk ") + std::string(name(c.t)) + " " + std::to_string(c.n_expert) +
+                                 " top-" + std::to_string(c.n_used) + (c.ties ? " ties" : "");
+        bool same = true;
+        for (int round = 0; round < 3; ++round) {
+            const auto x = random_floats(static_cast<size_t>(n_in), 80 + round, 1.0f);
+            CK(cudaMemcpy(dx, x.data(), n_in * 4, cudaMemcpyHostToDevice));
+            for (int k = 0; k < 2; ++k) {   // k 0: fused (with the counter), 1: the two launches
+                cuda::mm_args a;
+                a.type = c.t;
+                a.w = reinterpret_cast<const std::byte*>(dw);
+                a.row_bytes = row_bytes;
+                a.n_in = n_in;
+                a.n_out = c.n_expert;
+                a.act = reinterpret_cast<const std::byte*>(dx);
+                a.act_stride = static_cast<size_t>(n_in) * 4;
+                a.n_rows = 1;
+                a.y = dy[k];
+                a.y_stride = c.n_expert;
+                cuda::router_topk(a, p, dids[k], dwt[k], k == 0 ? arrivals : nullptr, nullptr);
+            }
+            CK(cudaDeviceSynchronize());
+            std::vector<float> y[2], wt[2];
+            std::vector<int32_t> ids[2];
+            for (int k = 0; k < 2; ++k) {
+                y[k].resize(c.n_expert);
+                wt[k].resize(c.n_used);
+                ids[k].resize(c.n_used);
+                CK(cudaMemcpy(y[k].data(), dy[k], c.n_expert * 4, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(wt[k].data(), dwt[k], c.n_used * 4, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(ids[k].data(), dids[k], c.n_used * 4, cudaMemcpyDeviceToHost));
+            }
+            same = same && std::memcmp(y[0].data(), y[1].data(), y[0].size() * 4) == 0 && ids[0] == ids[1] &&
+                   std::memcmp(wt[0].data(), wt[1].data(), wt[0].size() * 4) == 0;
+        }
+        unsigned left = 1;
+        CK(cudaMemcpy(&left, arrivals, 4, cudaMemcpyDeviceToHost));
+        std::printf("%s %s: probabilities, ids and weights of 3 rows %s; arrival counter %u after\n",
+                    same && left == 0 ? "PASS" : "FAIL", what.c_str(), same ? "bit-identical to matmul + route_topk" : "DIFFER",
+                    left);
+        f += same && left == 0 ? 0 : 1;
+        cudaFree(dw);
+        cudaFree(dx);
+        cudaFree(arrivals);
+        for (int k = 0; k < 2; ++k) {
+            cudaFree(dy[k]);
+            cudaFree(dwt[k]);
+            cudaFree(dids[k]);
+        }
+    }
+    return f;
+}
+
 void bench(dtype t, int64_t n_in, int64_t n_out, int n_copies, int n_rows, const char* what) {
     const size_t wrb = *bytes_for(t, n_in), mat = wrb * static_cast<size_t>(n_out);
     // 256 quantised rows tiled over the matrix: the values do not change the time, and
@@ -511,6 +613,7 @@ int main(int argc, char** argv) {
         // inside a 16-element group.
         if (info(t).block_elems == 1) failures += gpu_parity(t, 2072);
     }
+    failures += router_topk_parity();
     if (do_bench && failures == 0) {
         for (dtype t : {dtype::q4_k, dtype::q8_0, dtype::q4_0, dtype::q6_k, dtype::iq4_xs, dtype::mxfp4}) {
             bench(t, 2048, 768, 128, 1, "expert");

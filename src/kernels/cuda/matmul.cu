@@ -29,6 +29,8 @@
 // the pairwise fold 8, 4, 2, 1.
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/quant_decode.cuh"
+#include "kernels/cuda/route_warp.cuh"
+#include "kernels/cuda/ops.cuh"
 
 #include "core/error.h"
 #include "kernels/cuda/lanes.cuh"
@@ -423,12 +425,21 @@ __global__ void __launch_bounds__(k_ft_threads)
 // of the group, reading x from global memory (the rows every block shares).
 constexpr int k_col_threads = 128;
 constexpr int k_col_loads = 8;   // 16-byte loads in flight per thread per round
+// The router's top-k fused into its matmul's launch (router_topk): when arrivals is set, the
+// last block to finish runs route_topk_warp on the one row y holds.
+struct route_tail {
+    kernels::router_params p;
+    int32_t* ids = nullptr;        // [n_used]
+    float* weights = nullptr;      // [n_used]
+    unsigned* arrivals = nullptr;  // zero before and after the launch; null: no top-k here
+};
+
 template <dtype T>
 __global__ void __launch_bounds__(k_col_threads)
     mm_float_col_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
                         const uint8_t* __restrict__ act, size_t act_stride, int64_t n_rows, float* __restrict__ y,
                         int64_t y_stride, bool accumulate, int64_t n_cb1, const uint8_t* __restrict__ w2, int64_t n_out2,
-                        float* __restrict__ y2, int64_t y2_stride) {
+                        float* __restrict__ y2, int64_t y2_stride, route_tail rt) {
     wait_prior_grids();   // first: see launch.cuh
     extern __shared__ uint4 col_smem[];
     const int64_t j = pick_matrix(n_cb1, w, n_out, y, y_stride, w2, n_out2, y2, y2_stride);
@@ -449,22 +460,36 @@ __global__ void __launch_bounds__(k_col_threads)
         }
     }
     __syncthreads();
-    if (threadIdx.x >= 16) return;
-    const uint8_t* ws = reinterpret_cast<const uint8_t*>(col_smem);
-    const int l = static_cast<int>(threadIdx.x);
-    const int64_t r0 = static_cast<int64_t>(blockIdx.y) * k_max_rows;
-    const int nr = static_cast<int>(n_rows - r0 < k_max_rows ? n_rows - r0 : k_max_rows);
-    for (int r = 0; r < nr; ++r) {
-        const float* x = reinterpret_cast<const float*>(act + static_cast<size_t>(r0 + r) * act_stride);
-        float a = 0.0f;
+    if (threadIdx.x < 16) {
+        const uint8_t* ws = reinterpret_cast<const uint8_t*>(col_smem);
+        const int l = static_cast<int>(threadIdx.x);
+        const int64_t r0 = static_cast<int64_t>(blockIdx.y) * k_max_rows;
+        const int nr = static_cast<int>(n_rows - r0 < k_max_rows ? n_rows - r0 : k_max_rows);
+        for (int r = 0; r < nr; ++r) {
+            const float* x = reinterpret_cast<const float*>(act + static_cast<size_t>(r0 + r) * act_stride);
+            float a = 0.0f;
 #pragma unroll 8
-        for (int64_t i = l; i < n_in; i += 16) a = __fmaf_rn(load_w<T>(ws, i), __ldg(x + i), a);
-        for (int s = 8; s >= 1; s >>= 1) a = __fadd_rn(a, __shfl_down_sync(0xffffu, a, s, 16));
-        if (l == 0) {
-            float* yy = y + (r0 + r) * y_stride + j;
-            *yy = accumulate ? __fadd_rn(*yy, a) : a;
+            for (int64_t i = l; i < n_in; i += 16) a = __fmaf_rn(load_w<T>(ws, i), __ldg(x + i), a);
+            for (int s = 8; s >= 1; s >>= 1) a = __fadd_rn(a, __shfl_down_sync(0xffffu, a, s, 16));
+            if (l == 0) {
+                float* yy = y + (r0 + r) * y_stride + j;
+                *yy = accumulate ? __fadd_rn(*yy, a) : a;
+            }
         }
     }
+    if (!rt.arrivals) return;
+    // The last block to arrive (its column written, then every block's made visible) routes.
+    __shared__ bool last;
+    __shared__ float s_exp[32 * k_route_per_lane];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(rt.arrivals, 1u) == gridDim.x * gridDim.y - 1;
+        if (last) *rt.arrivals = 0;   // every block has arrived: ready for the next launch
+        __threadfence();
+    }
+    __syncthreads();
+    if (last && threadIdx.x < 32) route_topk_warp(rt.p, y, rt.ids, rt.weights, static_cast<int>(threadIdx.x), s_exp);
 }
 
 // One block: counts per expert (shared-memory atomics), offsets by a serial scan, tiles of up
@@ -571,6 +596,23 @@ void launch_quant(const mm_args& a, dim3 grid, cudaStream_t s) {
            cb1, reinterpret_cast<const uint8_t*>(a.w2), a.n_out2, a.y2, a.y2_stride, a.tiles, a.n_tiles, a.perm);
 }
 
+// Few columns of a plain float matrix whose row fits in shared memory (the router): a block a
+// column (mm_float_col_kernel), with rt's top-k in the same launch when rt.arrivals is set.
+// Returns false (launching nothing) where the kernel does not apply.
+template <dtype T>
+bool launch_float_col(const mm_args& a, dim3 grid, cudaStream_t s, route_tail rt) {
+    const int64_t all_cols = a.n_out + (a.w2 ? a.n_out2 : 0);
+    if (a.ids || all_cols * grid.y >= 4 * 132 * k_float_cols || a.row_bytes % 16 != 0 || a.row_bytes > 32 * 1024 ||
+        reinterpret_cast<uintptr_t>(a.w) % 16 != 0 || (a.w2 && reinterpret_cast<uintptr_t>(a.w2) % 16 != 0))
+        return false;
+    grid.x = static_cast<unsigned>(all_cols);
+    launch(mm_float_col_kernel<T>, dim3(grid), dim3(k_col_threads), a.row_bytes, s,
+           reinterpret_cast<const uint8_t*>(a.w), a.row_bytes, a.n_in, a.n_out,
+           reinterpret_cast<const uint8_t*>(a.act), a.act_stride, a.n_rows, a.y, a.y_stride, a.accumulate, a.n_out,
+           reinterpret_cast<const uint8_t*>(a.w2), a.n_out2, a.y2, a.y2_stride, rt);
+    return true;
+}
+
 template <dtype T>
 void launch_float(const mm_args& a, dim3 grid, cudaStream_t s) {
     // Many rows of a plain matrix (a prefill): tiles of rows and columns through shared memory.
@@ -588,21 +630,11 @@ void launch_float(const mm_args& a, dim3 grid, cudaStream_t s) {
                reinterpret_cast<const uint8_t*>(a.w2), a.n_out2, a.y2, a.y2_stride);
         return;
     }
+    if (launch_float_col<T>(a, grid, s, route_tail{})) return;
     // A small grid (the router: 128 columns, one row) would leave most SMs idle with 8 columns a
     // block: then one warp (2 columns) a block, 4x the blocks pulling weights at once. Each
     // column's arithmetic is the same either way.
     const int64_t groups = grid.y;
-    const int64_t all_cols = a.n_out + (a.w2 ? a.n_out2 : 0);
-    // Few columns of a plain matrix whose row fits in shared memory (the router): a block a column.
-    if (!a.ids && all_cols * groups < 4 * 132 * k_float_cols && a.row_bytes % 16 == 0 && a.row_bytes <= 32 * 1024 &&
-        reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && (!a.w2 || reinterpret_cast<uintptr_t>(a.w2) % 16 == 0)) {
-        grid.x = static_cast<unsigned>(all_cols);
-        launch(mm_float_col_kernel<T>, dim3(grid), dim3(k_col_threads), a.row_bytes, s,
-               reinterpret_cast<const uint8_t*>(a.w), a.row_bytes, a.n_in, a.n_out,
-               reinterpret_cast<const uint8_t*>(a.act), a.act_stride, a.n_rows, a.y, a.y_stride, a.accumulate, a.n_out,
-               reinterpret_cast<const uint8_t*>(a.w2), a.n_out2, a.y2, a.y2_stride);
-        return;
-    }
     int cols = k_float_cols;
     if (((a.n_out + (a.w2 ? a.n_out2 : 0)) / k_float_cols) * groups < 4 * 132) cols = 2;
     const int64_t cb1 = (a.n_out + cols - 1) / cols;
@@ -694,13 +726,14 @@ void upload_tables() {
     g_tables_done[dev] = true;
 }
 
-void matmul(const mm_args& a, void* stream) {
+namespace {
+// matmul's argument checks; returns the launch's row groups (grid rows).
+int64_t checked_row_groups(const mm_args& a) {
     if (!has_matmul(a.type)) fail("cuda: matmul: weight format {} has no dot product", name(a.type));
     const uint32_t qk = info(a.type).block_elems;
     if (a.n_in <= 0 || a.n_in % qk != 0) fail("cuda: matmul: n_in = {} is not a positive multiple of {}", a.n_in, qk);
     if (a.n_out <= 0 || a.n_rows < 0 || a.y_stride < a.n_out || a.act_div < 1)
         fail("cuda: matmul: bad sizes (n_out {}, n_rows {}, y_stride {}, act_div {})", a.n_out, a.n_rows, a.y_stride, a.act_div);
-    if (a.n_rows == 0) return;
     // Activation blocks are read as 4-byte words (d, then the int8 values four at a time).
     if (a.type != dtype::f32 && a.type != dtype::f16 && a.type != dtype::bf16 &&
         ((reinterpret_cast<uintptr_t>(a.act) | a.act_stride) & 3) != 0)
@@ -717,6 +750,13 @@ void matmul(const mm_args& a, void* stream) {
     if (a.w2 && (a.n_out2 <= 0 || !a.y2 || a.y2_stride < a.n_out2))
         fail("cuda: matmul: second matrix: bad sizes (n_out2 {}, y2_stride {})", a.n_out2, a.y2_stride);
     if ((a.n_out + (a.w2 ? a.n_out2 : 0)) / k_warps + 2 > 0x7fffffff) fail("cuda: matmul: {} columns exceed one launch", a.n_out);
+    return row_groups;
+}
+}  // namespace
+
+void matmul(const mm_args& a, void* stream) {
+    const int64_t row_groups = checked_row_groups(a);
+    if (a.n_rows == 0) return;
     auto s = static_cast<cudaStream_t>(stream);
     switch (a.type) {
     case dtype::f32: launch_float<dtype::f32>(a, dim3(1, static_cast<unsigned>(row_groups)), s); break;
@@ -734,6 +774,31 @@ void matmul(const mm_args& a, void* stream) {
     }
     }
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) fail("cuda: matmul: launch failed: {}", cudaGetErrorString(e));
+}
+
+void router_topk(const mm_args& a, const kernels::router_params& p, int32_t* ids, float* weights, unsigned* arrivals,
+                 void* stream) {
+    checked_row_groups(a);
+    auto s = static_cast<cudaStream_t>(stream);
+    const bool fusable = arrivals && a.n_rows == 1 && !a.ids && !a.w2 && !a.accumulate && a.n_out == p.n_expert &&
+                         p.n_used >= 1 && p.n_used <= p.n_expert && p.n_expert <= 32 * k_route_per_lane && p.n_used <= 32;
+    bool fused = false;
+    if (fusable) {
+        route_tail rt;
+        rt.p = p;
+        rt.ids = ids;
+        rt.weights = weights;
+        rt.arrivals = arrivals;
+        if (a.type == dtype::f32) fused = launch_float_col<dtype::f32>(a, dim3(1, 1), s, rt);
+        else if (a.type == dtype::f16) fused = launch_float_col<dtype::f16>(a, dim3(1, 1), s, rt);
+        else if (a.type == dtype::bf16) fused = launch_float_col<dtype::bf16>(a, dim3(1, 1), s, rt);
+    }
+    if (fused) {
+        if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) fail("cuda: router_topk: launch failed: {}", cudaGetErrorString(e));
+        return;
+    }
+    matmul(a, stream);
+    route_topk(p, a.y, a.n_rows, ids, weights, stream);
 }
 
 }  // namespace sluice::cuda

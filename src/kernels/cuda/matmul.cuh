@@ -8,6 +8,10 @@
 #include <cstddef>
 #include <cstdint>
 
+namespace sluice::kernels {
+struct router_params;
+}
+
 namespace sluice::cuda {
 
 // True when matmul supports weight format t (every format kernels::dot_ref has).
@@ -79,5 +83,12 @@ void group_pairs(const int32_t* ids, int64_t n_pairs, int n_expert, int tile_row
 // Enqueues the product on `stream` (a cudaStream_t). Fails on an unsupported format or bad
 // sizes (a caller bug, checked before the launch).
 void matmul(const mm_args& a, void* stream);
+// The router and its top-k (route_topk in ops.cuh) of y = a's product: for one row of a float
+// router (F32/F16/BF16) small enough for the column kernel, one launch, whose last block to
+// finish routes the row (arrivals: a device counter, zero before, left zero); otherwise, or
+// with arrivals null, matmul then route_topk. The same bits either way (tests/gpu/matmul_parity).
+// ids, weights: [n_rows, p.n_used]; y is left holding the probabilities.
+void router_topk(const mm_args& a, const kernels::router_params& p, int32_t* ids, float* weights, unsigned* arrivals,
+                 void* stream);
 
 }  // namespace sluice::cuda
