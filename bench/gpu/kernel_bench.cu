@@ -118,9 +118,7 @@ int main(int argc, char** argv) {
         const double us = time_us(s, reps, [&](int) {
             cuda::rmsnorm_quant(x, w_norm, xn, 1, E, 1e-6f, quant::act_format::q8_256, act, s);
         });
-        // Once a layer on its own (the FFN norm); the attention norm runs in the MoE combine's
-        // launch (timed with it below).
-        report("rmsnorm_quant n_embd 2048 (L2)", us, 3.0 * E * 4, true);
+        report("rmsnorm_quant n_embd 2048 (x2 per layer, L2)", 2 * us, 2 * 3.0 * E * 4, true);
     }
     // 2. The router: F32 [128, 2048], one row.
     // The model runs them as one launch (cuda::router_topk: the router's last block routes the
@@ -293,12 +291,8 @@ int main(int argc, char** argv) {
             cuda::swiglu_quant(gate, up, K, F, quant::act_format::q8_256, act, s);
         });
         report("swiglu_quant 8 x 768 (L2)", us_sw, 2.0 * K * F * 4, true);
-        const double us_cn = time_us(s, reps, [&](int) {
-            cuda::combine_rmsnorm_quant(ey, ew, K, x, w_norm, xn, 1, E, 1e-6f, quant::act_format::q8_256, act, s);
-        });
-        report("moe_combine 8 x 2048 + next attention norm, one launch (L2)", us_cn, K * E * 4.0, true);
         const double us_c = time_us(s, reps, [&](int) { cuda::moe_combine(ey, ew, K, 1, E, x, s, true); });
-        report("moe_combine 8 x 2048, accumulate, alone (L2)", us_c, K * E * 4.0, false);
+        report("moe_combine 8 x 2048, accumulate (L2)", us_c, K * E * 4.0, true);
         for (float* p : {gate, up, ey}) cudaFree(p);
     }
     std::printf("%-58s %9.2f us\n", "sum of a layer's kernels", layer_us);

@@ -370,17 +370,11 @@ void cuda_model::enqueue(std::span<const batch_segment> batch, const std::vector
     const int64_t E = hp_.n_embd;
     ck(cudaMemcpyAsync(x_, h_x_, static_cast<size_t>(n * E) * 4, cudaMemcpyHostToDevice, stream_), "embeddings");
     if (pos_dev) ck(cudaMemcpyAsync(d_pos_, h_pos_, 4, cudaMemcpyHostToDevice, stream_), "position");
-    bool normed = false;   // the layer's attention norm is already in xn_ / act_ (the MoE block before did it)
     for (int il = 0; il < hp_.n_layer; ++il) {
         const dlayer& l = layers_[static_cast<size_t>(il)];
-        attention_block(l, il, batch, kv_bufs, n, pos_dev, normed);
-        const dlayer* next = il + 1 < hp_.n_layer ? &layers_[static_cast<size_t>(il) + 1] : nullptr;
-        if (spec_.moe) {
-            normed = moe_block(l, il, n, next);
-        } else {
-            dense_block(l, n);
-            normed = false;
-        }
+        attention_block(l, il, batch, kv_bufs, n, pos_dev);
+        if (spec_.moe) moe_block(l, il, n);
+        else dense_block(l, n);
     }
     // Output: the rows that want logits, packed, then one LM-head matmul.
     const auto fo = fmt(output_);
@@ -481,12 +475,11 @@ bool cuda_model::norm(const float* x, const float* w, float* out, int64_t n, qua
 }
 
 void cuda_model::attention_block(const dlayer& l, int il, std::span<const batch_segment> batch,
-                                 const std::vector<float*>& kv_bufs, int64_t n, const int32_t* pos_dev, bool normed) {
+                                 const std::vector<float*>& kv_bufs, int64_t n, const int32_t* pos_dev) {
     const int64_t hd = hp_.head_dim;
     const int64_t nq = hp_.n_head * hd, nkv = hp_.n_kv_head * hd;
     // The norm quantises for wq; k and v reuse those rows when their format takes the same.
-    // normed: the MoE block before made them in its combine's launch (wq takes int8 rows then).
-    const bool q_act = normed || norm(x_, l.attn_norm, xn_, n, fmt(l.wq), act_);
+    const bool q_act = norm(x_, l.attn_norm, xn_, n, fmt(l.wq), act_);
     mm(l.wq, xn_, n, q_, q_act);
     const bool k_reuse = q_act && fmt(l.wk) == fmt(l.wq);
     if (pairable(l.wk, l.wv)) {

@@ -166,9 +166,8 @@ private:
     // in the same launch (returns true), else act_ is untouched (false).
     bool norm(const float* x, const float* w, float* out, int64_t n, quant::act_format f, std::byte* act);
 
-    // normed: xn_ (and act_, for an int8 wq) already hold the attention norm of x_.
     void attention_block(const dlayer& l, int il, std::span<const batch_segment> batch, const std::vector<float*>& kv_bufs,
-                         int64_t n, const int32_t* pos_dev, bool normed);
+                         int64_t n, const int32_t* pos_dev);
 
     // SwiGLU of gate_ and up_ ([rows, width]) as the down projection's input: quantised straight
     // into act_ when `down` takes int8 rows (returns true: reuse them), else in place in gate_.
@@ -184,9 +183,7 @@ private:
     // layer of a split one, or a streamed layer's buffer).
     void all_experts(const dlayer& l, int64_t n, bool g_act);
 
-    // The MoE block of layer il; next: the layer after it (null for the last). Returns true when
-    // its last launch also made next's attention norm (combine_rmsnorm_quant).
-    bool moe_block(const dlayer& l, int il, int64_t n, const dlayer* next);
+    void moe_block(const dlayer& l, int il, int64_t n);
 
     int dev_;
     cudaStream_t stream_ = nullptr;

@@ -39,7 +39,7 @@ void cuda_model::all_experts(const dlayer& l, int64_t n, bool g_act) {
     routed_experts(l, n, ids_, g_act);
 }
 
-bool cuda_model::moe_block(const dlayer& l, int il, int64_t n, const dlayer* next) {
+void cuda_model::moe_block(const dlayer& l, int il, int64_t n) {
     const int64_t K = hp_.n_expert_used;
     const auto fg = fmt(l.gate_exps);
     bool g_act = norm(x_, l.ffn_norm, xn_, n, fg, act_);
@@ -102,15 +102,8 @@ bool cuda_model::moe_block(const dlayer& l, int il, int64_t n, const dlayer* nex
     grouped_ = false;
     const int64_t E = hp_.n_embd;
     if (!l.sh_inp) {
-        // x += the rank-order sum, with the next layer's attention norm (and its int8 rows for
-        // wq) in the same launch when wq takes int8 rows.
-        if (next && fmt(next->wq) != quant::act_format::f32) {
-            cuda::combine_rmsnorm_quant(ey_, ew_, static_cast<int>(K), x_, next->attn_norm, xn_, n, E, hp_.rms_eps,
-                                        fmt(next->wq), act_, stream_);
-            return true;
-        }
-        cuda::moe_combine(ey_, ew_, static_cast<int>(K), n, E, x_, stream_, true);
-        return false;
+        cuda::moe_combine(ey_, ew_, static_cast<int>(K), n, E, x_, stream_, true);   // x += the rank-order sum
+        return;
     }
     cuda::moe_combine(ey_, ew_, static_cast<int>(K), n, E, out_buf_, stream_);
     const int64_t S = hp_.n_ff_shexp;
@@ -121,7 +114,6 @@ bool cuda_model::moe_block(const dlayer& l, int il, int64_t n, const dlayer* nex
     mm(l.sh_inp, xn_, n, shgate_, false);
     cuda::add_gated(out_buf_, shexp_, shgate_, n, E, stream_);
     cuda::add(x_, out_buf_, n * E, stream_);
-    return false;
 }
 
 }  // namespace sluice::cuda_impl

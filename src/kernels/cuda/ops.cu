@@ -60,39 +60,16 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, float* out, int64
 // them from the registers (quantize_block_values, quantize_rows_kernel's code). Measured on the
 // H200 (kernel_bench, n 2048, q8_256): 4.9 us a launch; 6.9 us with 4 warps re-reading `out`
 // through global memory to quantise it.
-// comb (moe_block's last step fused in: combine_rmsnorm_quant): when comb.ey is set, the row is
-// first x[r, :] + moe_combine's rank-order sum of comb.ey with the weights comb.w (its
-// expressions, element by element), written back to x and staged (staged is then true).
-struct combine_in {
-    const float* ey = nullptr;   // [n_rows * K, n]
-    const float* w = nullptr;    // [n_rows, K]
-    int K = 0;
-};
-
 template <int W, class Block>
 __global__ void __launch_bounds__(256)
-    rmsnorm_quant_kernel(const float* x, const float* w, float* out, int64_t n, float eps, Block* act, bool staged,
-                         combine_in comb) {
+    rmsnorm_quant_kernel(const float* x, const float* w, float* out, int64_t n, float eps, Block* act, bool staged) {
     wait_prior_grids();   // first: see launch.cuh
     __shared__ float s_scale;
     extern __shared__ float4 s_x4[];   // staged: the row x[r, :] (n floats), else unused
     const int64_t r = blockIdx.x;
     const float* xr = x + r * n;
     float* o = out + r * n;
-    if (comb.ey) {
-        float* xs = reinterpret_cast<float*>(s_x4);
-        float* xw = const_cast<float*>(xr);   // the residual stream: x += the combine
-        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-            float acc = 0.0f;
-            for (int k = 0; k < comb.K; ++k)
-                acc = __fadd_rn(acc, __fmul_rn(comb.w[r * comb.K + k], comb.ey[(r * comb.K + k) * n + i]));
-            const float v = __fadd_rn(xr[i], acc);
-            xw[i] = v;
-            xs[i] = v;
-        }
-        __syncthreads();
-        xr = xs;
-    } else if (staged) {
+    if (staged) {
         float* xs = reinterpret_cast<float*>(s_x4);
         if ((reinterpret_cast<uintptr_t>(xr) & 15) == 0 && n % 4 == 0) {
             const float4* x4 = reinterpret_cast<const float4*>(xr);
@@ -333,51 +310,27 @@ void rmsnorm(const float* x, const float* w, float* out, int64_t n_rows, int64_t
     check_launch("rmsnorm");
 }
 
-namespace {
-void launch_rmsnorm_quant(const float* x, const float* w, float* out, int64_t n_rows, int64_t n, float eps,
-                          quant::act_format f, std::byte* act, void* stream, combine_in comb) {
+void rmsnorm_quant(const float* x, const float* w, float* out, int64_t n_rows, int64_t n, float eps,
+                   quant::act_format f, std::byte* act, void* stream) {
     if (n_rows <= 0) return;
     if (n_rows > 0x7fffffff) fail("cuda: rmsnorm_quant: {} rows exceed one launch", n_rows);
     auto s = static_cast<cudaStream_t>(stream);
     const unsigned grid = static_cast<unsigned>(n_rows);
     // Rows up to 8192 floats (32 KB) are staged in shared memory (see the kernel).
     const bool staged = n <= 8192;
-    if (comb.ey && !staged) fail("cuda: combine_rmsnorm_quant: rows of {} floats (at most 8192 are staged)", n);
     const size_t smem = staged ? static_cast<size_t>(n) * 4 : 0;
     if (f == quant::act_format::q8_32) {
         if (n % 32 != 0) fail("cuda: rmsnorm_quant: n = {} is not a multiple of 32", n);
         launch(rmsnorm_quant_kernel<32, quant::act_block32>, dim3(grid), dim3(256), smem, s, x, w, out, n, eps,
-               reinterpret_cast<quant::act_block32*>(act), staged, comb);
+               reinterpret_cast<quant::act_block32*>(act), staged);
     } else if (f == quant::act_format::q8_256) {
         if (n % 256 != 0) fail("cuda: rmsnorm_quant: n = {} is not a multiple of 256", n);
         launch(rmsnorm_quant_kernel<256, quant::act_block256>, dim3(grid), dim3(256), smem, s, x, w, out, n, eps,
-               reinterpret_cast<quant::act_block256*>(act), staged, comb);
+               reinterpret_cast<quant::act_block256*>(act), staged);
     } else {
         fail("cuda: rmsnorm_quant: f32 activations are not quantised");
     }
     check_launch("rmsnorm_quant");
-}
-}  // namespace
-
-void rmsnorm_quant(const float* x, const float* w, float* out, int64_t n_rows, int64_t n, float eps,
-                   quant::act_format f, std::byte* act, void* stream) {
-    launch_rmsnorm_quant(x, w, out, n_rows, n, eps, f, act, stream, combine_in{});
-}
-
-void combine_rmsnorm_quant(const float* ey, const float* cw, int K, float* x, const float* w, float* out, int64_t n_rows,
-                           int64_t n, float eps, quant::act_format f, std::byte* act, void* stream) {
-    if (K < 1) fail("cuda: combine_rmsnorm_quant: K = {}", K);
-    if (n > 8192 || f == quant::act_format::f32) {   // not stageable, or no int8 rows: the separate ops
-        moe_combine(ey, cw, K, n_rows, n, x, stream, true);
-        if (f == quant::act_format::f32) rmsnorm(x, w, out, n_rows, n, eps, stream);
-        else rmsnorm_quant(x, w, out, n_rows, n, eps, f, act, stream);
-        return;
-    }
-    combine_in comb;
-    comb.ey = ey;
-    comb.w = cw;
-    comb.K = K;
-    launch_rmsnorm_quant(x, w, out, n_rows, n, eps, f, act, stream, comb);
 }
 
 void swiglu_quant(const float* gate, const float* up, int64_t n_rows, int64_t n, quant::act_format f, std::byte* act,

@@ -24,12 +24,6 @@ void rmsnorm(const float* x, const float* w, float* out, int64_t n_rows, int64_t
 // act_row_bytes(f, n)]. f is q8_32 or q8_256, n a multiple of its block width. x may alias out.
 void rmsnorm_quant(const float* x, const float* w, float* out, int64_t n_rows, int64_t n, float eps,
                    quant::act_format f, std::byte* act, void* stream);
-// x += moe_combine's rank-order sum of ey with the weights cw ([n_rows * K, n], [n_rows, K]: the
-// MoE block's last step), then rmsnorm_quant of the new x (the next layer's first norm), in one
-// launch: the bits of moe_combine(accumulate) then rmsnorm_quant (or rmsnorm for f32, as two
-// launches; rows over 8192 floats also take the two launches).
-void combine_rmsnorm_quant(const float* ey, const float* cw, int K, float* x, const float* w, float* out, int64_t n_rows,
-                           int64_t n, float eps, quant::act_format f, std::byte* act, void* stream);
 
 // kernels::rope_apply for rows at positions pos0..pos0+n_rows-1. cs_table: [n_pos, n_rot]
 // rows made by kernels::rope_table on the host (uploaded), row p for position p.
