@@ -24,11 +24,11 @@
 #   are packed into results.tar.gz).
 #
 # On the GPU machine, in this order (the llama.cpp CUDA build, ~5.4 min on 16 cores, is the long
-# pole; sluice's build and the model file are made beside it, niced; nothing is timed while
-# anything builds):
+# pole; sluice's build and the model file are made beside it; nothing is timed while anything
+# builds):
 #   1. llama.cpp CUDA build (background), the gguf wheel + the synthetic file (background),
-#      sluice Release twice side by side: CPU-only (the CPU runs) and with CUDA (the GPU run;
-#      when it fails, only that run is lost);
+#      sluice Release with CUDA (one build for the CPU and the GPU runs: --gpu picks the
+#      backend; CPU-only where there is no nvcc);
 #   2. a standalone GPU bandwidth probe (src/runtime/roofline_cuda.cpp as a program, seconds);
 #      then, one at a time, each under a timeout cut to the budget left, most important first:
 #      sluice CPU (-t 16: pp512, tg64), llama.cpp CPU-only (the GPU hidden, -t 16: pp512, tg64),
@@ -313,11 +313,10 @@ if [ $mode = local ]; then
   export PKG_CONFIG_LIBDIR=$bundle/lib/pkgconfig
 fi
 command -v ninja >/dev/null && cmake_common+=(-G Ninja)
-# --placement has no sluice run without its CUDA build: that build is not niced and may take
-# 420 s (2026-12-01: niced beside the llama.cpp build it ran out of its 360 s and the call
-# measured llama.cpp alone).
-sluice_nice=15 sluice_build_cap=360
-[ $placement_runs = 1 ] && sluice_nice=0 sluice_build_cap=420
+# No sluice run happens without its build: it is not niced and may take 420 s. Niced beside the
+# llama.cpp build it ran out of its 360 s twice and the call measured llama.cpp alone
+# (2026-12-01 with --placement; 2026-12-02 in the default runs, at 99 of 113 objects).
+sluice_nice=0 sluice_build_cap=420
 build_sluice() {  # build_sluice DIR CUDA(0|1)
   local dir=$1 with_cuda=$2 args=("${cmake_common[@]}")
   if [ "$with_cuda" = 1 ]; then
