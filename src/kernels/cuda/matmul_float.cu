@@ -1,0 +1,336 @@
+// Float-weight matmuls (F32/F16/BF16), bit-identical to kernels::dot_f32_ref: 16 lanes (a half
+// warp, or 16 chains of one thread) per output column and row, chain l accumulating
+// __fmaf_rn(w[i], x[i], acc) for i % 16 == l in index order, then the pairwise fold 8, 4, 2, 1.
+// Three kernels with those bits: a half warp a column (mm_float_kernel), row x column tiles
+// through shared memory (mm_float_tile_kernel: prefill chunks), and a block a column with the row
+// staged whole (mm_float_col_kernel: the router, with its top-k fused for a decode step).
+#include "kernels/cuda/matmul_common.cuh"
+
+#include "core/error.h"
+#include "kernels/cuda/lanes.cuh"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/route_warp.cuh"
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+namespace sluice::cuda {
+namespace {
+
+using mm_detail::k_max_rows;
+using mm_detail::k_warps;
+using mm_detail::pick_matrix;
+
+template <dtype T>
+__device__ inline float load_w(const uint8_t* row, int64_t i) {
+    if constexpr (T == dtype::f32) {
+        return reinterpret_cast<const float*>(row)[i];
+    } else {
+        const uint16_t h = reinterpret_cast<const uint16_t*>(row)[i];
+        if constexpr (T == dtype::f16) return __half2float(__ushort_as_half(h));
+        else return __uint_as_float(static_cast<uint32_t>(h) << 16);
+    }
+}
+
+constexpr int k_float_cols = k_warps * 2;   // half warps (output columns) per block of mm_float_kernel
+constexpr int k_float_unroll = 32;          // loads in flight per lane before their FMAs
+
+// Float weights: a half warp per output column, the rows of its group one after the other.
+// The loads of k_float_unroll consecutive steps of a lane are issued before their FMAs (the
+// FMA chain itself stays in index order: the same bits).
+template <dtype T>
+__global__ void __launch_bounds__(k_warps * 32)
+    mm_float_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
+                    const int32_t* __restrict__ ids, size_t expert_stride, const uint8_t* __restrict__ act,
+                    size_t act_stride, int act_div, int64_t n_rows, float* __restrict__ y, int64_t y_stride,
+                    bool accumulate, int64_t n_cb1, const uint8_t* __restrict__ w2, int64_t n_out2,
+                    float* __restrict__ y2, int64_t y2_stride) {
+    wait_prior_grids();   // first: see launch.cuh
+    const int64_t bx = pick_matrix(n_cb1, w, n_out, y, y_stride, w2, n_out2, y2, y2_stride);
+    const int l = static_cast<int>(threadIdx.x & 15);
+    const int64_t j = bx * (blockDim.x / 16) + threadIdx.x / 16;   // blockDim.x / 16 columns per block
+    const bool live = j < n_out;   // every lane stays for the shuffles
+    int64_t r0;
+    int nr;
+    const uint8_t* wrow;
+    if (ids) {
+        r0 = blockIdx.y;
+        nr = 1;
+        wrow = w + static_cast<size_t>(ids[r0]) * expert_stride + static_cast<size_t>(live ? j : 0) * row_bytes;
+    } else {
+        r0 = static_cast<int64_t>(blockIdx.y) * k_max_rows;
+        nr = static_cast<int>(n_rows - r0 < k_max_rows ? n_rows - r0 : k_max_rows);
+        wrow = w + static_cast<size_t>(live ? j : 0) * row_bytes;
+    }
+    for (int r = 0; r < nr; ++r) {   // nr is uniform across the block
+        float a = 0.0f;
+        if (live) {
+            const float* x = reinterpret_cast<const float*>(act + static_cast<size_t>((r0 + r) / act_div) * act_stride);
+            int64_t i = l;
+            for (; i + 16 * (k_float_unroll - 1) < n_in; i += 16 * k_float_unroll) {
+                float wv[k_float_unroll], xv[k_float_unroll];
+#pragma unroll
+                for (int u = 0; u < k_float_unroll; ++u) {
+                    wv[u] = load_w<T>(wrow, i + 16 * u);
+                    xv[u] = __ldg(x + i + 16 * u);
+                }
+#pragma unroll
+                for (int u = 0; u < k_float_unroll; ++u) a = __fmaf_rn(wv[u], xv[u], a);
+            }
+            for (; i < n_in; i += 16) a = __fmaf_rn(load_w<T>(wrow, i), x[i], a);
+        }
+        // acc[l] += acc[l + s] for s = 8, 4, 2, 1, within each half warp.
+        for (int s = 8; s >= 1; s >>= 1) {
+            const float o = __shfl_down_sync(0xffffffffu, a, s, 16);
+            a = __fadd_rn(a, o);
+        }
+        if (live && l == 0) {
+            float* yy = y + (r0 + r) * y_stride + j;
+            *yy = accumulate ? __fadd_rn(*yy, a) : a;
+        }
+    }
+}
+
+// Float weights, many rows (a prefill's router, a float model's matrices in a prefill): a
+// block computes a tile of k_ft_rows rows x k_ft_cols columns, a thread one column for k_ft_rpt
+// rows, keeping each output's 16 chains in registers (element i goes to chain i % 16, as lane
+// i % 16 of mm_float_kernel's half warp takes it) and folding them 8, 4, 2, 1 at the end (that
+// half warp's shuffles): the same terms in the same order, so the same bits. Weights and
+// activations go through shared memory in chunks of k_ft_k elements, so each weight is read
+// once per tile of rows instead of once per row.
+constexpr int k_ft_cols = 32;     // columns per block: a warp's lanes
+constexpr int k_ft_rpt = 2;       // rows per thread
+constexpr int k_ft_threads = 256;
+constexpr int k_ft_rows = k_ft_threads / k_ft_cols * k_ft_rpt;   // 16 rows per block
+constexpr int k_ft_k = 64;        // elements per staged chunk (a multiple of 16: chains stay aligned)
+// Rows padded by 4 floats: the float4 reads of 8 consecutive lanes (columns) hit distinct banks.
+constexpr int k_ft_stride = k_ft_k + 4;
+
+template <dtype T>
+__global__ void __launch_bounds__(k_ft_threads)
+    mm_float_tile_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
+                         const uint8_t* __restrict__ act, size_t act_stride, int64_t n_rows, float* __restrict__ y,
+                         int64_t y_stride, bool accumulate, int64_t n_cb1, const uint8_t* __restrict__ w2,
+                         int64_t n_out2, float* __restrict__ y2, int64_t y2_stride) {
+    wait_prior_grids();   // first: see launch.cuh
+    const int64_t bx = pick_matrix(n_cb1, w, n_out, y, y_stride, w2, n_out2, y2, y2_stride);
+    __shared__ __align__(16) float sw[k_ft_cols][k_ft_stride];   // the chunk of each column's weights
+    __shared__ __align__(16) float sx[k_ft_rows][k_ft_stride];   // the chunk of each row's activations
+    const int tid = static_cast<int>(threadIdx.x), c = tid % k_ft_cols, rg = tid / k_ft_cols;
+    const int64_t col0 = bx * k_ft_cols, r0 = static_cast<int64_t>(blockIdx.y) * k_ft_rows;
+    float acc[k_ft_rpt][16];
+#pragma unroll
+    for (int rr = 0; rr < k_ft_rpt; ++rr)
+#pragma unroll
+        for (int u = 0; u < 16; ++u) acc[rr][u] = 0.0f;
+    for (int64_t k0 = 0; k0 < n_in; k0 += k_ft_k) {
+        const int nk = static_cast<int>(n_in - k0 < k_ft_k ? n_in - k0 : k_ft_k);
+        __syncthreads();   // the previous chunk is consumed
+        for (int i = tid; i < k_ft_cols * k_ft_k; i += k_ft_threads) {
+            const int cc = i / k_ft_k, kk = i - cc * k_ft_k;
+            const int64_t col = col0 + cc;
+            sw[cc][kk] = col < n_out && kk < nk ? load_w<T>(w + static_cast<size_t>(col) * row_bytes, k0 + kk) : 0.0f;
+        }
+        for (int i = tid; i < k_ft_rows * k_ft_k; i += k_ft_threads) {
+            const int rr = i / k_ft_k, kk = i - rr * k_ft_k;
+            const int64_t row = r0 + rr;
+            sx[rr][kk] = row < n_rows && kk < nk
+                             ? reinterpret_cast<const float*>(act + static_cast<size_t>(row) * act_stride)[k0 + kk]
+                             : 0.0f;
+        }
+        __syncthreads();
+        if (nk == k_ft_k) {
+#pragma unroll
+            for (int i0 = 0; i0 < k_ft_k; i0 += 4) {
+                const float4 wv = *reinterpret_cast<const float4*>(&sw[c][i0]);
+#pragma unroll
+                for (int rr = 0; rr < k_ft_rpt; ++rr) {
+                    const float4 xv = *reinterpret_cast<const float4*>(&sx[rg * k_ft_rpt + rr][i0]);
+                    float* a = &acc[rr][i0 % 16];
+                    a[0] = __fmaf_rn(wv.x, xv.x, a[0]);
+                    a[1] = __fmaf_rn(wv.y, xv.y, a[1]);
+                    a[2] = __fmaf_rn(wv.z, xv.z, a[2]);
+                    a[3] = __fmaf_rn(wv.w, xv.w, a[3]);
+                }
+            }
+        } else {   // the row's last, partial chunk: only its elements
+            for (int i0 = 0; i0 < nk; i0 += 16)
+#pragma unroll
+                for (int u = 0; u < 16; ++u)
+                    if (i0 + u < nk)
+#pragma unroll
+                        for (int rr = 0; rr < k_ft_rpt; ++rr)
+                            acc[rr][u] = __fmaf_rn(sw[c][i0 + u], sx[rg * k_ft_rpt + rr][i0 + u], acc[rr][u]);
+        }
+    }
+    const int64_t col = col0 + c;
+    if (col >= n_out) return;
+#pragma unroll
+    for (int rr = 0; rr < k_ft_rpt; ++rr) {
+        const int64_t row = r0 + rg * k_ft_rpt + rr;
+        if (row >= n_rows) continue;
+        const float v = fold16(acc[rr]);
+        float* yy = y + row * y_stride + col;
+        *yy = accumulate ? __fadd_rn(*yy, v) : v;
+    }
+}
+
+// Float weights, one column a block (plain matrices with few columns: the router): the block's
+// 128 threads copy the column's weight row into shared memory, all their 16-byte loads issued
+// before any store (one memory latency instead of one per few elements, which left
+// mm_float_kernel at 35 us for a 128 x 2048 F32 router on the H200: kernel_bench), then lanes
+// 0..15 run mm_float_kernel's FMA chains (same terms, same order: the same bits) for each row
+// of the group, reading x from global memory (the rows every block shares).
+constexpr int k_col_threads = 128;
+constexpr int k_col_loads = 8;   // 16-byte loads in flight per thread per round
+// The router's top-k fused into its matmul's launch (router_topk): when arrivals is set, the
+// last block to finish runs route_topk_warp on the one row y holds.
+struct route_tail {
+    kernels::router_params p;
+    int32_t* ids = nullptr;        // [n_used]
+    float* weights = nullptr;      // [n_used]
+    unsigned* arrivals = nullptr;  // zero before and after the launch; null: no top-k here
+};
+
+template <dtype T>
+__global__ void __launch_bounds__(k_col_threads)
+    mm_float_col_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
+                        const uint8_t* __restrict__ act, size_t act_stride, int64_t n_rows, float* __restrict__ y,
+                        int64_t y_stride, bool accumulate, int64_t n_cb1, const uint8_t* __restrict__ w2, int64_t n_out2,
+                        float* __restrict__ y2, int64_t y2_stride, route_tail rt) {
+    wait_prior_grids();   // first: see launch.cuh
+    extern __shared__ uint4 col_smem[];
+    const int64_t j = pick_matrix(n_cb1, w, n_out, y, y_stride, w2, n_out2, y2, y2_stride);
+    // Rows are 16-byte aligned (the launch checks): whole words.
+    const uint4* src = reinterpret_cast<const uint4*>(w + static_cast<size_t>(j) * row_bytes);
+    const int words = static_cast<int>(row_bytes / 16);
+    for (int base = 0; base < words; base += k_col_threads * k_col_loads) {
+        uint4 v[k_col_loads];
+#pragma unroll
+        for (int k = 0; k < k_col_loads; ++k) {
+            const int i = base + k * k_col_threads + static_cast<int>(threadIdx.x);
+            if (i < words) v[k] = __ldg(src + i);
+        }
+#pragma unroll
+        for (int k = 0; k < k_col_loads; ++k) {
+            const int i = base + k * k_col_threads + static_cast<int>(threadIdx.x);
+            if (i < words) col_smem[i] = v[k];
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < 16) {
+        const uint8_t* ws = reinterpret_cast<const uint8_t*>(col_smem);
+        const int l = static_cast<int>(threadIdx.x);
+        const int64_t r0 = static_cast<int64_t>(blockIdx.y) * k_max_rows;
+        const int nr = static_cast<int>(n_rows - r0 < k_max_rows ? n_rows - r0 : k_max_rows);
+        for (int r = 0; r < nr; ++r) {
+            const float* x = reinterpret_cast<const float*>(act + static_cast<size_t>(r0 + r) * act_stride);
+            float a = 0.0f;
+#pragma unroll 8
+            for (int64_t i = l; i < n_in; i += 16) a = __fmaf_rn(load_w<T>(ws, i), __ldg(x + i), a);
+            for (int s = 8; s >= 1; s >>= 1) a = __fadd_rn(a, __shfl_down_sync(0xffffu, a, s, 16));
+            if (l == 0) {
+                float* yy = y + (r0 + r) * y_stride + j;
+                *yy = accumulate ? __fadd_rn(*yy, a) : a;
+            }
+        }
+    }
+    if (!rt.arrivals) return;
+    // The last block to arrive (its column written, then every block's made visible) routes.
+    __shared__ bool last;
+    __shared__ float s_exp[32 * k_route_per_lane];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(rt.arrivals, 1u) == gridDim.x * gridDim.y - 1;
+        if (last) *rt.arrivals = 0;   // every block has arrived: ready for the next launch
+        __threadfence();
+    }
+    __syncthreads();
+    if (last && threadIdx.x < 32) route_topk_warp(rt.p, y, rt.ids, rt.weights, static_cast<int>(threadIdx.x), s_exp);
+}
+
+// Few columns of a plain float matrix whose row fits in shared memory (the router): a block a
+// column (mm_float_col_kernel), with rt's top-k in the same launch when rt.arrivals is set.
+// Returns false (launching nothing) where the kernel does not apply.
+template <dtype T>
+bool launch_float_col(const mm_args& a, dim3 grid, cudaStream_t s, route_tail rt) {
+    const int64_t all_cols = a.n_out + (a.w2 ? a.n_out2 : 0);
+    if (a.ids || all_cols * grid.y >= 4 * 132 * k_float_cols || a.row_bytes % 16 != 0 || a.row_bytes > 32 * 1024 ||
+        reinterpret_cast<uintptr_t>(a.w) % 16 != 0 || (a.w2 && reinterpret_cast<uintptr_t>(a.w2) % 16 != 0))
+        return false;
+    grid.x = static_cast<unsigned>(all_cols);
+    launch(mm_float_col_kernel<T>, dim3(grid), dim3(k_col_threads), a.row_bytes, s,
+           reinterpret_cast<const uint8_t*>(a.w), a.row_bytes, a.n_in, a.n_out,
+           reinterpret_cast<const uint8_t*>(a.act), a.act_stride, a.n_rows, a.y, a.y_stride, a.accumulate, a.n_out,
+           reinterpret_cast<const uint8_t*>(a.w2), a.n_out2, a.y2, a.y2_stride, rt);
+    return true;
+}
+
+template <dtype T>
+void launch_float(const mm_args& a, dim3 grid, cudaStream_t s) {
+    // Many rows of a plain matrix (a prefill): tiles of rows and columns through shared memory.
+    // For the 2048 x 128 F32 router of Qwen3-30B-A3B on the H200 (bench/gpu/profile.sh,
+    // 2026-12-02): 82 us at 512 rows (413 us in the 2026-12-01 profile, mm_float_kernel then);
+    // but 84 us for an 8-row window (4 blocks) against 50 for the column kernel below, so
+    // windows stay there.
+    if (!a.ids && a.act_div == 1 && a.n_rows > k_max_rows) {
+        const int64_t cb1 = (a.n_out + k_ft_cols - 1) / k_ft_cols;
+        const int64_t cb2 = a.w2 ? (a.n_out2 + k_ft_cols - 1) / k_ft_cols : 0;
+        const int64_t row_tiles = (a.n_rows + k_ft_rows - 1) / k_ft_rows;
+        launch(mm_float_tile_kernel<T>, dim3(static_cast<unsigned>(cb1 + cb2), static_cast<unsigned>(row_tiles)),
+               dim3(k_ft_threads), 0, s, reinterpret_cast<const uint8_t*>(a.w), a.row_bytes, a.n_in, a.n_out,
+               reinterpret_cast<const uint8_t*>(a.act), a.act_stride, a.n_rows, a.y, a.y_stride, a.accumulate, cb1,
+               reinterpret_cast<const uint8_t*>(a.w2), a.n_out2, a.y2, a.y2_stride);
+        return;
+    }
+    if (launch_float_col<T>(a, grid, s, route_tail{})) return;
+    // A small grid (the router: 128 columns, one row) would leave most SMs idle with 8 columns a
+    // block: then one warp (2 columns) a block, 4x the blocks pulling weights at once. Each
+    // column's arithmetic is the same either way.
+    const int64_t groups = grid.y;
+    int cols = k_float_cols;
+    if (((a.n_out + (a.w2 ? a.n_out2 : 0)) / k_float_cols) * groups < 4 * 132) cols = 2;
+    const int64_t cb1 = (a.n_out + cols - 1) / cols;
+    const int64_t cb2 = a.w2 ? (a.n_out2 + cols - 1) / cols : 0;
+    grid.x = static_cast<unsigned>(cb1 + cb2);
+    launch(mm_float_kernel<T>, dim3(grid), dim3(cols * 16), 0, s, reinterpret_cast<const uint8_t*>(a.w), a.row_bytes,
+           a.n_in, a.n_out, a.ids, a.expert_stride, reinterpret_cast<const uint8_t*>(a.act), a.act_stride, a.act_div,
+           a.n_rows, a.y, a.y_stride, a.accumulate, cb1, reinterpret_cast<const uint8_t*>(a.w2), a.n_out2, a.y2,
+           a.y2_stride);
+}
+
+}  // namespace
+
+namespace mm_detail {
+
+void launch_float_matmul(const mm_args& a, int64_t row_groups, cudaStream_t s) {
+    const dim3 grid(1, static_cast<unsigned>(row_groups));
+    switch (a.type) {
+    case dtype::f32: launch_float<dtype::f32>(a, grid, s); break;
+    case dtype::f16: launch_float<dtype::f16>(a, grid, s); break;
+    case dtype::bf16: launch_float<dtype::bf16>(a, grid, s); break;
+    default: fail("cuda: matmul: {} is not a float format", name(a.type));
+    }
+}
+
+bool launch_router_topk(const mm_args& a, const kernels::router_params& p, int32_t* ids, float* weights,
+                        unsigned* arrivals, cudaStream_t s) {
+    const bool fusable = a.n_rows == 1 && !a.ids && !a.w2 && !a.accumulate && a.n_out == p.n_expert && p.n_used >= 1 &&
+                         p.n_used <= p.n_expert && p.n_expert <= 32 * k_route_per_lane && p.n_used <= 32;
+    if (!fusable) return false;
+    route_tail rt;
+    rt.p = p;
+    rt.ids = ids;
+    rt.weights = weights;
+    rt.arrivals = arrivals;
+    switch (a.type) {
+    case dtype::f32: return launch_float_col<dtype::f32>(a, dim3(1, 1), s, rt);
+    case dtype::f16: return launch_float_col<dtype::f16>(a, dim3(1, 1), s, rt);
+    case dtype::bf16: return launch_float_col<dtype::bf16>(a, dim3(1, 1), s, rt);
+    default: return false;
+    }
+}
+
+}  // namespace mm_detail
+}  // namespace sluice::cuda
