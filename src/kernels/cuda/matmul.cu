@@ -159,14 +159,8 @@ __global__ void __launch_bounds__(k_warps_max * 32, MAXR == 1 ? 4 : 3)
         rows = perm + tiles[3 * t];
         nr = tiles[3 * t + 1];
         wrow = w + static_cast<size_t>(tiles[3 * t + 2]) * expert_stride + static_cast<size_t>(live ? j : 0) * row_bytes;
-    } else if (ids) {
-        r0 = blockIdx.y;
-        nr = 1;
-        wrow = w + static_cast<size_t>(ids[r0]) * expert_stride + static_cast<size_t>(live ? j : 0) * row_bytes;
     } else {
-        r0 = static_cast<int64_t>(blockIdx.y) * k_max_rows;
-        nr = static_cast<int>(n_rows - r0 < k_max_rows ? n_rows - r0 : k_max_rows);
-        wrow = w + static_cast<size_t>(live ? j : 0) * row_bytes;
+        wrow = mm_detail::block_rows(w, ids, expert_stride, row_bytes, j, live, n_rows, r0, nr);
     }
     if (nr > MAXR) nr = MAXR;   // never: the launch picks MAXR >= the rows of a group
     const iq_tables tb = device_tables();

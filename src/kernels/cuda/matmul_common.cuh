@@ -32,6 +32,23 @@ __device__ inline int64_t pick_matrix(int64_t n_cb1, const uint8_t* __restrict__
     return bx;
 }
 
+// The rows a block of a one-pair or plain launch takes and its weight row (column j): expert mode
+// (ids) is one (token, expert) pair, row blockIdx.y of the matrix of expert ids[row]; else up to
+// k_max_rows rows from blockIdx.y * k_max_rows of one matrix. live: j is a real column (else row 0
+// is read, never used).
+__device__ inline const uint8_t* block_rows(const uint8_t* w, const int32_t* ids, size_t expert_stride, size_t row_bytes,
+                                            int64_t j, bool live, int64_t n_rows, int64_t& r0, int& nr) {
+    const size_t col = static_cast<size_t>(live ? j : 0) * row_bytes;
+    if (ids) {
+        r0 = blockIdx.y;
+        nr = 1;
+        return w + static_cast<size_t>(ids[r0]) * expert_stride + col;
+    }
+    r0 = static_cast<int64_t>(blockIdx.y) * k_max_rows;
+    nr = static_cast<int>(n_rows - r0 < k_max_rows ? n_rows - r0 : k_max_rows);
+    return w + col;
+}
+
 // Float weights (matmul_float.cu): a's product for row_groups groups of k_max_rows rows.
 void launch_float_matmul(const mm_args& a, int64_t row_groups, cudaStream_t s);
 // The router's product and its top-k in one launch (the column kernel's last block routes the

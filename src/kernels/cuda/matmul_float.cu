@@ -52,16 +52,7 @@ __global__ void __launch_bounds__(k_warps * 32)
     const bool live = j < n_out;   // every lane stays for the shuffles
     int64_t r0;
     int nr;
-    const uint8_t* wrow;
-    if (ids) {
-        r0 = blockIdx.y;
-        nr = 1;
-        wrow = w + static_cast<size_t>(ids[r0]) * expert_stride + static_cast<size_t>(live ? j : 0) * row_bytes;
-    } else {
-        r0 = static_cast<int64_t>(blockIdx.y) * k_max_rows;
-        nr = static_cast<int>(n_rows - r0 < k_max_rows ? n_rows - r0 : k_max_rows);
-        wrow = w + static_cast<size_t>(live ? j : 0) * row_bytes;
-    }
+    const uint8_t* wrow = mm_detail::block_rows(w, ids, expert_stride, row_bytes, j, live, n_rows, r0, nr);
     for (int r = 0; r < nr; ++r) {   // nr is uniform across the block
         float a = 0.0f;
         if (live) {
