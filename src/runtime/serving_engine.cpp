@@ -576,9 +576,23 @@ void serving_engine::impl::step() {
             r.has_window = true;
             int32_t cap = r.drafts ? r.req.params.max_window - 1 : 0;
             cap = std::min(cap, r.max_tokens - r.generated - 1);
+            // The MTP head drafts from the hidden state of the last committed row: while this
+            // step still carries prompt rows (the prompt's last chunk), the rows before the
+            // window are not committed yet, so it has nothing to draft from. (A prompt prefilled
+            // by pieces across steps, as concurrent requests share the prefill budget, left the
+            // head a row behind the context: propose() threw.)
+            if (r.mtp && r.n_prefill > 0) cap = 0;
             if (cap > 0) {
                 const int64_t off0 = r.spec.steps_drafting_off;
-                r.n_drafts = choose_drafts(r, cap);
+                try {
+                    r.n_drafts = choose_drafts(r, cap);
+                } catch (const std::exception& e) {
+                    // A drafter that throws ends its own request: it is not in this step's batch,
+                    // so the step's handler would not end it and it would throw again each step.
+                    finish(r, "error", "error", fmt::format("drafting failed: {}", e.what()));
+                    budget += r.n_prefill;
+                    continue;
+                }
                 off_windows += r.spec.steps_drafting_off - off0;
             }
             r.rows.push_back(r.context.back());

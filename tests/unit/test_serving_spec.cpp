@@ -17,8 +17,8 @@
 namespace sluice {
 namespace {
 
-std::filesystem::path fixture(const std::string& name) {
-    return std::filesystem::path(SLUICE_SOURCE_DIR) / "tests" / "golden" / "fixtures" / name / "model-Q8_0.gguf";
+std::filesystem::path fixture(const std::string& name, const char* file = "model-Q8_0.gguf") {
+    return std::filesystem::path(SLUICE_SOURCE_DIR) / "tests" / "golden" / "fixtures" / name / file;
 }
 
 serving_options options(const std::string& name, bool policy) {
@@ -53,6 +53,20 @@ std::vector<completion_result> serve(serving_engine& eng, const std::vector<comp
     return out;
 }
 
+// One request as these tests send it: a seed for the sampled ones, no prefix cache.
+completion_request make_request(std::vector<int32_t> prompt, float temperature, drafter_kind d, int n_predict,
+                                int max_window) {
+    completion_request r;
+    r.prompt = std::move(prompt);
+    r.params.n_predict = n_predict;
+    r.params.temperature = temperature;
+    r.params.seed = 4242;
+    r.params.drafter = d;
+    r.params.max_window = max_window;
+    r.use_prefix_cache = false;
+    return r;
+}
+
 // Prompts the n-gram drafter finds matches in (a phrase repeated) and one it mostly does not
 // (random ids); each greedy and sampled with a seed.
 std::vector<completion_request> requests(int n_vocab, drafter_kind d) {
@@ -66,17 +80,7 @@ std::vector<completion_request> requests(int n_vocab, drafter_kind d) {
     for (auto& t : random) t = id(g);
     std::vector<completion_request> out;
     for (const auto* prompt : {&repeated, &random})
-        for (float temp : {0.0f, 0.8f}) {
-            completion_request r;
-            r.prompt = *prompt;
-            r.params.n_predict = 40;
-            r.params.temperature = temp;
-            r.params.seed = 4242;
-            r.params.drafter = d;
-            r.params.max_window = 8;
-            r.use_prefix_cache = false;
-            out.push_back(std::move(r));
-        }
+        for (float temp : {0.0f, 0.8f}) out.push_back(make_request(*prompt, temp, d, 40, 8));
     return out;
 }
 
@@ -146,6 +150,48 @@ TEST(serving_spec, drafting_figures_add_up_and_costs_are_measured_once) {
     EXPECT_EQ(m.windows_drafting_off, off);
     // The same request twice: the same tokens (the depth may differ with the timings).
     for (size_t i = 0; i < first.size(); ++i) EXPECT_EQ(first[i].stats.token_sha, second[i].stats.token_sha);
+}
+
+// The MTP drafter (issue 11) with a prefill budget of 3 rows a step: every prompt is prefilled
+// by pieces over several steps, and its last piece shares a step with the first window. The
+// head has no committed hidden state to draft from in that step; it drafts from the next one on,
+// and every request gives the tokens it gives without drafts. (Session 10's CI caught a server
+// test where concurrent requests split their prompts like this and the MTP drafter threw.)
+TEST(serving_spec, mtp_drafts_after_a_prompt_prefilled_in_pieces) {
+    auto mtp_options = [] {
+        serving_options o = options("qwen3next_e4_k2_mtp", false);
+        o.engine.model_path = fixture("qwen3next_e4_k2_mtp", "converted-F32.gguf");
+        o.prefill_rows_per_step = 3;
+        return o;
+    };
+    auto build = [](int n_vocab, drafter_kind d) {
+        std::mt19937 g(77);
+        std::uniform_int_distribution<int32_t> id(0, n_vocab - 4);
+        std::vector<completion_request> out;
+        for (int len : {10, 7, 4, 2})
+            for (float temp : {0.0f, 0.9f}) {
+                std::vector<int32_t> prompt(static_cast<size_t>(len));
+                for (auto& t : prompt) t = id(g);
+                out.push_back(make_request(std::move(prompt), temp, d, 14, 5));
+            }
+        return out;
+    };
+    auto serial_eng = serving_engine::open(mtp_options());
+    const int n_vocab = serial_eng->n_vocab();
+    const auto serial = serve(*serial_eng, build(n_vocab, drafter_kind::none));
+    auto mtp_eng = serving_engine::open(mtp_options());
+    const auto drafted = serve(*mtp_eng, build(n_vocab, drafter_kind::mtp));
+    int64_t proposed = 0;
+    for (size_t i = 0; i < serial.size(); ++i) {
+        SCOPED_TRACE(i);
+        ASSERT_NE(serial[i].finish_reason, "error") << serial[i].error;
+        ASSERT_NE(drafted[i].finish_reason, "error") << drafted[i].error;
+        EXPECT_EQ(drafted[i].stats.tokens, serial[i].stats.tokens);
+        EXPECT_EQ(drafted[i].stats.token_sha, serial[i].stats.token_sha);
+        EXPECT_EQ(drafted[i].stats.drafter, "mtp");
+        proposed += drafted[i].drafts_proposed;
+    }
+    EXPECT_GT(proposed, 0);
 }
 
 }  // namespace
