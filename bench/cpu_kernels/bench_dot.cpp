@@ -1,6 +1,7 @@
 // Single-thread throughput of dot.h kernels: GB/s of weight bytes read, per format, window rows
-// (1, 2, 4, 16) and ISA. A matrix of 16 MiB of weights (larger than L2, like a real layer's) is
-// multiplied against one window; the best of `reps` passes is reported. No assertion: numbers
+// (1, 2, 4, 8, 12, 16; $BENCH_DOT_ROWS=R: only R) and ISA, for dot_rows and the column tiles.
+// A matrix of 16 MiB of weights (larger than L2, like a real layer's) is multiplied against one
+// window; the best of `reps` passes is reported. No assertion: numbers
 // only. Time is the thread's CPU time (CLOCK_THREAD_CPUTIME_ID), so a loaded machine that
 // preempts the thread does not count against the kernel (it still shares caches and memory).
 // Usage: bench_dot [reps=5] [format-name ...]
@@ -40,8 +41,8 @@ int main(int argc, char** argv) {
     std::vector<float> x(static_cast<size_t>(n) * 16);
     for (auto& v : x) v = dist(rng);
 
-    fmt::print("{:<8} {:>5} {:>10} {:>10} {:>10}   (GB/s of weights, 1 thread, n={})\n", "format", "rows",
-               "scalar", "avx2", "avx512", n);
+    fmt::print("{:<8} {:>5} {:>10} {:>10} {:>10} {:>10} {:>10}   (GB/s of weights, 1 thread, n={})\n", "format",
+               "rows", "scalar", "avx2", "avx512", "avx2 tile", "512 tile", n);
     for (dtype t : formats) {
         if (!only.empty() && std::find(only.begin(), only.end(), std::string(name(t))) == only.end()) continue;
         const uint64_t row_bytes = *bytes_for(t, n);
@@ -60,7 +61,8 @@ int main(int argc, char** argv) {
         std::vector<std::byte> act(act_bytes * 16 + 64);
         for (int r = 0; r < 16; ++r) quant::quantize_act_row(af, x.data() + r * n, n, act.data() + r * act_bytes);
         std::vector<float> out(16 * static_cast<size_t>(n_out));
-        for (int rows : {1, 2, 4, 16}) {
+        for (int rows : {1, 2, 4, 8, 12, 16}) {
+            if (std::getenv("BENCH_DOT_ROWS") && rows != std::atoi(std::getenv("BENCH_DOT_ROWS"))) continue;
             std::string line = fmt::format("{:<8} {:>5}", name(t), rows);
             for (isa i : {isa::scalar, isa::avx2, isa::avx512}) {
                 if (!cpu_supports(i)) { line += fmt::format(" {:>10}", "n/a"); continue; }
@@ -76,6 +78,21 @@ int main(int argc, char** argv) {
                 }
                 const double gbs = static_cast<double>(row_bytes) * cols / best / 1e9;
                 line += fmt::format(" {:>10.2f}{}", gbs, has_simd(i, t) ? "" : "*");
+            }
+            // The column tile (8 weight rows a call) where this ISA has one: matmul's and the
+            // expert pool's kernel for whole groups of 8 columns.
+            for (isa i : {isa::avx2, isa::avx512}) {
+                const dot_tile_fn tile = resolve_dot_tile(i, t);
+                if (!tile) { line += fmt::format(" {:>10}", "-"); continue; }
+                double best = 1e30;
+                for (int rep = 0; rep < reps; ++rep) {
+                    const double t0 = thread_seconds();
+                    for (int64_t j = 0; j + 8 <= n_out; j += 8)
+                        tile(w.data() + j * row_bytes, row_bytes, act.data(), act_bytes, rows, n, out.data() + j, static_cast<size_t>(n_out));
+                    const double t1 = thread_seconds();
+                    best = std::min(best, t1 - t0);
+                }
+                line += fmt::format(" {:>10.2f}", static_cast<double>(row_bytes) * (n_out / 8 * 8) / best / 1e9);
             }
             fmt::print("{}\n", line);
         }

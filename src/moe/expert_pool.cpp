@@ -29,8 +29,8 @@ constexpr int k_max_window = 16;   // rows one dot_rows call takes
 
 // dot_rows for one (ISA, format), its SIMD kernels resolved once per layer: the one-column
 // kernel, and the 8-column tile where the format has one (the 32-wide formats: Q8_0, Q4_0,
-// MXFP4, ...; kernels/cpu/dot.h). Both give dot_ref's bits, so which one computes a column
-// never changes it (E1, E2).
+// MXFP4, ...; with AVX-512 VNNI also the K-quants and I-quants: kernels/cpu/dot.h). Both give
+// dot_ref's bits, so which one computes a column never changes it (E1, E2).
 struct row_kernel {
     kernels::isa i;
     dtype t;

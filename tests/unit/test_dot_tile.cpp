@@ -18,17 +18,25 @@
 namespace sluice::kernels {
 namespace {
 
-constexpr dtype k_tile_formats[] = {dtype::q8_0, dtype::q4_0, dtype::q4_1, dtype::q5_0,
-                                    dtype::q5_1, dtype::iq4_nl, dtype::mxfp4};
+// The 32-wide formats have tiles at both ISAs; the 256-wide ones (dot_ktile_impl.h) with
+// AVX-512 VNNI only.
+constexpr dtype k_tile_formats[] = {dtype::q8_0,   dtype::q4_0,    dtype::q4_1,   dtype::q5_0,    dtype::q5_1,
+                                    dtype::iq4_nl, dtype::mxfp4,   dtype::q2_k,   dtype::q3_k,    dtype::q4_k,
+                                    dtype::q5_k,   dtype::q6_k,    dtype::iq4_xs, dtype::iq2_xxs, dtype::iq2_xs,
+                                    dtype::iq2_s,  dtype::iq3_xxs, dtype::iq3_s};
 // matmul's other paths (dot_rows column by column) beside the tiles, in the matmul test.
 constexpr dtype k_matmul_formats[] = {dtype::q8_0, dtype::q4_0,   dtype::q4_1,  dtype::q5_0, dtype::q5_1,
-                                      dtype::iq4_nl, dtype::mxfp4, dtype::q4_k, dtype::q6_k, dtype::f16};
+                                      dtype::iq4_nl, dtype::mxfp4, dtype::q4_k, dtype::q6_k, dtype::iq4_xs,
+                                      dtype::iq3_s,  dtype::q2_k,  dtype::f16};
 
-bool is_k(dtype t) { return t == dtype::q4_k || t == dtype::q6_k; }
+bool is_k(dtype t) { return info(t).block_elems == 256; }
+bool has_tile(isa i, dtype t) { return i == isa::avx512 || (i == isa::avx2 && !is_k(t)); }
 // Byte offsets of a block's f16 scales (MXFP4: its e8m0 byte, handled apart).
 std::vector<int> scale_offsets(dtype t) {
     switch (t) {
-    case dtype::q4_1: case dtype::q5_1: case dtype::q4_k: return {0, 2};
+    case dtype::q4_1: case dtype::q5_1: case dtype::q4_k: case dtype::q5_k: return {0, 2};
+    case dtype::q2_k: return {80, 82};
+    case dtype::q3_k: return {108};
     case dtype::q6_k: return {208};
     case dtype::mxfp4: return {};
     default: return {0};
@@ -162,7 +170,7 @@ TEST_P(dot_tile, exactly_the_listed_formats_have_a_tile_kernel) {
         if (!inf || !has_dot(inf->type)) continue;
         bool listed = false;
         for (dtype t : k_tile_formats) listed = listed || t == inf->type;
-        EXPECT_EQ(resolve_dot_tile(GetParam(), inf->type) != nullptr, listed && GetParam() != isa::scalar)
+        EXPECT_EQ(resolve_dot_tile(GetParam(), inf->type) != nullptr, listed && has_tile(GetParam(), inf->type))
             << name(inf->type);
     }
 }

@@ -60,9 +60,10 @@ dot_rows_fn resolve_dot_rows(isa i, dtype wt);
 // one vector add, and the activation block's dx and sum are read once for the 8 columns
 // (dot_tile_impl.h says why this is the fast form of a matmul). Arguments as dot_rows_fn, plus:
 // w_stride: bytes from one weight row to the next; out_stride: floats from one output row to
-// the next. Formats: the 32-wide ones (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4); nullptr
-// for the others (K-quants: dot_rows column by column is faster for them), for isa::scalar
-// and for an ISA this CPU cannot run.
+// the next. Formats: the 32-wide ones (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4) at both
+// ISAs, and with AVX-512 VNNI the 256-wide ones (K-quants, IQ4_XS, the IQ2/IQ3 grids:
+// dot_ktile_impl.h; windows of a few rows go column by column inside it); nullptr for the
+// others, for isa::scalar and for an ISA this CPU cannot run.
 inline constexpr int k_tile_cols = 8;
 using dot_tile_fn = void (*)(const std::byte* w, size_t w_stride, const std::byte* act_rows, size_t act_stride,
                              int n_rows, int64_t n, float* out, size_t out_stride);

@@ -1,6 +1,7 @@
 // AVX-512 (F, BW, VL, VNNI) kernels of dot.h: dot_simd_impl.h with VNNI on 256-bit vectors for
 // 256-wide blocks (vpmaddubsw + vpdpwssd; see kblock_sumi for why not 512-bit), vpdpbusd for
-// 32-wide blocks and one zmm of 16 fp32 lanes for float rows. Called only when the CPU reports all four extensions (dot_dispatch.cpp).
+// 32-wide blocks and one zmm of 16 fp32 lanes for float rows; the column tiles of
+// dot_tile_impl.h, and of dot_ktile_impl.h for 256-wide blocks (vpdpbusd, this ISA only). Called only when the CPU reports all four extensions (dot_dispatch.cpp).
 #include "kernels/cpu/dot.h"
 
 #include "quant/act.h"
@@ -27,11 +28,15 @@
 #endif
 #include "kernels/cpu/dot_simd_impl.h"
 #include "kernels/cpu/dot_tile_impl.h"
+#include "kernels/cpu/dot_ktile_impl.h"
 #undef SLUICE_DOT_WIDE
 
 namespace sluice::kernels::detail {
 dot_rows_fn avx512_kernel(dtype wt) { return kernel_for(wt); }
-dot_tile_fn avx512_tile(dtype wt) { return tile_for(wt); }
+dot_tile_fn avx512_tile(dtype wt) {
+    const dot_tile_fn f = tile_for(wt);
+    return f ? f : ktile_for(wt);
+}
 }  // namespace sluice::kernels::detail
 #pragma GCC diagnostic pop
 #if defined(__clang__)

@@ -174,7 +174,8 @@ void decode_grid(const std::byte* b, kblock& k) {
         q[c] = _mm256_or_si256(l[c], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), m2), 4));
 }
 
-template <dtype wt>
+// with_abs: also fill k.aw (signed formats; the column tiles of dot_ktile_impl.h do not read it).
+template <dtype wt, bool with_abs = true>
 [[gnu::always_inline]] inline void decode256(const std::byte* b, kblock& k) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
     if constexpr (wt == dtype::q4_k || wt == dtype::q5_k) {
@@ -285,7 +286,7 @@ template <dtype wt>
         const __m256i tab = table16(k_kvalues_iq4nl);
         for (int j = 0; j < 8; ++j) store_q(k, j, _mm256_shuffle_epi8(tab, nibbles32(b + 8 + 16 * j)));
     }
-    if constexpr (!decoded_unsigned(wt)) {
+    if constexpr (!decoded_unsigned(wt) && with_abs) {
         for (int c = 0; c < 8; ++c) {
             const __m256i q = _mm256_load_si256(reinterpret_cast<const __m256i*>(k.q + 32 * c));
             _mm256_store_si256(reinterpret_cast<__m256i*>(k.aw + 32 * c), _mm256_sign_epi8(q, q));

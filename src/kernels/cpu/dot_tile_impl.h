@@ -4,9 +4,10 @@
 // after dot_simd_impl.h, whose helpers (nibbles32, bits_to_bytes, dot32_u, reduce8, hsum8,
 // f16_at, block_bytes) it uses, inside the same anonymous namespace and target.
 //
-// K-quants have no tile: measured (one thread, AMD EPYC, AVX2), a Q4_K/Q6_K one-row tile that
-// decoded each block in registers ran at 2.5-4.6 GB/s against dot_rows' 8.1-8.6 GB/s (their
-// fold is one add per 256 weights, not the bottleneck it is for 32-wide blocks).
+// The 256-wide formats' tiles are dot_ktile_impl.h's (AVX-512 VNNI only, for windows of
+// several rows). A one-row K-quant tile that decoded each block in registers ran at 2.5-4.6 GB/s
+// against dot_rows' 8.1-8.6 GB/s (one thread, AMD EPYC, AVX2): their fold is one add per 256
+// weights, not the bottleneck it is for 32-wide blocks.
 //
 // Why columns in lanes: dot_ref folds one term per 32-element block, y = ((t0 + t1) + t2) + ...,
 // a chain of dependent scalar adds in the one-column kernel (one add per 32 weights, ~20% of a

@@ -1,0 +1,221 @@
+// The column tiles of dot.h (dot_tile_fn) for the 256-wide formats (K-quants, IQ4_XS and the
+// IQ2/IQ3 grid formats), AVX-512 VNNI only: 8 weight rows (8 output columns) against 1..16
+// activation rows, one int32/fp32 lane per column. Included by dot_avx512.cpp after
+// dot_simd_impl.h and dot_tile_impl.h, whose helpers (kblock, decode256, term8, quant_rows) it
+// uses, inside the same anonymous namespace and target.
+//
+// Why: dot_rows' window path multiplies each activation row by each decoded block with
+// vpmaddubsw + vpdpwssd, plus a sign transfer per row for signed formats: four operations per
+// 32 products and row. Here the 8 columns' codes of 4 consecutive elements sit in one vector
+// (the block transposed once per tile), the row's 4 activations are broadcast, and one vpdpbusd
+// makes 32 products (8 columns x 4) with no per-row work on the weights: about two operations
+// per 32 products and row (the broadcast is a load). Codes go in unsigned (vpdpbusd takes u8 x
+// s8): signed formats biased by 128, and the bias taken out as an integer, 128 * the scaled sum
+// of the activations, from the per-16 sums the activation rows carry (Q6_K's kblock is biased
+// by 32 already, the same way).
+//
+// Exactness (E3): lane c computes, per block, dot_ref's integer sums
+//   sumi = sum_g sc_g * sum_{e in g} q_e x_e  = sum_g sc_g * (raw_g - B * bsum_g)
+// (raw_g: the biased codes' products with the group's 16 or 32 activations; B the bias), exact
+// in int32 (wrapping arithmetic: only the final sum must fit, and dot_ref's does), and summ =
+// sum_g min_g * bsum_g for formats with mins; then term8's dot_ref term (each fp32 operation
+// rounded on its own) and the fold y = t0, then y + t in block order: dot_ref's bits.
+//
+// Windows of fewer than ktile_min_rows rows run dot_rows column by column (quant_rows): a
+// tile's transposition and scale tables cost more than they save on so few rows.
+
+namespace sluice::kernels {
+namespace {   // the same (translation-unit-local) namespace as dot_simd_impl.h's
+
+// Scales per 32 elements (else per 16) in the format's sub-blocks.
+constexpr bool ktile_sub32(dtype t) {
+    return t == dtype::q4_k || t == dtype::q5_k || t == dtype::iq4_xs || t == dtype::iq2_xxs ||
+           t == dtype::iq3_xxs || t == dtype::iq3_s;
+}
+// Rows from which the tile beats dot_rows column by column. Measured 2026-12-02 with bench_dot
+// (one thread, 1 MiB of weights, n = 4096, the 2-core AMD EPYC), GB/s tile vs dot_rows: at 4
+// rows Q4_K 9.2-9.5 vs 8.1, IQ4_XS 6.2-7.8 vs 5.5-6.9, IQ3_S 2.4-2.5 vs 1.9-2.0, but Q6_K 8.4
+// vs 11.7-12.0 and Q3_K 4.2 vs 4.8 (16 scale groups: twice the multiplies by a scale); at 8 rows
+// Q6_K 6.8 vs 6.7-7.1, Q3_K 3.4 vs 2.8; at 16 rows every format is faster (Q4_K 4.1-4.2 vs
+// 2.6, Q6_K 4.8-5.0 vs 3.9, IQ4_XS 3.8 vs 2.0-2.1, IQ3_S 1.7-1.8 vs 1.1).
+constexpr int ktile_min_rows(dtype t) { return ktile_sub32(t) ? 4 : 8; }
+// The bias B of the unsigned codes vpdpbusd multiplies: 128 for signed codes (q ^ 0x80 as a
+// byte is q + 128), 32 for Q6_K's kblock, 0 for unsigned codes.
+constexpr int ktile_bias(dtype t) { return t == dtype::q6_k ? 32 : decoded_unsigned(t) ? 0 : 128; }
+
+// The 8x8 transpose of int32 lanes: row r of the result holds lane r of each input row.
+[[gnu::always_inline]] inline void transpose8x32(__m256i* v) {
+    const __m256i t0 = _mm256_unpacklo_epi32(v[0], v[1]), t1 = _mm256_unpackhi_epi32(v[0], v[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(v[2], v[3]), t3 = _mm256_unpackhi_epi32(v[2], v[3]);
+    const __m256i t4 = _mm256_unpacklo_epi32(v[4], v[5]), t5 = _mm256_unpackhi_epi32(v[4], v[5]);
+    const __m256i t6 = _mm256_unpacklo_epi32(v[6], v[7]), t7 = _mm256_unpackhi_epi32(v[6], v[7]);
+    const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+    const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+    const __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
+    const __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
+    v[0] = _mm256_permute2x128_si256(u0, u4, 0x20);
+    v[1] = _mm256_permute2x128_si256(u1, u5, 0x20);
+    v[2] = _mm256_permute2x128_si256(u2, u6, 0x20);
+    v[3] = _mm256_permute2x128_si256(u3, u7, 0x20);
+    v[4] = _mm256_permute2x128_si256(u0, u4, 0x31);
+    v[5] = _mm256_permute2x128_si256(u1, u5, 0x31);
+    v[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
+    v[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
+}
+
+// One block of the tile's 8 columns, decoded and transposed once for every activation row.
+template <dtype wt>
+struct ktile_block {
+    static constexpr int n_groups = ktile_sub32(wt) ? 8 : 16;   // scale groups per block
+    static constexpr int group_quads = 64 / n_groups;            // 4-element quads per group
+    alignas(32) uint8_t u[64][32];       // [quad][column: 4 codes] unsigned (biased) codes
+    alignas(32) int32_t sc[16][8];       // [group][column] the group's scale
+    alignas(32) int32_t sc_pair[8][8];   // [16-group pair j][column] int16 scales of 16-groups 2j, 2j+1
+    alignas(32) int32_t mn_pair[8][8];   // [pair j][column] int16 mins of 16-groups 2j, 2j+1 (formats with mins)
+    __m256 d, m;                          // per column
+    kblock k[8];                          // the columns' decoded blocks
+
+    [[gnu::always_inline]] void load(const std::byte* b0, size_t ws) {
+        alignas(32) float ds[8], ms[8];
+        for (int c = 0; c < 8; ++c) {
+            // The same block of the next tile's 8 rows (dot_tile_impl.h's tile_block says why).
+            _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(b0) + (8 + c) * ws), _MM_HINT_T0);
+            decode256<wt, false>(b0 + c * ws, k[c]);
+            ds[c] = k[c].d;
+            ms[c] = k[c].dmin;
+        }
+        d = _mm256_load_ps(ds);
+        m = _mm256_load_ps(ms);
+        const __m256i flip = _mm256_set1_epi8(static_cast<char>(ktile_bias(wt) == 128 ? 0x80 : 0));
+        for (int i = 0; i < 8; ++i) {   // quads 8i..8i+7
+            __m256i v[8];
+            for (int c = 0; c < 8; ++c)
+                v[c] = _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(k[c].q + 32 * i)), flip);
+            transpose8x32(v);
+            for (int j = 0; j < 8; ++j) _mm256_store_si256(reinterpret_cast<__m256i*>(u[8 * i + j]), v[j]);
+        }
+        // kblock::scp holds the scale of each element pair: 16-group g's is scp[8g].
+        for (int c = 0; c < 8; ++c) {
+            for (int g = 0; g < n_groups; ++g) sc[g][c] = k[c].scp[(16 / n_groups) * 8 * g];
+            if constexpr (ktile_bias(wt) != 0)
+                for (int j = 0; j < 8; ++j)
+                    sc_pair[j][c] = static_cast<int32_t>(static_cast<uint16_t>(k[c].scp[16 * j]) |
+                                                         static_cast<uint32_t>(static_cast<uint16_t>(k[c].scp[16 * j + 8])) << 16);
+        }
+        if constexpr (has_min(wt)) {
+            __m256i v[8];
+            for (int c = 0; c < 8; ++c) v[c] = _mm256_load_si256(reinterpret_cast<const __m256i*>(k[c].mn));
+            transpose8x32(v);
+            for (int j = 0; j < 8; ++j) _mm256_store_si256(reinterpret_cast<__m256i*>(mn_pair[j]), v[j]);
+        }
+    }
+
+    // sumi (and summ) of rows r < R at xb + r * xs (activation blocks), lane = column.
+    template <int R>
+    [[gnu::always_inline]] void sums(const std::byte* xb, int64_t xs, __m256i* vi, __m256i* vm) const {
+        __m256i s1[R];
+        for (int r = 0; r < R; ++r) s1[r] = _mm256_setzero_si256();
+        for (int g = 0; g < n_groups; ++g) {
+            __m256i acc[R];
+            for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int q = 0; q < group_quads; ++q) {
+                const int quad = g * group_quads + q;
+                const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(u[quad]));
+#pragma GCC unroll 4
+                for (int r = 0; r < R; ++r) {
+                    int32_t x4;
+                    std::memcpy(&x4, xb + r * xs + 4 + 4 * quad, 4);
+                    acc[r] = _mm256_dpbusd_epi32(acc[r], wv, _mm256_set1_epi32(x4));
+                }
+            }
+            const __m256i scv = _mm256_load_si256(reinterpret_cast<const __m256i*>(sc[g]));
+#pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) s1[r] = _mm256_add_epi32(s1[r], _mm256_mullo_epi32(acc[r], scv));
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            const std::byte* bs = xb + r * xs + offsetof(act_block256, bsums);
+            __m256i bias = _mm256_setzero_si256(), mins = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; ++j) {
+                int32_t pair;
+                std::memcpy(&pair, bs + 4 * j, 4);
+                const __m256i p = _mm256_set1_epi32(pair);
+                if constexpr (ktile_bias(wt) != 0)
+                    bias = _mm256_dpwssd_epi32(bias, _mm256_load_si256(reinterpret_cast<const __m256i*>(sc_pair[j])), p);
+                if constexpr (has_min(wt))
+                    mins = _mm256_dpwssd_epi32(mins, _mm256_load_si256(reinterpret_cast<const __m256i*>(mn_pair[j])), p);
+            }
+            constexpr int shift = ktile_bias(wt) == 128 ? 7 : 5;
+            vi[r] = ktile_bias(wt) != 0 ? _mm256_sub_epi32(s1[r], _mm256_slli_epi32(bias, shift)) : s1[r];
+            vm[r] = mins;
+        }
+    }
+};
+
+// dot_tile_fn: out[r * os + c] = dot_ref(wt, w + c * ws, a + r * as, n), c < 8, r < nr (1..16).
+template <dtype wt>
+void quant_ktile(const std::byte* w, size_t ws, const std::byte* a, size_t as, int nr, int64_t n, float* out,
+                 size_t os) {
+    constexpr int64_t bb = static_cast<int64_t>(block_bytes<wt>());
+    constexpr int64_t ab = static_cast<int64_t>(sizeof(act_block256));
+    const int64_t nb = n / 256;
+    if (nr < ktile_min_rows(wt) || nb == 0) {
+        float t[16];
+        for (int c = 0; c < 8; ++c) {
+            quant_rows<wt>(w + c * ws, a, as, nr, n, t);
+            for (int r = 0; r < nr; ++r) out[r * os + c] = t[r];
+        }
+        return;
+    }
+    const int64_t xs = static_cast<int64_t>(as);
+    ktile_block<wt> blk;
+    __m256 y[16];
+    for (int64_t ib = 0; ib < nb; ++ib) {
+        blk.load(w + ib * bb, ws);
+        const std::byte* xb = a + ib * ab;
+        int r = 0;
+        auto fold = [&](int r0, int cnt, const __m256i* vi, const __m256i* vm) {
+            for (int i = 0; i < cnt; ++i) {
+                float dx;
+                std::memcpy(&dx, xb + (r0 + i) * xs, 4);
+                const __m256 t = term8<wt>(blk.d, blk.m, _mm256_set1_ps(dx), vi[i], vm[i]);
+                y[r0 + i] = ib == 0 ? t : _mm256_add_ps(y[r0 + i], t);
+            }
+        };
+        __m256i vi[4], vm[4];
+        for (; r + 4 <= nr; r += 4) {
+            blk.template sums<4>(xb + r * xs, xs, vi, vm);
+            fold(r, 4, vi, vm);
+        }
+        switch (nr - r) {
+        case 3: blk.template sums<3>(xb + r * xs, xs, vi, vm); fold(r, 3, vi, vm); break;
+        case 2: blk.template sums<2>(xb + r * xs, xs, vi, vm); fold(r, 2, vi, vm); break;
+        case 1: blk.template sums<1>(xb + r * xs, xs, vi, vm); fold(r, 1, vi, vm); break;
+        default: break;
+        }
+    }
+    for (int r = 0; r < nr; ++r) _mm256_storeu_ps(out + r * os, y[r]);
+}
+
+// This ISA's tiles for the 256-wide formats; nullptr for the others.
+dot_tile_fn ktile_for(dtype wt) {
+    switch (wt) {
+    case dtype::q2_k: return quant_ktile<dtype::q2_k>;
+    case dtype::q3_k: return quant_ktile<dtype::q3_k>;
+    case dtype::q4_k: return quant_ktile<dtype::q4_k>;
+    case dtype::q5_k: return quant_ktile<dtype::q5_k>;
+    case dtype::q6_k: return quant_ktile<dtype::q6_k>;
+    case dtype::iq4_xs: return quant_ktile<dtype::iq4_xs>;
+    case dtype::iq2_xxs: return quant_ktile<dtype::iq2_xxs>;
+    case dtype::iq2_xs: return quant_ktile<dtype::iq2_xs>;
+    case dtype::iq2_s: return quant_ktile<dtype::iq2_s>;
+    case dtype::iq3_xxs: return quant_ktile<dtype::iq3_xxs>;
+    case dtype::iq3_s: return quant_ktile<dtype::iq3_s>;
+    default: return nullptr;
+    }
+}
+
+}  // namespace
+}  // namespace sluice::kernels
