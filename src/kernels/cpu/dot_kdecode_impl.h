@@ -7,12 +7,19 @@ struct kblock {
     alignas(64) uint8_t aw[256];   // |q| (signed formats only)
     alignas(64) int16_t scp[128];  // scale of the sub-block holding element pair p (2p, 2p+1)
     alignas(32) int16_t mn[16];    // min of each 16-element group (formats with a min; Q6_K: its scales)
+    alignas(32) int16_t sc16[16];  // scale of each 16-element group (the column tiles' table)
     float d = 0.0f, dmin = 0.0f;
 };
 
 void set_scale(kblock& k, int j, int sub_w, int sc) {
-    if (sub_w == 32) _mm256_store_si256(reinterpret_cast<__m256i*>(k.scp + 16 * j), _mm256_set1_epi16(static_cast<int16_t>(sc)));
-    else _mm_store_si128(reinterpret_cast<__m128i*>(k.scp + 8 * j), _mm_set1_epi16(static_cast<int16_t>(sc)));
+    const auto s = static_cast<int16_t>(sc);
+    if (sub_w == 32) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(k.scp + 16 * j), _mm256_set1_epi16(s));
+        k.sc16[2 * j] = k.sc16[2 * j + 1] = s;
+    } else {
+        _mm_store_si128(reinterpret_cast<__m128i*>(k.scp + 8 * j), _mm_set1_epi16(s));
+        k.sc16[j] = s;
+    }
 }
 void store_q(kblock& k, int chunk, __m256i v) { _mm256_store_si256(reinterpret_cast<__m256i*>(k.q + 32 * chunk), v); }
 
@@ -36,6 +43,7 @@ void store_q(kblock& k, int chunk, __m256i v) { _mm256_store_si256(reinterpret_c
 
 // 32-wide sub-blocks: sc8 holds 8 int16 scales; chunk j (32 elements, 16 pairs) gets scale j.
 [[gnu::always_inline]] inline void set_scales32(kblock& k, __m128i sc8) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(k.sc16), _mm256_set_m128i(_mm_unpackhi_epi16(sc8, sc8), _mm_unpacklo_epi16(sc8, sc8)));
     const __m256i s = _mm256_broadcastsi128_si256(sc8);
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j)
@@ -47,6 +55,7 @@ void store_q(kblock& k, int chunk, __m256i v) { _mm256_store_si256(reinterpret_c
 // get scale 2c, its high 128 bits scale 2c + 1. vpshufb stays inside 128-bit lanes, so chunks
 // 0-3 shuffle a copy of scales 0-7 in both lanes and chunks 4-7 one of scales 8-15.
 [[gnu::always_inline]] inline void set_scales16(kblock& k, __m256i sc16) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(k.sc16), sc16);
     const __m256i lo = _mm256_permute2x128_si256(sc16, sc16, 0x00), hi = _mm256_permute2x128_si256(sc16, sc16, 0x11);
 #pragma GCC unroll 8
     for (int c = 0; c < 8; ++c) {

@@ -21,8 +21,8 @@
 // sum_g min_g * bsum_g for formats with mins; then term8's dot_ref term (each fp32 operation
 // rounded on its own) and the fold y = t0, then y + t in block order: dot_ref's bits.
 //
-// Windows of fewer than ktile_min_rows rows run dot_rows column by column (quant_rows): a
-// tile's transposition and scale tables cost more than they save on so few rows.
+// One-row calls (a decode step) run dot_rows column by column (quant_rows): its one-row kernels
+// decode each block in registers, and a tile's transposition costs more than it saves on one row.
 
 namespace sluice::kernels {
 namespace {   // the same (translation-unit-local) namespace as dot_simd_impl.h's
@@ -32,13 +32,13 @@ constexpr bool ktile_sub32(dtype t) {
     return t == dtype::q4_k || t == dtype::q5_k || t == dtype::iq4_xs || t == dtype::iq2_xxs ||
            t == dtype::iq3_xxs || t == dtype::iq3_s;
 }
-// Rows from which the tile beats dot_rows column by column. Measured 2026-12-02 with bench_dot
-// (one thread, 1 MiB of weights, n = 4096, the 2-core AMD EPYC), GB/s tile vs dot_rows: at 4
-// rows Q4_K 9.2-9.5 vs 8.1, IQ4_XS 6.2-7.8 vs 5.5-6.9, IQ3_S 2.4-2.5 vs 1.9-2.0, but Q6_K 8.4
-// vs 11.7-12.0 and Q3_K 4.2 vs 4.8 (16 scale groups: twice the multiplies by a scale); at 8 rows
-// Q6_K 6.8 vs 6.7-7.1, Q3_K 3.4 vs 2.8; at 16 rows every format is faster (Q4_K 4.1-4.2 vs
-// 2.6, Q6_K 4.8-5.0 vs 3.9, IQ4_XS 3.8 vs 2.0-2.1, IQ3_S 1.7-1.8 vs 1.1).
-constexpr int ktile_min_rows(dtype t) { return ktile_sub32(t) ? 4 : 8; }
+// Rows from which the tile beats dot_rows column by column: 2. Measured 2026-12-02 with
+// bench_dot (one thread, 1 MiB of weights, n = 4096, the 2-core AMD EPYC), GB/s tile vs
+// dot_rows: 1 row Q4_K 13.8 vs 18.7-19.4, Q6_K 20.1 vs 30.3, IQ4_XS 12.6 vs 16.3-17.0 (the
+// one-row kernels decode in registers); 2 rows Q4_K 12.1-12.3 vs 11.9-12.2, Q6_K 17.0-17.7 vs
+// 16.8-17.8, IQ4_XS 11.2 vs 10.0-10.1, Q3_K 6.3-8.6 vs 4.5-6.3, IQ3_S 2.8-2.9 vs 2.1-2.2; 16 rows
+// Q4_K 4.2 vs 2.7, Q6_K 5.9 vs 3.9, IQ4_XS 4.0 vs 2.0, Q3_K 3.2 vs 1.6.
+constexpr int k_ktile_min_rows = 2;
 // The bias B of the unsigned codes vpdpbusd multiplies: 128 for signed codes (q ^ 0x80 as a
 // byte is q + 128), 32 for Q6_K's kblock, 0 for unsigned codes.
 constexpr int ktile_bias(dtype t) { return t == dtype::q6_k ? 32 : decoded_unsigned(t) ? 0 : 128; }
@@ -94,16 +94,23 @@ struct ktile_block {
             transpose8x32(v);
             for (int j = 0; j < 8; ++j) _mm256_store_si256(reinterpret_cast<__m256i*>(u[8 * i + j]), v[j]);
         }
-        // kblock::scp holds the scale of each element pair: 16-group g's is scp[8g].
-        for (int c = 0; c < 8; ++c) {
-            for (int g = 0; g < n_groups; ++g) sc[g][c] = k[c].scp[(16 / n_groups) * 8 * g];
-            if constexpr (ktile_bias(wt) != 0)
-                for (int j = 0; j < 8; ++j)
-                    sc_pair[j][c] = static_cast<int32_t>(static_cast<uint16_t>(k[c].scp[16 * j]) |
-                                                         static_cast<uint32_t>(static_cast<uint16_t>(k[c].scp[16 * j + 8])) << 16);
+        // The scale tables from the columns' sc16 (int16 per 16-group): dword j of it is the
+        // pair of 16-groups 2j, 2j + 1, so one transpose gives sc_pair, and its halves,
+        // sign-extended, the per-group scales (32-wide sub-blocks: both halves are the same).
+        __m256i v[8];
+        for (int c = 0; c < 8; ++c) v[c] = _mm256_load_si256(reinterpret_cast<const __m256i*>(k[c].sc16));
+        transpose8x32(v);
+        for (int j = 0; j < 8; ++j) {
+            if constexpr (ktile_bias(wt) != 0) _mm256_store_si256(reinterpret_cast<__m256i*>(sc_pair[j]), v[j]);
+            const __m256i lo = _mm256_srai_epi32(_mm256_slli_epi32(v[j], 16), 16);
+            if constexpr (n_groups == 8) {
+                _mm256_store_si256(reinterpret_cast<__m256i*>(sc[j]), lo);
+            } else {
+                _mm256_store_si256(reinterpret_cast<__m256i*>(sc[2 * j]), lo);
+                _mm256_store_si256(reinterpret_cast<__m256i*>(sc[2 * j + 1]), _mm256_srai_epi32(v[j], 16));
+            }
         }
         if constexpr (has_min(wt)) {
-            __m256i v[8];
             for (int c = 0; c < 8; ++c) v[c] = _mm256_load_si256(reinterpret_cast<const __m256i*>(k[c].mn));
             transpose8x32(v);
             for (int j = 0; j < 8; ++j) _mm256_store_si256(reinterpret_cast<__m256i*>(mn_pair[j]), v[j]);
@@ -161,7 +168,7 @@ void quant_ktile(const std::byte* w, size_t ws, const std::byte* a, size_t as, i
     constexpr int64_t bb = static_cast<int64_t>(block_bytes<wt>());
     constexpr int64_t ab = static_cast<int64_t>(sizeof(act_block256));
     const int64_t nb = n / 256;
-    if (nr < ktile_min_rows(wt) || nb == 0) {
+    if (nr < k_ktile_min_rows || nb == 0) {
         float t[16];
         for (int c = 0; c < 8; ++c) {
             quant_rows<wt>(w + c * ws, a, as, nr, n, t);
