@@ -26,6 +26,10 @@ constexpr int64_t k_down_cols = 16;
 // measured: no machine here has two nodes.
 constexpr int64_t k_numa_down_cols = 64;
 constexpr int k_max_window = 16;   // rows one dot_rows call takes
+// Rows one expert_columns call takes: a tile call's (each weight block decoded once for them).
+// Measured 2026-12-02 on the 2-core AMD EPYC: a 16-row K-quant tile spent about a third of its
+// time decoding and transposing blocks (perf, Q4_K).
+constexpr int k_call_rows = kernels::k_tile_max_rows;
 
 // dot_rows for one (ISA, format), its SIMD kernels resolved once per layer: the one-column
 // kernel, and the 8-column tile where the format has one (the 32-wide formats: Q8_0, Q4_0,
@@ -55,11 +59,12 @@ struct expert_rows {
     const std::byte* row(int64_t j) const { return data + static_cast<uint64_t>(j) * row_bytes; }
 };
 
-// Output columns [c0, c1) of w (n inputs) for the nr <= k_max_window activation rows at act:
+// Output columns [c0, c1) of w (n inputs) for the nr <= k_call_rows activation rows at act:
 // out[r * os + (j - c0)] for row r and column j. Whole groups of 8 columns go through the tile
-// kernel where the format has one (one block of 8 weight rows decoded per activation block
-// instead of one row at a time; with the 32-wide formats that ran the expert pool's columns
-// column by column at half the tile's speed), the rest column by column.
+// kernel where the format has one, for all nr rows at once (one block of 8 weight rows decoded
+// per activation block for every row instead of one row at a time; with the 32-wide formats
+// that ran the expert pool's columns column by column at half the tile's speed), the rest
+// column by column in windows of k_max_window rows.
 void expert_columns(const row_kernel& k, const expert_rows& w, const std::byte* act, int nr, int64_t n, int64_t c0,
                     int64_t c1, float* out, size_t os) {
     int64_t j = c0;
@@ -67,10 +72,12 @@ void expert_columns(const row_kernel& k, const expert_rows& w, const std::byte* 
         for (; j + kernels::k_tile_cols <= c1; j += kernels::k_tile_cols)
             k.tile(w.row(j), w.row_bytes, act, k.stride, nr, n, out + (j - c0), os);
     float t[k_max_window];
-    for (; j < c1; ++j) {
-        k(w.row(j), act, nr, n, t);
-        for (int r = 0; r < nr; ++r) out[static_cast<size_t>(r) * os + static_cast<size_t>(j - c0)] = t[r];
-    }
+    for (; j < c1; ++j)
+        for (int r0 = 0; r0 < nr; r0 += k_max_window) {
+            const int m = std::min(k_max_window, nr - r0);
+            k(w.row(j), act + r0 * k.stride, m, n, t);
+            for (int r = 0; r < m; ++r) out[static_cast<size_t>(r0 + r) * os + static_cast<size_t>(j - c0)] = t[r];
+        }
 }
 expert_rows expert_matrix(const expert_bank& b, const tensor_view& w, uint64_t blob_offset, int64_t e) {
     const uint64_t rb = w.row_bytes();
@@ -108,8 +115,8 @@ struct layer_jobs {
         const int32_t p0 = s.start[static_cast<size_t>(u)], p1 = s.start[static_cast<size_t>(u) + 1];
         const expert_rows wg = expert_matrix(bank, *bank.gate, bank.gate_offset, e),
                           wu = expert_matrix(bank, *bank.up, bank.up_offset, e);
-        for (int32_t g = p0; g < p1; g += k_max_window) {
-            const int nr = std::min(k_max_window, p1 - g);
+        for (int32_t g = p0; g < p1; g += k_call_rows) {
+            const int nr = std::min(k_call_rows, p1 - g);
             const size_t at = static_cast<size_t>(g) * static_cast<size_t>(F) + static_cast<size_t>(c0);
             expert_columns(kg, wg, act_gate + g * rbg, nr, E, c0, c1, s.gate.data() + at, static_cast<size_t>(F));
             expert_columns(ku, wu, act_up + g * rbu, nr, E, c0, c1, s.up.data() + at, static_cast<size_t>(F));
@@ -127,8 +134,10 @@ struct layer_jobs {
     void down(int32_t u, int64_t c0, int64_t c1) const {
         const expert_rows wd = expert_matrix(bank, *bank.down, bank.down_offset, s.active[static_cast<size_t>(u)]);
         const int32_t p0 = s.start[static_cast<size_t>(u)], p1 = s.start[static_cast<size_t>(u) + 1];
-        for (int32_t g = p0; g < p1; g += k_max_window) {
-            const int nr = std::min(k_max_window, p1 - g);
+        // The pair path's buffer holds k_max_window rows of a column chunk.
+        const int window = pair_y ? k_max_window : k_call_rows;
+        for (int32_t g = p0; g < p1; g += window) {
+            const int nr = std::min(window, p1 - g);
             const std::byte* act = s.act_down.data() + g * rbd;
             if (!pair_y) {
                 expert_columns(kd, wd, act, nr, F, c0, c1, s.y.data() + static_cast<size_t>(g) * static_cast<size_t>(E) + c0,

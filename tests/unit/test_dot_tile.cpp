@@ -1,5 +1,5 @@
 // src/kernels/cpu/dot.h column tiles (dot_tile_impl.h): every output of a tile kernel is
-// dot_ref's bits (memcmp of the floats) for 1..16 rows, unaligned weight rows and strides,
+// dot_ref's bits (memcmp of the floats) for 1..64 rows, unaligned weight rows and strides,
 // extreme codes and scales, inf/NaN scales; and matmul, which runs them, gives dot_ref's bits
 // for every element whatever the thread count and whether the last tile is whole (E1, E2, E3).
 #include "core/thread_pool.h"
@@ -135,14 +135,18 @@ arows make_acts(dtype t, int64_t n, int n_rows, std::mt19937& rng, int mode, siz
     return a;
 }
 
-// Every n_rows in 1..16 on the same rows; each output against dot_ref of its (row, column).
+// Every n_rows in 1..16 and some up to k_tile_max_rows (a is that many rows) on the same rows;
+// each output against dot_ref of its (row, column).
 void expect_tile_matches_ref(dot_tile_fn f, isa i, dtype t, const wtile& w, const arows& a, int64_t n, const char* what) {
     constexpr size_t os = 13;   // output rows 13 floats apart: lanes past 8 must stay untouched
-    float ref[16][8];
-    for (int r = 0; r < 16; ++r)
+    float ref[k_tile_max_rows][8];
+    for (int r = 0; r < k_tile_max_rows; ++r)
         for (int c = 0; c < 8; ++c) ref[r][c] = dot_ref(t, w.row(c), a.row(r), n);
-    for (int nr = 1; nr <= 16; ++nr) {
-        std::vector<float> out(16 * os);
+    std::vector<int> counts;
+    for (int nr = 1; nr <= 16; ++nr) counts.push_back(nr);
+    for (int nr : {17, 31, 33, 50, k_tile_max_rows}) counts.push_back(nr);
+    for (int nr : counts) {
+        std::vector<float> out(k_tile_max_rows * os);
         std::memset(out.data(), 0xA5, out.size() * 4);
         f(w.row(0), w.stride, a.row(0), a.stride, nr, n, out.data(), os);
         for (int r = 0; r < nr; ++r) {
@@ -182,8 +186,8 @@ TEST_P(dot_tile, random_tiles_equal_dot_ref_bits_for_1_to_16_rows) {
         if (!f) continue;
         for (int64_t n : sizes(t)) {
             const wtile w = make_tile(t, n, rng, 0, false, 0, 0);
-            expect_tile_matches_ref(f, GetParam(), t, w, make_acts(t, n, 16, rng, 0, 0, 0), n, "quantised normals");
-            expect_tile_matches_ref(f, GetParam(), t, w, make_acts(t, n, 16, rng, 3, 0, 0), n, "random int8");
+            expect_tile_matches_ref(f, GetParam(), t, w, make_acts(t, n, k_tile_max_rows, rng, 0, 0, 0), n, "quantised normals");
+            expect_tile_matches_ref(f, GetParam(), t, w, make_acts(t, n, k_tile_max_rows, rng, 3, 0, 0), n, "random int8");
         }
     }
 }
@@ -196,7 +200,7 @@ TEST_P(dot_tile, extreme_codes_and_scales_equal_dot_ref_bits) {
         for (int fill : {0, 1, 2}) {
             const wtile w = make_tile(t, 1024, rng, fill, true, 0, 0);
             for (int mode : {1, 2})
-                expect_tile_matches_ref(f, GetParam(), t, w, make_acts(t, 1024, 16, rng, mode, 0, 0), 1024,
+                expect_tile_matches_ref(f, GetParam(), t, w, make_acts(t, 1024, k_tile_max_rows, rng, mode, 0, 0), 1024,
                                         mode == 1 ? "max scales, x=+127" : "max scales, x=-127");
         }
     }
@@ -209,7 +213,7 @@ TEST_P(dot_tile, unaligned_rows_and_strides_equal_dot_ref_bits) {
         if (!f) continue;
         const int64_t n = is_k(t) ? 768 : 576;
         const wtile w = make_tile(t, n, rng, 0, false, 3, 7);
-        expect_tile_matches_ref(f, GetParam(), t, w, make_acts(t, n, 16, rng, 0, 1, 5), n, "unaligned");
+        expect_tile_matches_ref(f, GetParam(), t, w, make_acts(t, n, k_tile_max_rows, rng, 0, 1, 5), n, "unaligned");
     }
 }
 
@@ -231,7 +235,7 @@ TEST_P(dot_tile, inf_and_nan_scales_equal_dot_ref_bits) {
         std::memcpy(w.row(3) + 5 % n_blocks * bb + offs[0], &snan, 2);
         std::memcpy(w.row(6) + 0 * bb + offs[0], &ninf, 2);
         if (offs.size() > 1) std::memcpy(w.row(7) + 3 * bb + offs[1], &qnan, 2);
-        expect_tile_matches_ref(f, GetParam(), t, w, make_acts(t, n, 16, rng, 3, 0, 0), n, "inf/NaN scales");
+        expect_tile_matches_ref(f, GetParam(), t, w, make_acts(t, n, k_tile_max_rows, rng, 3, 0, 0), n, "inf/NaN scales");
     }
 }
 
@@ -258,7 +262,7 @@ TEST(dot_tile_matmul, every_element_is_dot_ref_bits_for_any_rows_and_threads) {
     const int64_t n_in = 512, n_out = 29;
     std::mt19937 rng(3);
     std::normal_distribution<float> dist(0.0f, 1.0f);
-    std::vector<float> wf(static_cast<size_t>(n_in * n_out)), x(static_cast<size_t>(n_in * 19));
+    std::vector<float> wf(static_cast<size_t>(n_in * n_out)), x(static_cast<size_t>(n_in * 70));
     for (auto& v : wf) v = dist(rng);
     for (auto& v : x) v = dist(rng);
     thread_pool p1(1), p2(2), p3(3);
@@ -274,7 +278,7 @@ TEST(dot_tile_matmul, every_element_is_dot_ref_bits_for_any_rows_and_threads) {
         tw.ne = {n_in, n_out, 1, 1};
         tw.data = wq.data();
         tw.nbytes = wq.size();
-        for (int64_t n_rows : {1, 2, 3, 4, 16, 19}) {
+        for (int64_t n_rows : {1, 2, 3, 4, 16, 19, 70}) {
             std::vector<std::byte> act(matmul_act_bytes(tw, n_rows));
             const size_t arow = act.size() / static_cast<size_t>(n_rows);
             for (thread_pool* pool : {&p1, &p2, &p3}) {

@@ -67,12 +67,13 @@ std::string case_name(const moe_case& c) {
 
 class expert_pool_formats : public ::testing::TestWithParam<moe_case> {};
 
-// Windows 1..16 and 20 (an expert shared by more than 16 rows), threads 1..4, pinned or not:
-// every row's bits equal the one-row definition.
+// Windows 1..16, 20 and 72 (an expert shared by more than 16 rows: several dot_rows calls of 16;
+// by 70 or more: two tile calls of up to kernels::k_tile_max_rows), threads 1..4, pinned or
+// not: every row's bits equal the one-row definition.
 TEST_P(expert_pool_formats, moe_rows_equal_the_one_row_definition_for_any_window_and_threads) {
     const moe_case c = GetParam();
     const int64_t E = 256, F = 512;
-    const int n_expert = 6, K = 3, max_rows = 20;
+    const int n_expert = 6, K = 3, max_rows = 72;
     std::mt19937 g(7);
     const auto gate = make_experts(c.gate, E, F, n_expert, g), up = make_experts(c.up, E, F, n_expert, g),
                down = make_experts(c.down, F, E, n_expert, g);
@@ -84,7 +85,8 @@ TEST_P(expert_pool_formats, moe_rows_equal_the_one_row_definition_for_any_window
     for (auto& v : x) v = d(g);
     for (int r = 0; r < max_rows; ++r) {
         // K distinct experts per row; from row 2 on, expert 0 is in every row at rank r % K (a
-        // window of 20 puts 18 or more rows on it: more than one dot_rows call of 16).
+        // window of 20 puts 18 or more rows on it: more than one dot_rows call of 16; one of 72,
+        // 70: more than one tile call).
         std::vector<int32_t> e(static_cast<size_t>(n_expert));
         std::iota(e.begin(), e.end(), 0);
         std::shuffle(e.begin(), e.end(), g);
@@ -105,9 +107,10 @@ TEST_P(expert_pool_formats, moe_rows_equal_the_one_row_definition_for_any_window
             thread_pool_options po;
             po.pin = pin;
             thread_pool pool(threads, po);
-            for (int window : {1, 2, 3, 5, 8, 13, 16, 20}) {
-                // Windows start at different rows, so rows meet different neighbours.
-                for (int r0 = 0; r0 + window <= max_rows; r0 += std::max(1, window == 20 ? 20 : 7)) {
+            for (int window : {1, 2, 3, 5, 8, 13, 16, 20, 72}) {
+                // Windows start at different rows (within the first 20), so rows meet different
+                // neighbours.
+                for (int r0 = 0; r0 + window <= std::max(20, window); r0 += window >= 20 ? window : 7) {
                     std::fill(out.begin(), out.end(), -1.0f);
                     moe::run_experts(pool, bank, x.data() + r0 * E, ids.data() + r0 * K, w.data() + r0 * K, window, s,
                                      out.data());

@@ -54,7 +54,8 @@ using dot_rows_fn = void (*)(const std::byte* w_row, const std::byte* act_rows, 
 dot_rows_fn resolve_dot_rows(isa i, dtype wt);
 
 // Column tiles: 8 weight rows (8 output columns of a matmul, k_tile_cols) against n_rows
-// activation rows, one fp32 lane per column:
+// activation rows (1..k_tile_max_rows: each weight block is decoded once for all of them), one
+// fp32 lane per column:
 //   out[r * out_stride + c] = dot_ref(wt, w + c * w_stride, act_rows + r * act_stride, n)
 // for c < 8 and r in [0, n_rows), bit for bit. dot_ref's per-block fold runs for 8 columns in
 // one vector add, and the activation block's dx and sum are read once for the 8 columns
@@ -65,6 +66,7 @@ dot_rows_fn resolve_dot_rows(isa i, dtype wt);
 // dot_ktile_impl.h; windows of a few rows go column by column inside it); nullptr for the
 // others, for isa::scalar and for an ISA this CPU cannot run.
 inline constexpr int k_tile_cols = 8;
+inline constexpr int k_tile_max_rows = 64;
 using dot_tile_fn = void (*)(const std::byte* w, size_t w_stride, const std::byte* act_rows, size_t act_stride,
                              int n_rows, int64_t n, float* out, size_t out_stride);
 dot_tile_fn resolve_dot_tile(isa i, dtype wt);

@@ -161,15 +161,20 @@ struct ktile_block {
     }
 };
 
-// dot_tile_fn: out[r * os + c] = dot_ref(wt, w + c * ws, a + r * as, n), c < 8, r < nr (1..16).
+// dot_tile_fn: out[r * os + c] = dot_ref(wt, w + c * ws, a + r * as, n), c < 8, r < nr
+// (1..k_tile_max_rows).
 template <dtype wt>
 void quant_ktile(const std::byte* w, size_t ws, const std::byte* a, size_t as, int nr, int64_t n, float* out,
                  size_t os) {
     constexpr int64_t bb = static_cast<int64_t>(block_bytes<wt>());
     constexpr int64_t ab = static_cast<int64_t>(sizeof(act_block256));
     const int64_t nb = n / 256;
-    if (nr < k_ktile_min_rows || nb == 0) {
-        float t[16];
+    if (nb == 0) {   // dot_ref's empty row
+        for (int r = 0; r < nr; ++r) _mm256_storeu_ps(out + r * os, _mm256_setzero_ps());
+        return;
+    }
+    if (nr < k_ktile_min_rows) {   // one row: nr <= 16, what quant_rows takes
+        float t[k_ktile_min_rows];
         for (int c = 0; c < 8; ++c) {
             quant_rows<wt>(w + c * ws, a, as, nr, n, t);
             for (int r = 0; r < nr; ++r) out[r * os + c] = t[r];
@@ -178,7 +183,7 @@ void quant_ktile(const std::byte* w, size_t ws, const std::byte* a, size_t as, i
     }
     const int64_t xs = static_cast<int64_t>(as);
     ktile_block<wt> blk;
-    __m256 y[16];
+    __m256 y[k_tile_max_rows];
     for (int64_t ib = 0; ib < nb; ++ib) {
         blk.load(w + ib * bb, ws);
         const std::byte* xb = a + ib * ab;

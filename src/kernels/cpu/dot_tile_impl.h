@@ -149,7 +149,8 @@ struct tile_block {
     }
 };
 
-// dot_tile_fn: out[r * os + c] = dot_ref(wt, w + c * ws, a + r * as, n), c < 8, r < nr (1..16).
+// dot_tile_fn: out[r * os + c] = dot_ref(wt, w + c * ws, a + r * as, n), c < 8, r < nr
+// (1..k_tile_max_rows).
 template <dtype wt>
 void tile_rows(const std::byte* w, size_t ws, const std::byte* a, size_t as, int nr, int64_t n, float* out, size_t os) {
     constexpr int64_t bb = static_cast<int64_t>(block_bytes<wt>());
@@ -171,7 +172,7 @@ void tile_rows(const std::byte* w, size_t ws, const std::byte* a, size_t as, int
         return;
     }
     // A window: each block of the 8 columns decoded once for all rows; row r folds into y[r].
-    __m256 y[16];
+    __m256 y[k_tile_max_rows];
     blk.load(w, ws);
     for (int r = 0; r < nr; ++r) y[r] = blk.term(a + r * as);
     for (int64_t ib = 1; ib < nb; ++ib) {

@@ -70,8 +70,8 @@ struct matmul_plan {
         }
         int64_t j = jb;
         for (; j + k_tile_cols <= je; j += k_tile_cols)
-            for (int64_t r0 = 0; r0 < n_rows; r0 += 16) {
-                const int nr = static_cast<int>(n_rows - r0 < 16 ? n_rows - r0 : 16);
+            for (int64_t r0 = 0; r0 < n_rows; r0 += k_tile_max_rows) {
+                const int nr = static_cast<int>(n_rows - r0 < k_tile_max_rows ? n_rows - r0 : k_tile_max_rows);
                 tile(w->data + static_cast<uint64_t>(j) * w_stride, w_stride, act + r0 * row_bytes, row_bytes, nr, n_in,
                      y + r0 * n_out + j, static_cast<size_t>(n_out));
             }
