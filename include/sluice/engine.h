@@ -12,8 +12,8 @@
 namespace sluice {
 
 // Rows per prefill forward of `sluice run` on the CPU, and `sluice bench`'s default there (the
-// bench measures what run does). Why 128: src/runtime/engine.cpp. Any value gives the same bits (E1).
-inline constexpr int k_cpu_prefill_rows = 128;
+// bench measures what run does). Why 512: src/runtime/engine.cpp. Any value gives the same bits (E1).
+inline constexpr int k_cpu_prefill_rows = 512;
 // The same with --gpu: 512, llama-bench's default ubatch. The tensor-core matmul takes 64 rows a
 // block, and 512 rows give each of 128 experts ~32 pairs to share its decoded weights; with
 // experts streamed over PCIe (a split model's prefill) each layer's copy serves 4x the rows of a

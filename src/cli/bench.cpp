@@ -87,7 +87,7 @@ void add_bench_command(CLI::App& app) {
         ->default_str("512,4096");
     cmd->add_option("-r,--repetitions", a->o.repetitions, "Repetitions of each test")->default_str("3");
     cmd->add_option("--chunk,--ubatch-size", a->o.chunk,
-                    "Rows per prefill forward (default: 128 on the CPU, as `sluice run`; 512 with --gpu)")
+                    "Rows per prefill forward (default: 512, as `sluice run`)")
         ->each([a](const std::string&) { a->chunk_given = true; });
     cmd->add_option("--windows", a->o.windows, "Cost curve: window sizes 1..16 (comma-separated; 0: none)")
         ->delimiter(',')

@@ -31,15 +31,14 @@ namespace sluice {
 namespace {
 
 // Rows one forward may carry: the prefill chunk, which also bounds a verify window (16 rows).
-// 128, measured (bench_forward, 512-token prompt, 2 threads, process CPU seconds, 2026-11-29):
-// synthetic 8-layer Qwen3-30B-A3B Q4_K_M 13.3 s at 32 rows, 10.1 at 128, 10.5 at 256, 11.9 at
-// 512 (at 32 each of 128 experts sees ~2 rows per chunk, at 128 ~8, so each expert block is
-// decoded for more rows); SmolLM2-135M (dense) 6.0 s at 32, 5.2-5.9 at 128. Again on 2026-12-01
-// (sluice bench pp256, same file, 2 threads, AMD EPYC with AVX-512): 141-153 tok/s at 32,
-// 174-197 at 128; pp512 with 16 threads on the H200 machine's Xeon: 55.6 at 32, 63.6 at 128,
-// 64.6 at 256, 59.2 at 512. Costs a [128, n_vocab] logits buffer (78 MB at Qwen3's 151,936
-// tokens; with --gpu the chunk is k_gpu_prefill_rows, 512: 311 MB on the host and as much in
-// VRAM). Any value gives the same bits (E1).
+// 512 since the column tiles of the 256-wide formats take up to 64 rows of an expert at once
+// (kernels/cpu/dot.h): a longer chunk gives each of 128 experts more rows (~32 at 512, ~8 at
+// 128) to share each decoded block. Measured 2026-12-02 (sluice bench pp512, synthetic 8-layer
+// Qwen3-30B-A3B Q4_K_M, 2 threads, AMD EPYC with AVX-512, two rounds): 216/248 tok/s at 128,
+// 255/284 at 256, 268/302 at 512. Before those tiles 128 was best (2026-11-29 to 12-01: 10.1 s
+// at 128 against 11.9 at 512 in bench_forward; pp512 with 16 threads on the H200 machine's
+// Xeon 63.6 at 128, 59.2 at 512; not measured there since). The session keeps logits for 16
+// rows, not for the chunk (runtime/generate.cpp). Any value gives the same bits (E1).
 constexpr int k_session_rows = k_cpu_prefill_rows;
 
 // The model a folder offers as the default: models/ ships the MoE (sluice-moe-*.gguf) beside its

@@ -47,7 +47,7 @@ private:
     thread_pool pool_;
     kv_cache kv_;
     forward_scratch scratch_;
-    std::vector<float> logits_;   // [prefill_chunk, n_vocab]
+    std::vector<float> logits_;   // [min(prefill_chunk, 16) or the longest forward_all window, n_vocab]
 };
 
 }  // namespace sluice
