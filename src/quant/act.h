@@ -34,7 +34,9 @@ enum class act_format : uint8_t {
 act_format act_format_for(dtype weight);
 // Bytes of one activation row of n elements (n a multiple of the block width).
 size_t act_row_bytes(act_format f, int64_t n);
-// Quantises one row x[0..n) into dst (act_row_bytes(f, n) bytes). For f32, copies.
+// Quantises one row x[0..n) into dst (act_row_bytes(f, n) bytes). For f32, copies. With AVX2
+// where the CPU has it: the bytes of quantize_act_row_ref, the scalar definition.
 void quantize_act_row(act_format f, const float* x, int64_t n, std::byte* dst);
+void quantize_act_row_ref(act_format f, const float* x, int64_t n, std::byte* dst);
 
 }  // namespace sluice::quant
