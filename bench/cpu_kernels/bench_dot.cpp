@@ -1,5 +1,6 @@
 // Single-thread throughput of dot.h kernels: GB/s of weight bytes read, per format, window rows
-// (1, 2, 4, 8, 12, 16; $BENCH_DOT_ROWS=R: only R) and ISA, for dot_rows and the column tiles.
+// (1, 2, 4, 8, 12, 16, and 32, 64 for the column tiles; $BENCH_DOT_ROWS=R: only R) and ISA, for
+// dot_rows and the column tiles.
 // A matrix of 16 MiB of weights (larger than L2, like a real layer's) is multiplied against one
 // window; the best of `reps` passes is reported. No assertion: numbers
 // only. Time is the thread's CPU time (CLOCK_THREAD_CPUTIME_ID), so a loaded machine that
@@ -38,7 +39,7 @@ int main(int argc, char** argv) {
     const int64_t n = std::getenv("BENCH_DOT_N") ? std::max<int64_t>(256, std::atoll(std::getenv("BENCH_DOT_N")) / 256 * 256) : 4096;
     std::mt19937 rng(1);
     std::normal_distribution<float> dist(0.0f, 1.0f);
-    std::vector<float> x(static_cast<size_t>(n) * 16);
+    std::vector<float> x(static_cast<size_t>(n) * k_tile_max_rows);
     for (auto& v : x) v = dist(rng);
 
     fmt::print("{:<8} {:>5} {:>10} {:>10} {:>10} {:>10} {:>10}   (GB/s of weights, 1 thread, n={})\n", "format",
@@ -58,14 +59,15 @@ int main(int argc, char** argv) {
         }
         const auto af = quant::act_format_for(t);
         const size_t act_bytes = quant::act_row_bytes(af, n);
-        std::vector<std::byte> act(act_bytes * 16 + 64);
-        for (int r = 0; r < 16; ++r) quant::quantize_act_row(af, x.data() + r * n, n, act.data() + r * act_bytes);
-        std::vector<float> out(16 * static_cast<size_t>(n_out));
-        for (int rows : {1, 2, 4, 8, 12, 16}) {
+        std::vector<std::byte> act(act_bytes * k_tile_max_rows + 64);
+        for (int r = 0; r < k_tile_max_rows; ++r)
+            quant::quantize_act_row(af, x.data() + r * n, n, act.data() + r * act_bytes);
+        std::vector<float> out(k_tile_max_rows * static_cast<size_t>(n_out));
+        for (int rows : {1, 2, 4, 8, 12, 16, 32, 64}) {
             if (std::getenv("BENCH_DOT_ROWS") && rows != std::atoi(std::getenv("BENCH_DOT_ROWS"))) continue;
             std::string line = fmt::format("{:<8} {:>5}", name(t), rows);
             for (isa i : {isa::scalar, isa::avx2, isa::avx512}) {
-                if (!cpu_supports(i)) { line += fmt::format(" {:>10}", "n/a"); continue; }
+                if (!cpu_supports(i) || rows > 16) { line += fmt::format(" {:>10}", "n/a"); continue; }
                 // The scalar path at 16 rows is slow: fewer output rows keep the run short.
                 const int64_t cols = i == isa::scalar ? std::max<int64_t>(1, n_out / 8) : n_out;
                 double best = 1e30;
