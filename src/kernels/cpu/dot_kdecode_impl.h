@@ -11,13 +11,16 @@ struct kblock {
     float d = 0.0f, dmin = 0.0f;
 };
 
+// The scale setters fill kblock::sc16 and, with `pairs`, kblock::scp (which only dot_rows
+// reads: the column tiles of dot_ktile_impl.h decode without it).
+template <bool pairs>
 void set_scale(kblock& k, int j, int sub_w, int sc) {
     const auto s = static_cast<int16_t>(sc);
     if (sub_w == 32) {
-        _mm256_store_si256(reinterpret_cast<__m256i*>(k.scp + 16 * j), _mm256_set1_epi16(s));
+        if constexpr (pairs) _mm256_store_si256(reinterpret_cast<__m256i*>(k.scp + 16 * j), _mm256_set1_epi16(s));
         k.sc16[2 * j] = k.sc16[2 * j + 1] = s;
     } else {
-        _mm_store_si128(reinterpret_cast<__m128i*>(k.scp + 8 * j), _mm_set1_epi16(s));
+        if constexpr (pairs) _mm_store_si128(reinterpret_cast<__m128i*>(k.scp + 8 * j), _mm_set1_epi16(s));
         k.sc16[j] = s;
     }
 }
@@ -42,8 +45,10 @@ void store_q(kblock& k, int chunk, __m256i v) { _mm256_store_si256(reinterpret_c
 }
 
 // 32-wide sub-blocks: sc8 holds 8 int16 scales; chunk j (32 elements, 16 pairs) gets scale j.
+template <bool pairs>
 [[gnu::always_inline]] inline void set_scales32(kblock& k, __m128i sc8) {
     _mm256_store_si256(reinterpret_cast<__m256i*>(k.sc16), _mm256_set_m128i(_mm_unpackhi_epi16(sc8, sc8), _mm_unpacklo_epi16(sc8, sc8)));
+    if constexpr (!pairs) return;
     const __m256i s = _mm256_broadcastsi128_si256(sc8);
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j)
@@ -54,8 +59,10 @@ void store_q(kblock& k, int chunk, __m256i v) { _mm256_store_si256(reinterpret_c
 // 16-wide sub-blocks: sc16 holds 16 int16 scales; chunk c's low 128 bits (elements 32c..32c+15)
 // get scale 2c, its high 128 bits scale 2c + 1. vpshufb stays inside 128-bit lanes, so chunks
 // 0-3 shuffle a copy of scales 0-7 in both lanes and chunks 4-7 one of scales 8-15.
+template <bool pairs>
 [[gnu::always_inline]] inline void set_scales16(kblock& k, __m256i sc16) {
     _mm256_store_si256(reinterpret_cast<__m256i*>(k.sc16), sc16);
+    if constexpr (!pairs) return;
     const __m256i lo = _mm256_permute2x128_si256(sc16, sc16, 0x00), hi = _mm256_permute2x128_si256(sc16, sc16, 0x11);
 #pragma GCC unroll 8
     for (int c = 0; c < 8; ++c) {
@@ -90,7 +97,26 @@ template <int bytes>
     return _mm_or_si128(_mm_add_epi8(n, n), _mm_set1_epi8(1));
 }
 
-template <dtype wt>
+// IQ4_XS's 8 sub-block scales at block b as int16: sub-block j's is (lo_j | hi_j << 4) - 32, lo_j
+// nibble j of scales_l and hi_j bits 2j..2j+1 of scales_h; the 8 at once in int32 lanes by
+// variable shifts (8 scalar extractions and broadcast stores were ~40% of the decode, bench_dot).
+[[gnu::always_inline]] inline __m128i iq4xs_scales(const std::byte* b) {
+    uint16_t sh;
+    uint32_t sl;
+    std::memcpy(&sh, b + 2, 2);
+    std::memcpy(&sl, b + 4, 4);
+    const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(sl)),
+                                                          _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                                        _mm256_set1_epi32(0x0F));
+    const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(sh), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+                                        _mm256_set1_epi32(3));
+    const __m256i sc = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+    // int32 lanes -> 8 int16 (values in [-32, 31]: no saturation), in order.
+    const __m256i p16 = _mm256_packs_epi32(sc, sc);   // per 128-bit lane: s0..s3 s0..s3 | s4..s7 s4..s7
+    return _mm_unpacklo_epi64(_mm256_castsi256_si128(p16), _mm256_extracti128_si256(p16, 1));
+}
+
+template <dtype wt, bool pairs>
 void decode_grid(const std::byte* b, kblock& k) {
     alignas(32) uint8_t sg[32];   // sign byte of group g (elements 8g..8g+7): bit e set, element 8g+e negative
     uint8_t* mag = k.aw;
@@ -101,7 +127,7 @@ void decode_grid(const std::byte* b, kblock& k) {
         for (int j = 0; j < 8; ++j) {
             uint32_t aux[2];
             std::memcpy(aux, x.qs + 4 * j, 8);
-            set_scale(k, j, 32, 2 * static_cast<int>(aux[1] >> 28) + 1);
+            set_scale<pairs>(k, j, 32, 2 * static_cast<int>(aux[1] >> 28) + 1);
             for (int g = 0; g < 4; ++g) {
                 std::memcpy(mag + 32 * j + 8 * g, k_iq2xxs_grid[(aux[0] >> (8 * g)) & 0xFF], 8);
                 sg[4 * j + g] = k_ksigns_iq2xs[(aux[1] >> (7 * g)) & 0x7F];
@@ -111,7 +137,7 @@ void decode_grid(const std::byte* b, kblock& k) {
         block_iq2_xs x;
         std::memcpy(&x, b, sizeof x);
         k.d = fp16_to_fp32(x.d) * 0.125f;
-        set_scales16(k, _mm256_cvtepu8_epi16(odd_scales<8>(x.scales)));
+        set_scales16<pairs>(k, _mm256_cvtepu8_epi16(odd_scales<8>(x.scales)));
         for (int g = 0; g < 32; ++g) {
             std::memcpy(mag + 8 * g, k_iq2xs_grid[x.qs[g] & 511], 8);
             sg[g] = k_ksigns_iq2xs[x.qs[g] >> 9];
@@ -120,7 +146,7 @@ void decode_grid(const std::byte* b, kblock& k) {
         block_iq2_s x;
         std::memcpy(&x, b, sizeof x);
         k.d = fp16_to_fp32(x.d) * 0.125f;
-        set_scales16(k, _mm256_cvtepu8_epi16(odd_scales<8>(x.scales)));
+        set_scales16<pairs>(k, _mm256_cvtepu8_epi16(odd_scales<8>(x.scales)));
         for (int g = 0; g < 32; ++g) {
             std::memcpy(mag + 8 * g, k_iq2s_grid[x.qs[g] | (((x.qh[g / 4] >> (2 * (g % 4))) & 3) << 8)], 8);
             sg[g] = x.signs[g];
@@ -132,7 +158,7 @@ void decode_grid(const std::byte* b, kblock& k) {
         for (int j = 0; j < 8; ++j) {
             uint32_t aux;
             std::memcpy(&aux, x.sas + 4 * j, 4);
-            set_scale(k, j, 32, 2 * static_cast<int>(aux >> 28) + 1);
+            set_scale<pairs>(k, j, 32, 2 * static_cast<int>(aux >> 28) + 1);
             for (int g = 0; g < 4; ++g) {
                 std::memcpy(mag + 32 * j + 8 * g, k_iq3xxs_grid[x.qs[8 * j + 2 * g]], 4);
                 std::memcpy(mag + 32 * j + 8 * g + 4, k_iq3xxs_grid[x.qs[8 * j + 2 * g + 1]], 4);
@@ -144,7 +170,7 @@ void decode_grid(const std::byte* b, kblock& k) {
         block_iq3_s x;
         std::memcpy(&x, b, sizeof x);
         k.d = fp16_to_fp32(x.d);
-        set_scales32(k, _mm_cvtepu8_epi16(odd_scales<4>(x.scales)));
+        set_scales32<pairs>(k, _mm_cvtepu8_epi16(odd_scales<4>(x.scales)));
         std::memcpy(sg, x.signs, 32);   // one sign byte per 8 elements
         // Grid entry i (elements 4i..4i+3) is k_iq3s_grid[qs[i] | (bit i of the qh bytes) << 8]:
         // 8 a gather, the ninth index bits of entries 8c..8c+7 from qh[c]. Measured 2026-12-02 on
@@ -183,8 +209,9 @@ void decode_grid(const std::byte* b, kblock& k) {
         q[c] = _mm256_or_si256(l[c], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), m2), 4));
 }
 
-// with_abs: also fill k.aw (signed formats; the column tiles of dot_ktile_impl.h do not read it).
-template <dtype wt, bool with_abs = true>
+// for_rows: also fill what only dot_rows reads, k.aw (signed formats) and k.scp (the column
+// tiles of dot_ktile_impl.h read neither).
+template <dtype wt, bool for_rows = true>
 [[gnu::always_inline]] inline void decode256(const std::byte* b, kblock& k) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
     if constexpr (wt == dtype::q4_k || wt == dtype::q5_k) {
@@ -195,7 +222,7 @@ template <dtype wt, bool with_abs = true>
         const __m128i sm = k4_scales_mins(b + 4);
         const __m128i mn8 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));   // mins of sub-blocks 0-7
         _mm256_store_si256(reinterpret_cast<__m256i*>(k.mn), _mm256_set_m128i(_mm_unpackhi_epi16(mn8, mn8), _mm_unpacklo_epi16(mn8, mn8)));
-        set_scales32(k, _mm_cvtepu8_epi16(sm));
+        set_scales32<for_rows>(k, _mm_cvtepu8_epi16(sm));
         const __m256i hb = wt == dtype::q5_k ? loadu256(b + 16) : _mm256_setzero_si256();
         for (int h = 0; h < 4; ++h) {
             const __m256i v = loadu256(b + qs_off + 32 * h);
@@ -217,7 +244,7 @@ template <dtype wt, bool with_abs = true>
         k.d = f16_at(b + 208);
         const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(b + 192));   // 16 int8 scales, sign-extended
         _mm256_store_si256(reinterpret_cast<__m256i*>(k.mn), sc16);
-        set_scales16(k, sc16);
+        set_scales16<for_rows>(k, sc16);
         for (int h = 0; h < 2; ++h) {
             __m256i q[4];
             q6k_codes(b, h, q);
@@ -234,7 +261,7 @@ template <dtype wt, bool with_abs = true>
             const __m128i s = loadu128(b);
             const __m128i lo = _mm_and_si128(s, _mm_set1_epi8(0x0F)), hi = _mm_and_si128(_mm_srli_epi16(s, 4), _mm_set1_epi8(0x0F));
             _mm256_store_si256(reinterpret_cast<__m256i*>(k.mn), _mm256_cvtepu8_epi16(hi));
-            set_scales16(k, _mm256_cvtepu8_epi16(lo));
+            set_scales16<for_rows>(k, _mm256_cvtepu8_epi16(lo));
         } else {
             k.d = f16_at(b + 108);
             // q3_k_scale for the 16 sub-blocks at once: lo_j the low nibble of scales[j] (j < 8)
@@ -250,7 +277,7 @@ template <dtype wt, bool with_abs = true>
             const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(s4)), _mm_setr_epi32(0, 2, 4, 6)),
                                              _mm_set1_epi8(3));
             const __m128i sc = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
-            set_scales16(k, _mm256_cvtepi8_epi16(sc));
+            set_scales16<for_rows>(k, _mm256_cvtepi8_epi16(sc));
         }
         const __m256i hm = wt == dtype::q3_k ? loadu256(b) : _mm256_setzero_si256();
         for (int h = 0; h < 2; ++h) {
@@ -271,31 +298,16 @@ template <dtype wt, bool with_abs = true>
         }
     } else if constexpr (wt == dtype::iq2_xxs || wt == dtype::iq2_xs || wt == dtype::iq2_s ||
                          wt == dtype::iq3_xxs || wt == dtype::iq3_s) {
-        decode_grid<wt>(b, k);
+        decode_grid<wt, for_rows>(b, k);
     } else {
         static_assert(wt == dtype::iq4_xs);
         // d, scales_h (u16), scales_l[4], qs[128]; sub-block j: qs[16j..16j+16) nibbles.
-        // Sub-block j's scale, (lo_j | hi_j << 4) - 32 with lo_j nibble j of scales_l and hi_j bits
-        // 2j..2j+1 of scales_h: the 8 at once in int32 lanes by variable shifts (8 scalar
-        // extractions and broadcast stores were ~40% of the decode, bench_dot).
         k.d = f16_at(b);
-        uint16_t sh;
-        uint32_t sl;
-        std::memcpy(&sh, b + 2, 2);
-        std::memcpy(&sl, b + 4, 4);
-        const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(sl)),
-                                                              _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
-                                            _mm256_set1_epi32(0x0F));
-        const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(sh), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
-                                            _mm256_set1_epi32(3));
-        const __m256i sc = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
-        // int32 lanes -> 8 int16 (values in [-32, 31]: no saturation), in order.
-        const __m256i p16 = _mm256_packs_epi32(sc, sc);   // per 128-bit lane: s0..s3 s0..s3 | s4..s7 s4..s7
-        set_scales32(k, _mm_unpacklo_epi64(_mm256_castsi256_si128(p16), _mm256_extracti128_si256(p16, 1)));
+        set_scales32<for_rows>(k, iq4xs_scales(b));
         const __m256i tab = table16(k_kvalues_iq4nl);
         for (int j = 0; j < 8; ++j) store_q(k, j, _mm256_shuffle_epi8(tab, nibbles32(b + 8 + 16 * j)));
     }
-    if constexpr (!decoded_unsigned(wt) && with_abs) {
+    if constexpr (!decoded_unsigned(wt) && for_rows) {
         for (int c = 0; c < 8; ++c) {
             const __m256i q = _mm256_load_si256(reinterpret_cast<const __m256i*>(k.q + 32 * c));
             _mm256_store_si256(reinterpret_cast<__m256i*>(k.aw + 32 * c), _mm256_sign_epi8(q, q));

@@ -76,6 +76,35 @@ struct ktile_block {
     kblock k[8];                          // the columns' decoded blocks
 
     [[gnu::always_inline]] void load(const std::byte* b0, size_t ws) {
+        if constexpr (wt == dtype::iq4_xs) load_iq4_xs(b0, ws);
+        else load_decoded(b0, ws);
+        scale_tables();
+    }
+
+    // IQ4_XS straight into the tile: each chunk's codes of the 8 columns from the nibbles and
+    // the table (its entries biased by 128 once), transposed; no kblock round trip for the codes.
+    [[gnu::always_inline]] void load_iq4_xs(const std::byte* b0, size_t ws) {
+        alignas(32) float ds[8];
+        for (int c = 0; c < 8; ++c) {
+            const std::byte* b = b0 + c * ws;
+            _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(b0) + (8 + c) * ws), _MM_HINT_T0);
+            ds[c] = f16_at(b);
+            const __m128i s8 = iq4xs_scales(b);
+            _mm256_store_si256(reinterpret_cast<__m256i*>(k[c].sc16),
+                               _mm256_set_m128i(_mm_unpackhi_epi16(s8, s8), _mm_unpacklo_epi16(s8, s8)));
+        }
+        d = _mm256_load_ps(ds);
+        m = _mm256_setzero_ps();
+        const __m256i tab = _mm256_xor_si256(table16(k_kvalues_iq4nl), _mm256_set1_epi8(static_cast<char>(0x80)));
+        for (int i = 0; i < 8; ++i) {   // chunk i: quads 8i..8i+7
+            __m256i v[8];
+            for (int c = 0; c < 8; ++c) v[c] = _mm256_shuffle_epi8(tab, nibbles32(b0 + c * ws + 8 + 16 * i));
+            transpose8x32(v);
+            for (int j = 0; j < 8; ++j) _mm256_store_si256(reinterpret_cast<__m256i*>(u[8 * i + j]), v[j]);
+        }
+    }
+
+    [[gnu::always_inline]] void load_decoded(const std::byte* b0, size_t ws) {
         alignas(32) float ds[8], ms[8];
         for (int c = 0; c < 8; ++c) {
             // The same block of the next tile's 8 rows (dot_tile_impl.h's tile_block says why).
@@ -94,6 +123,9 @@ struct ktile_block {
             transpose8x32(v);
             for (int j = 0; j < 8; ++j) _mm256_store_si256(reinterpret_cast<__m256i*>(u[8 * i + j]), v[j]);
         }
+    }
+
+    [[gnu::always_inline]] void scale_tables() {
         // The scale tables from the columns' sc16 (int16 per 16-group): dword j of it is the
         // pair of 16-groups 2j, 2j + 1, so one transpose gives sc_pair, and its halves,
         // sign-extended, the per-group scales (32-wide sub-blocks: both halves are the same).
