@@ -10,6 +10,8 @@
 #include "quant/act.h"
 #include "quant/quant.h"
 
+#include "bench_clock.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -21,12 +23,6 @@
 
 using namespace sluice;
 using namespace sluice::kernels;
-
-static double thread_seconds() {
-    timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
 
 int main(int argc, char** argv) {
     const int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;

@@ -8,6 +8,8 @@
 #include "models/model.h"
 #include "runtime/generate.h"
 
+#include "bench_clock.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -17,12 +19,6 @@
 #include <vector>
 
 using namespace sluice;
-
-static double cpu_seconds() {
-    timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
 
 int main(int argc, char** argv) {
     if (argc < 2) {
@@ -46,16 +42,16 @@ int main(int argc, char** argv) {
     for (int i = 0; i < n_prompt; ++i) prompt[static_cast<size_t>(i)] = static_cast<token_id>((i * 7919 + 13) % std::min(V, 1000));
     using clk = std::chrono::steady_clock;
     auto t0 = clk::now();
-    double c0 = cpu_seconds();
+    double c0 = process_seconds();
     const float* l = s.prefill(prompt);
-    const double pw = std::chrono::duration<double>(clk::now() - t0).count(), pc = cpu_seconds() - c0;
+    const double pw = std::chrono::duration<double>(clk::now() - t0).count(), pc = process_seconds() - c0;
     t0 = clk::now();
-    c0 = cpu_seconds();
+    c0 = process_seconds();
     for (int i = 0; i < n_decode; ++i) {
         const token_id t = static_cast<token_id>(std::max_element(l, l + V) - l);
         l = s.decode(t);
     }
-    const double dw = std::chrono::duration<double>(clk::now() - t0).count(), dc = cpu_seconds() - c0;
+    const double dw = std::chrono::duration<double>(clk::now() - t0).count(), dc = process_seconds() - c0;
     fmt::print("threads {} chunk {}: prefill {} tok: {:.1f} tok/s ({:.2f} cpu-s) | decode {} tok: {:.1f} tok/s ({:.2f} cpu-s)\n",
                threads, chunk, n_prompt, n_prompt / pw, pc, n_decode, n_decode / dw, dc);
     return 0;
