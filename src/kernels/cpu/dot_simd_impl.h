@@ -204,7 +204,10 @@ struct legacy_ops {
 // AVX-512 VNNI adds the scaled pairs with vpdpwssd; AVX2 with vpmaddwd + vpaddd.
 template <bool uns>
 [[gnu::always_inline]] inline __m256i kblock_sumi(const kblock& k, const int8_t* x) {
-    __m256i acc = _mm256_setzero_si256();
+    // Two accumulators (even and odd chunks; integer sums, exact in any order): with one, the 8
+    // vpdpwssd of a block were one dependent chain.
+    __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 8
     for (int c = 0; c < 8; ++c) {
         const __m256i xv = loadu256(x + 32 * c);
         const __m256i qv = _mm256_load_si256(reinterpret_cast<const __m256i*>(k.q + 32 * c));
@@ -213,12 +216,12 @@ template <bool uns>
                                                      _mm256_sign_epi8(xv, qv));
         const __m256i sc = _mm256_load_si256(reinterpret_cast<const __m256i*>(k.scp + 16 * c));
 #if SLUICE_DOT_WIDE
-        acc = _mm256_dpwssd_epi32(acc, p, sc);
+        acc[c % 2] = _mm256_dpwssd_epi32(acc[c % 2], p, sc);
 #else
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, sc));
+        acc[c % 2] = _mm256_add_epi32(acc[c % 2], _mm256_madd_epi16(p, sc));
 #endif
     }
-    return acc;
+    return _mm256_add_epi32(acc[0], acc[1]);
 }
 
 // Formats whose one-row dot skips the kblock (fused_row_sums).
