@@ -10,7 +10,10 @@
 #     --router-locality X   GPT-OSS-20B-calibrated case, see tools/README.md)
 #     -t, --threads N     threads for both engines (default: nproc)
 #     -p N, -n N, -r N    prefill tokens, decode tokens, repetitions (default 512, 64, 2)
-#     --model PATH        use this GGUF instead of making one (then --layers/--mix only label it)
+#     --model PATH        use this GGUF instead of making one (then --layers/--mix only label it,
+#                         unless --desc and --scenario name it)
+#     --desc TEXT         the model's description in the report (default: the synthetic file's)
+#     --scenario NAME     the report's scenario (default cpu/q30-<layers>l-<mix>)
 #     --out DIR           logs and JSON (default /tmp/sluice-bench-cpu)
 #     --build-dir DIR     sluice build folder (default build/cpu: Release, CPU only)
 #     --windows L, --spec-windows L, --spec-n N   sluice's cost curve and oracle runs (default
@@ -27,7 +30,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 layers=12 mix=q4_k_m skew=0 locality=0 threads=$(nproc) prompt=512 gen=64 reps=2 model="" out=/tmp/sluice-bench-cpu
-build_dir=$root/build/cpu sluice_args="" keep=0 record=0 dry=0 windows=1,2,4,8,16 spec_windows=1,4,8 spec_n=32
+build_dir=$root/build/cpu sluice_args="" desc="" scenario="" keep=0 record=0 dry=0 windows=1,2,4,8,16 spec_windows=1,4,8 spec_n=32
 die() { echo "run_cpu.sh: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -40,6 +43,8 @@ while [ $# -gt 0 ]; do
     -n) gen=$2; shift ;;
     -r) reps=$2; shift ;;
     --model) model=$2; shift ;;
+    --desc) desc=$2; shift ;;
+    --scenario) scenario=$2; shift ;;
     --out) out=$2; shift ;;
     --build-dir) build_dir=$2; shift ;;
     --sluice-args) sluice_args=$2; shift ;;
@@ -49,7 +54,7 @@ while [ $# -gt 0 ]; do
     --keep-model) keep=1 ;;
     --record) record=1 ;;
     --dry-run) dry=1 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
   shift
@@ -94,7 +99,7 @@ if [ -z "$model" ]; then
   fi
 fi
 [ $dry = 1 ] || [ -f "$model" ] || die "model not found: $model"
-model_desc="synthetic Qwen3-30B-A3B shape, $layers layers, $mix, router skew $skew locality $locality"
+model_desc=${desc:-"synthetic Qwen3-30B-A3B shape, $layers layers, $mix, router skew $skew locality $locality"}
 [ $dry = 1 ] || model_desc="$model_desc ($(du -BM "$model" | cut -f1 | tr -d M) MiB)"
 
 # 4. Both engines, one after the other (never at once: they share the cores).
@@ -116,13 +121,13 @@ if [ $made_model = 1 ] && [ $keep = 0 ]; then step rm -f "$model"; fi
 rec=(python3 "$root/bench/record.py")
 m=$out/run_cpu.manifest.json
 step rm -f "$m"
-step "${rec[@]}" add "$m" --name "sluice -t $threads" --engine sluice --file "$out/sluice_cpu.json" --placement cpu \
+step "${rec[@]}" add "$m" --name "sluice -t $threads" --engine sluice --file sluice_cpu.json --placement cpu \
   --command "sluice bench MODEL ${sluice_cmd[*]:3}"
-step "${rec[@]}" add "$m" --name "llama.cpp -t $threads" --engine llama.cpp --file "$out/llama_cpu.json" \
+step "${rec[@]}" add "$m" --name "llama.cpp -t $threads" --engine llama.cpp --file llama_cpu.json \
   --placement cpu --command "llama-bench -m MODEL -t $threads -p $prompt -n $gen -r $reps -ngl 0 -o json"
 step "${rec[@]}" compare "$m" "sluice -t $threads" "llama.cpp -t $threads"
 total=$(( $(date +%s) - t_start ))
-args=(report "$m" --model "$model_desc" --scenario "cpu/q30-${layers}l-$mix" --title "CPU: sluice vs llama.cpp"
+args=(report "$m" --model "$model_desc" --scenario "${scenario:-cpu/q30-${layers}l-$mix}" --title "CPU: sluice vs llama.cpp"
   --note "bench/run_cpu.sh took $total s (sluice bench $((t1 - t0)) s, llama-bench $((t2 - t1)) s; builds and the model file included in the total)")
 [ $record = 1 ] && args+=(--record)
 step "${rec[@]}" "${args[@]}"

@@ -67,10 +67,14 @@ if [ -z "$src" ] || [ ! -d "$src/ggml" ]; then
 fi
 
 if [ -n "$pack" ]; then
-  # Everything the build needs; docs, vocab GGUFs, media and git metadata stay behind.
-  tar -czf "$pack" -C "$(dirname "$src")" --exclude='llama.cpp/docs' --exclude='llama.cpp/models/*.gguf' \
-    --exclude='llama.cpp/media' --exclude='llama.cpp/.git*' --exclude='llama.cpp/tools/server/public*' \
-    "$(basename "$src")"
+  # Everything the CPU and CUDA builds need; docs, vocab GGUFs, media, git metadata, benchmark
+  # logs, the web UI and the other backends' sources stay behind (12 -> ~6 MB: the GPU machine
+  # takes 64 MiB a call, the tree included).
+  excludes=(docs 'models/*.gguf' media '.git*' 'tools/server/public*' tools/ui benches vendor/miniaudio/miniaudio.h)
+  for b in opencl vulkan hexagon sycl cann musa metal webgpu zdnn kompute rpc blas; do
+    excludes+=("ggml/src/ggml-$b")
+  done
+  tar -czf "$pack" -C "$(dirname "$src")" "${excludes[@]/#/--exclude=llama.cpp/}" "$(basename "$src")"
   echo "build_llama_cpp.sh: wrote $pack ($(du -h "$pack" | cut -f1))" >&2
   exit 0
 fi
