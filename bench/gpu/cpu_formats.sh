@@ -14,7 +14,8 @@
 #
 # Env: LAYERS (synthetic files' layers, default 12), MIXES (default "iq4_xs iq3_s q8_0 mxfp4
 # q4_k_m"), BUDGET_S (default 570: the script stops starting runs past it).
-# $OUT gets cpu_formats.log and results.tar.gz (each run's folder: JSONs, manifest, log).
+# $OUT gets cpu_formats.log and results.tar.gz (each run's folder: JSONs, manifest, log; and
+# bench_pool.txt, the thread pool's hand-off cost at 16, 8 and 2 threads).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bundle=$root/.peers/gpu-bench
@@ -53,13 +54,15 @@ command -v ninja >/dev/null && args+=(-G Ninja)
 build=$root/build/cpu-formats
 t0=$(date +%s)
 cmake -S "$root" -B "$build" "${args[@]}" > "$work/sluice_build.log" 2>&1 \
-  && cmake --build "$build" --target sluice_cli -j "$(nproc)" >> "$work/sluice_build.log" 2>&1
+  && cmake --build "$build" --target sluice_cli bench_pool -j "$(nproc)" >> "$work/sluice_build.log" 2>&1
 rc=$?
 say "sluice build rc=$rc in $(( $(date +%s) - t0 )) s"; [ $rc = 0 ] || { tail -n 30 "$work/sluice_build.log"; exit 1; }
 wait "$llama_pid"; rc=$?
 say "llama.cpp build rc=$rc"; tail -n 3 "$work/llama_build.log"; [ $rc = 0 ] || exit 1
 
-# 2. The runs (run_cpu.sh: sluice bench, then llama-bench, never at once), most wanted first.
+# 2. The thread pool's hand-off cost at 16 and 8 threads (bench/cpu_kernels/bench_pool.cpp),
+# then the runs (run_cpu.sh: sluice bench, then llama-bench, never at once), most wanted first.
+say "bench_pool"; timeout 60 "$build/bench/cpu_kernels/bench_pool" "$(nproc)" 8 2 | tee "$work/bench_pool.txt"
 common=(--build-dir "$build" -t "$(nproc)" -p 512 -n 64 -r 2 --windows 1 --spec-windows 0)
 if [ -n "$smol" ]; then
   say "smollm2 clone"

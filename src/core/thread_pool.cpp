@@ -21,11 +21,23 @@ inline void cpu_relax() {
 #endif
 }
 
-constexpr uint64_t job_word(uint32_t gen, uint32_t chunk) { return (static_cast<uint64_t>(gen) << 32) | chunk; }
-constexpr uint32_t gen_of(uint64_t w) { return static_cast<uint32_t>(w >> 32); }
-constexpr uint32_t chunk_of(uint64_t w) { return static_cast<uint32_t>(w); }
-// The chunk index of a closed generation: above every chunk count (run caps them at 0xFFFFFFF0).
-constexpr uint32_t k_no_chunk = 0xFFFFFFFFu;
+// Job word: generation (16 bits) | the job's chunk count (24) | next unclaimed chunk (24). A
+// thread claims a chunk with one fetch_add, and the word it gets back says which generation the
+// chunk belongs to, how many chunks that generation has and which one is now its own: a claim
+// never retries and never needs the job's other fields to tell whether it is valid. (A
+// compare-and-swap claim retried under contention: 16 threads on one word; the chunk count had to
+// live beside the word and a generation be closed before the next was opened.) A claim at or past
+// the count is empty; such claims are at most two per thread and generation, so the next-chunk
+// field stays below 2^24 for counts up to k_max_chunks and never carries into the count.
+constexpr uint64_t k_field = (uint64_t{1} << 24) - 1;
+constexpr uint32_t k_gen_mask = 0xFFFF;
+constexpr int64_t k_max_chunks = (int64_t{1} << 24) - 4096;
+constexpr uint64_t job_word(uint32_t gen, uint64_t count) {
+    return (static_cast<uint64_t>(gen & k_gen_mask) << 48) | (count << 24);
+}
+constexpr uint32_t gen_of(uint64_t w) { return static_cast<uint32_t>(w >> 48); }
+constexpr uint32_t count_of(uint64_t w) { return static_cast<uint32_t>((w >> 24) & k_field); }
+constexpr uint32_t chunk_of(uint64_t w) { return static_cast<uint32_t>(w & k_field); }
 
 }  // namespace
 
@@ -99,55 +111,53 @@ thread_pool::~thread_pool() {
     for (auto& t : workers_) t.join();
 }
 
-int64_t thread_pool::work(uint32_t gen, int tid) {
+int64_t thread_pool::work(int tid, uint32_t& gen) {
     int64_t ran = 0;
-    uint64_t w = job_.load(std::memory_order_acquire);
     for (;;) {
-        if (gen_of(w) != gen) break;
+        // Every chunk this call runs is of one generation: a generation ends only when all its
+        // chunks are counted in done_, and this thread counts its chunks after it returns.
+        const uint64_t w = job_.fetch_add(1, std::memory_order_acq_rel);
+        gen = gen_of(w);
         const uint32_t c = chunk_of(w);
-        if (c >= n_chunks_.load(std::memory_order_acquire)) break;
-        if (!job_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
-        // Chunk c of generation gen is ours: the job fields are that generation's until it is done.
+        if (c >= count_of(w)) return ran;
+        // Chunk c is ours: the job fields are this generation's until it is done.
         const int64_t b = static_cast<int64_t>(c) * grain_;
         const int64_t e = b + grain_ < n_ ? b + grain_ : n_;
         fn_(ctx_, tid, b, e);
         ++ran;
-        w = job_.load(std::memory_order_acquire);
     }
-    return ran;
 }
 
 void thread_pool::run(int64_t n, int64_t grain, trampoline t, void* ctx) {
     if (n <= 0) return;
-    if (grain <= 0) grain = (n + 8 * n_threads_ - 1) / (8 * n_threads_);
+    if (grain <= 0) {
+        // Claims are serialised on the job word (~50-120 ns each, a cache line moving between
+        // cores), so their number, not only the balance, sets a short call's cost: 8 chunks a
+        // thread up to 4 threads, then 32 chunks in all (2 a thread from 16). bench_pool, 2
+        // threads, 128 units of ~1 us: 46 us at one claim a unit, 31 us at 2 claims a thread
+        // (ideal 31). A decode step's matmuls are such calls: ~120 units of 0.1-0.5 us.
+        const int64_t per_thread = n_threads_ <= 4 ? 8 : std::max<int64_t>(2, 32 / n_threads_);
+        grain = (n + per_thread * n_threads_ - 1) / (per_thread * n_threads_);
+    }
     if (grain < 1) grain = 1;
-    // The job word counts chunks in 32 bits.
-    if ((n + grain - 1) / grain > int64_t{0xFFFFFFF0}) grain = (n + 0xFFFFFFEF) / 0xFFFFFFF0;
+    // The job word counts chunks in 24 bits.
+    if ((n + grain - 1) / grain > k_max_chunks) grain = (n + k_max_chunks - 1) / k_max_chunks;
     const int64_t n_chunks = (n + grain - 1) / grain;
     if (n_threads_ == 1 || n_chunks == 1) {
         for (int64_t b = 0; b < n; b += grain) t(ctx, 0, b, b + grain < n ? b + grain : n);
         return;
     }
-    // Close the finished generation first, with a word no chunk count reaches. Without it, a
-    // worker still holding the old word (every chunk claimed) could read the new n_chunks_
-    // below, find its stale chunk index under it, and claim a phantom chunk of the old
-    // generation by CAS before the new word is stored: it would run a chunk twice and count it
-    // into the new job's done_, which then never equals n_chunks (seen as a hang on 2 cores
-    // with 3 threads). n_chunks_ is stored with release and loaded with acquire, so a worker
-    // that sees the new count also sees the closed word, and its CAS fails.
-    const uint32_t closed = gen_of(job_.load(std::memory_order_relaxed)) + 1;
-    job_.store(job_word(closed, k_no_chunk));
     fn_ = t;
     ctx_ = ctx;
     n_ = n;
     grain_ = grain;
-    n_chunks_.store(static_cast<uint32_t>(n_chunks), std::memory_order_release);
     done_.store(0, std::memory_order_relaxed);
-    const uint32_t gen = closed + 1;
-    job_.store(job_word(gen, 0));   // seq_cst: publishes the fields above; ordered before sleepers_
+    const uint32_t gen = gen_of(job_.load(std::memory_order_relaxed)) + 1;
+    job_.store(job_word(gen, static_cast<uint64_t>(n_chunks)));   // seq_cst: publishes the fields above
     wake_.fetch_add(1);
     if (sleepers_.load() > 0) wake_.notify_all();
-    const int64_t mine = work(gen, 0);
+    uint32_t g = 0;
+    const int64_t mine = work(0, g);
     if (done_.fetch_add(mine, std::memory_order_acq_rel) + mine == n_chunks) return;
     // The rest is held by workers that are running it: spin (it is short), yielding now and then
     // so that a worker preempted on a busy machine gets its CPU back.
@@ -160,6 +170,9 @@ void thread_pool::run(int64_t n, int64_t grain, trampoline t, void* ctx) {
 void thread_pool::worker(int index) {
     uint32_t seen = 0;
     for (;;) {
+        // Checked first: an empty claim can land on the destructor's generation (the previous
+        // job's count, all claimed), and then that generation is `seen` and nothing wakes us.
+        if (stop_.load()) return;
         uint64_t w = job_.load(std::memory_order_acquire);
         if (gen_of(w) == seen) {
             // Spin for spin_us_, checking the clock every 64 pauses, then sleep.
@@ -173,14 +186,14 @@ void thread_pool::worker(int index) {
                 // we read wake_, raise sleepers_, then re-read job_ (all seq_cst).
                 const uint32_t s = wake_.load();
                 sleepers_.fetch_add(1);
-                if (gen_of(job_.load()) == seen) wake_.wait(s);
+                if (gen_of(job_.load()) == seen && !stop_.load()) wake_.wait(s);
                 sleepers_.fetch_sub(1);
                 continue;
             }
         }
         if (stop_.load()) return;
-        seen = gen_of(w);
-        if (const int64_t ran = work(seen, index); ran > 0) done_.fetch_add(ran, std::memory_order_acq_rel);
+        // seen: the generation of this thread's last claim, the empty one that ended work().
+        if (const int64_t ran = work(index, seen); ran > 0) done_.fetch_add(ran, std::memory_order_acq_rel);
     }
 }
 

@@ -68,9 +68,9 @@ public:
     bool numa_simulated() const { return numa_simulated_; }
 
     // Calls fn(begin, end) on disjoint chunks covering [0, n), each at most `grain` long (grain
-    // <= 0: about 8 chunks per thread), from any thread of the pool, the caller included;
-    // returns when all are done. fn must not throw (it runs in the hot loop). Not reentrant:
-    // one parallel_for at a time, from one thread.
+    // <= 0: 8 chunks a thread up to 4 threads, 32 in all beyond), from any thread of the pool,
+    // the caller included; returns when all are done. fn must not throw (it runs in the hot
+    // loop). Not reentrant: one parallel_for at a time, from one thread.
     template <class F>
     void parallel_for(int64_t n, F&& fn) {
         parallel_for(n, 0, static_cast<F&&>(fn));
@@ -94,8 +94,9 @@ private:
     using trampoline = void (*)(void*, int, int64_t, int64_t);
     void run(int64_t n, int64_t grain, trampoline t, void* ctx);
     void worker(int index);
-    // Claims and runs chunks of generation `gen` until none is left; returns how many it ran.
-    int64_t work(uint32_t gen, int tid);
+    // Claims and runs chunks until a claim comes back empty; returns how many it ran, and in
+    // `gen` the generation of that last claim.
+    int64_t work(int tid, uint32_t& gen);
 
     int n_threads_;
     bool pinned_ = false;
@@ -112,13 +113,9 @@ private:
     void* ctx_ = nullptr;
     int64_t n_ = 0, grain_ = 1;
 
-    // Job word: generation in the high 32 bits, next unclaimed chunk in the low 32. A worker
-    // claims chunk c of generation g by CAS from (g, c) to (g, c + 1): a worker that wakes late
-    // sees a newer generation and never runs a chunk of a job it did not load.
+    // Job word: generation, chunk count and next unclaimed chunk (thread_pool.cpp's job_word);
+    // one fetch_add claims a chunk.
     alignas(64) std::atomic<uint64_t> job_{0};
-    // Chunks of the current job: atomic because a worker whose job word is stale may read it
-    // while the caller writes the next job's (its CAS then fails, so the value is never used).
-    std::atomic<uint32_t> n_chunks_{0};
     alignas(64) std::atomic<int64_t> done_{0};      // chunks finished in the current generation
     alignas(64) std::atomic<uint32_t> wake_{0};     // futex word the sleeping workers wait on
     std::atomic<int> sleepers_{0};

@@ -45,7 +45,7 @@ void matmul_shared_input(thread_pool& pool, std::span<const kernels::matmul_out>
         for (const kernels::matmul_out& o : outs) kernels::matmul(pool, *o.w, x, n, o.y, act);
         return;
     }
-    kernels::prepare_act(*outs[0].w, x, n, act);
+    kernels::prepare_act(pool, *outs[0].w, x, n, act);
     kernels::matmul_prepared_many(pool, outs, act, n);
 }
 
@@ -118,6 +118,26 @@ void read_moe_hparams(const model_file& f, model_hparams& hp, bool default_norm)
 }
 
 std::string blk(int il, std::string_view what) { return fmt::format("blk.{}.{}", il, what); }
+
+void rmsnorm_rows(thread_pool& pool, const float* x, const float* w, float* out, int64_t n, int64_t width, float eps) {
+    kernels::for_rows(pool, n, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) kernels::rmsnorm(x + r * width, w, out + r * width, width, eps);
+    });
+}
+
+void rope_and_cache_row(const model_hparams& hp, int32_t pos, float* q, float* k, const float* v, float* k_cache_row,
+                        float* v_cache_row) {
+    float cs[kernels::k_max_head_dim];   // [n_rot] this position's cos/sin table
+    kernels::rope_table(hp.rope, pos, cs);
+    kernels::rope_apply(hp.rope, cs, q, hp.n_head, hp.head_dim);
+    kernels::rope_apply(hp.rope, cs, k, hp.n_kv_head, hp.head_dim);
+    const int64_t nkv = static_cast<int64_t>(hp.n_kv_head) * hp.head_dim;
+    for (int64_t j = 0; j < nkv; ++j) k_cache_row[j] = k[j], v_cache_row[j] = v[j];
+}
+
+void add_rows(thread_pool& pool, float* y, const float* b, int64_t n, int64_t width) {
+    kernels::for_rows(pool, n, [&](int64_t r0, int64_t r1) { kernels::add(y + r0 * width, b + r0 * width, (r1 - r0) * width); });
+}
 
 void weight_binder::check_shape(const tensor_view& t, std::initializer_list<int64_t> ne) const {
     bool ok = true;
@@ -248,7 +268,7 @@ void attention_block(const attn_weights& w, const model_hparams& hp, int il, std
     const int64_t E = hp.n_embd, hd = hp.head_dim;
     const int64_t nq = hp.n_head * hd, nkv = hp.n_kv_head * hd;
     // Row-wise part: every row of every segment at once.
-    for (int64_t r = 0; r < n; ++r) kernels::rmsnorm(s.x.data() + r * E, w.norm.data(), s.xn.data() + r * E, E, hp.rms_eps);
+    rmsnorm_rows(pool, s.x.data(), w.norm.data(), s.xn.data(), n, E, hp.rms_eps);
     const kernels::matmul_out qkv[] = {{w.wq, s.q.data()}, {w.wk, s.k.data()}, {w.wv, s.v.data()}};
     matmul_shared_input(pool, qkv, s.xn.data(), n, s.act.data());
     kernels::attention_params ap;
@@ -262,32 +282,30 @@ void attention_block(const attn_weights& w, const model_hparams& hp, int il, std
     for (const batch_segment& g : batch) {
         const int64_t rows = static_cast<int64_t>(g.tokens.size());
         kv_cache& kv = *g.kv;
-        for (int64_t i = 0; i < rows; ++i) {
-            const int64_t r = row0 + i;
-            float* q = s.q.data() + r * nq;
-            float* k = s.k.data() + r * nkv;
-            float* v = s.v.data() + r * nkv;
-            if (!w.bq.empty()) {
-                kernels::add(q, w.bq.data(), nq);
-                kernels::add(k, w.bk.data(), nkv);
-                kernels::add(v, w.bv.data(), nkv);
+        kernels::for_rows(pool, rows, [&](int64_t i0, int64_t i1) {
+            for (int64_t i = i0; i < i1; ++i) {
+                const int64_t r = row0 + i;
+                float* q = s.q.data() + r * nq;
+                float* k = s.k.data() + r * nkv;
+                float* v = s.v.data() + r * nkv;
+                if (!w.bq.empty()) {
+                    kernels::add(q, w.bq.data(), nq);
+                    kernels::add(k, w.bk.data(), nkv);
+                    kernels::add(v, w.bv.data(), nkv);
+                }
+                if (!w.q_norm.empty()) {
+                    for (int h = 0; h < hp.n_head; ++h) kernels::rmsnorm(q + h * hd, w.q_norm.data(), q + h * hd, hd, hp.rms_eps);
+                    for (int h = 0; h < hp.n_kv_head; ++h) kernels::rmsnorm(k + h * hd, w.k_norm.data(), k + h * hd, hd, hp.rms_eps);
+                }
+                rope_and_cache_row(hp, g.pos0 + static_cast<int32_t>(i), q, k, v, kv.k(il) + (g.pos0 + i) * nkv,
+                                   kv.v(il) + (g.pos0 + i) * nkv);
             }
-            if (!w.q_norm.empty()) {
-                for (int h = 0; h < hp.n_head; ++h) kernels::rmsnorm(q + h * hd, w.q_norm.data(), q + h * hd, hd, hp.rms_eps);
-                for (int h = 0; h < hp.n_kv_head; ++h) kernels::rmsnorm(k + h * hd, w.k_norm.data(), k + h * hd, hd, hp.rms_eps);
-            }
-            kernels::rope_table(hp.rope, g.pos0 + static_cast<int32_t>(i), s.rope_cs.data());
-            kernels::rope_apply(hp.rope, s.rope_cs.data(), q, hp.n_head, static_cast<int>(hd));
-            kernels::rope_apply(hp.rope, s.rope_cs.data(), k, hp.n_kv_head, static_cast<int>(hd));
-            float* kc = kv.k(il) + (g.pos0 + i) * nkv;
-            float* vc = kv.v(il) + (g.pos0 + i) * nkv;
-            for (int64_t j = 0; j < nkv; ++j) kc[j] = k[j], vc[j] = v[j];
-        }
+        });
         kernels::attention(pool, ap, s.q.data() + row0 * nq, kv.k(il), kv.v(il), g.pos0, rows, s.attn.data() + row0 * nq);
         row0 += rows;
     }
     kernels::matmul(pool, *w.wo, s.attn.data(), n, s.out.data(), s.act.data());
-    kernels::add(s.x.data(), s.out.data(), n * E);
+    add_rows(pool, s.x.data(), s.out.data(), n, E);
 }
 
 void commit_batch(std::span<const batch_segment> batch) {
@@ -298,16 +316,18 @@ void ffn_rows(const ffn_weights& w, int64_t n_ff, int64_t n_embd, int64_t n, for
     (void)n_embd;
     const kernels::matmul_out gate_up[] = {{w.gate, s.gate.data()}, {w.up, s.up.data()}};
     matmul_shared_input(*s.pool, gate_up, s.xn.data(), n, s.act.data());
-    kernels::swiglu(s.gate.data(), s.up.data(), s.gate.data(), n * n_ff);
+    kernels::for_rows(*s.pool, n, [&](int64_t r0, int64_t r1) {
+        kernels::swiglu(s.gate.data() + r0 * n_ff, s.up.data() + r0 * n_ff, s.gate.data() + r0 * n_ff, (r1 - r0) * n_ff);
+    });
     kernels::matmul(*s.pool, *w.down, s.gate.data(), n, out, s.act.data());
 }
 
 void dense_ffn_block(const std::vector<float>& norm, const ffn_weights& w, const model_hparams& hp,
                      int64_t n, forward_scratch& s) {
     const int64_t E = hp.n_embd;
-    for (int64_t r = 0; r < n; ++r) kernels::rmsnorm(s.x.data() + r * E, norm.data(), s.xn.data() + r * E, E, hp.rms_eps);
+    rmsnorm_rows(*s.pool, s.x.data(), norm.data(), s.xn.data(), n, E, hp.rms_eps);
     ffn_rows(w, hp.n_ff, E, n, s, s.out.data());
-    kernels::add(s.x.data(), s.out.data(), n * E);
+    add_rows(*s.pool, s.x.data(), s.out.data(), n, E);
 }
 
 void output_block(const output_weights& w, const model_hparams& hp, std::span<const batch_segment> batch,

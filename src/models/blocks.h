@@ -41,6 +41,15 @@ private:
 
 std::string blk(int il, std::string_view what);   // "blk.<il>.<what>"
 
+// Row-wise ops over n rows of `width` floats, split over the pool when n is large enough
+// (kernels::for_rows): out[r] = rmsnorm(x[r]) * w; y[r] += b[r]. The same bits either way.
+void rmsnorm_rows(thread_pool& pool, const float* x, const float* w, float* out, int64_t n, int64_t width, float eps);
+void add_rows(thread_pool& pool, float* y, const float* b, int64_t n, int64_t width);
+// One row at position pos: RoPE of q [n_head, head_dim] and k [n_kv_head, head_dim] in place,
+// then k and v [n_kv_head * head_dim] copied into that position's cache rows.
+void rope_and_cache_row(const model_hparams& hp, int32_t pos, float* q, float* k, const float* v, float* k_cache_row,
+                        float* v_cache_row);
+
 struct attn_weights {
     std::vector<float> norm;                  // attn_norm [n_embd]
     const tensor_view* wq = nullptr;          // [n_embd, n_head*head_dim]

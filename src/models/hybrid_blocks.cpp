@@ -192,7 +192,7 @@ void delta_net_block(const delta_net_weights& w, const model_hparams& hp, const 
     float* beta = arch + rg.beta() * R;     // [n, nv]
 
     // Row-wise part: projections of every row at once.
-    for (int64_t r = 0; r < n; ++r) kernels::rmsnorm(s.x.data() + r * E, w.norm.data(), s.xn.data() + r * E, E, hp.rms_eps);
+    rmsnorm_rows(pool, s.x.data(), w.norm.data(), s.xn.data(), n, E, hp.rms_eps);
     kernels::matmul(pool, *w.wqkv, s.xn.data(), n, mixed, s.act.data());
     kernels::matmul(pool, *w.wz, s.xn.data(), n, z, s.act.data());
     const int64_t rep = dn.n_v_heads / dn.n_k_heads;
@@ -234,7 +234,7 @@ void delta_net_block(const delta_net_weights& w, const model_hparams& hp, const 
         row0 += rows;
     }
     kernels::matmul(pool, *w.wo, core, n, s.out.data(), s.act.data());
-    kernels::add(s.x.data(), s.out.data(), n * E);
+    add_rows(pool, s.x.data(), s.out.data(), n, E);
 }
 
 void gated_attention_block(const gated_attn_weights& w, const model_hparams& hp, int il,
@@ -243,7 +243,7 @@ void gated_attention_block(const gated_attn_weights& w, const model_hparams& hp,
     const int64_t E = hp.n_embd, hd = hp.head_dim;
     const int64_t nq = hp.n_head * hd, nkv = hp.n_kv_head * hd;
     float* qg = s.arch.data();   // [n, n_head, 2*head_dim]: query then gate per head
-    for (int64_t r = 0; r < n; ++r) kernels::rmsnorm(s.x.data() + r * E, w.norm.data(), s.xn.data() + r * E, E, hp.rms_eps);
+    rmsnorm_rows(pool, s.x.data(), w.norm.data(), s.xn.data(), n, E, hp.rms_eps);
     kernels::matmul(pool, *w.wq, s.xn.data(), n, qg, s.act.data());
     kernels::matmul(pool, *w.wk, s.xn.data(), n, s.k.data(), s.act.data());
     kernels::matmul(pool, *w.wv, s.xn.data(), n, s.v.data(), s.act.data());
@@ -256,36 +256,36 @@ void gated_attention_block(const gated_attn_weights& w, const model_hparams& hp,
     for (const batch_segment& g : batch) {
         const int64_t rows = static_cast<int64_t>(g.tokens.size());
         kv_cache& kv = *g.kv;
-        for (int64_t i = 0; i < rows; ++i) {
-            const int64_t r = row0 + i;
-            float* q = s.q.data() + r * nq;
-            float* k = s.k.data() + r * nkv;
-            const float* v = s.v.data() + r * nkv;
-            for (int h = 0; h < hp.n_head; ++h) {
-                const float* src = qg + r * 2 * nq + h * 2 * hd;
-                kernels::rmsnorm(src, w.q_norm.data(), q + h * hd, hd, hp.rms_eps);
+        kernels::for_rows(pool, rows, [&](int64_t i0, int64_t i1) {
+            for (int64_t i = i0; i < i1; ++i) {
+                const int64_t r = row0 + i;
+                float* q = s.q.data() + r * nq;
+                float* k = s.k.data() + r * nkv;
+                const float* v = s.v.data() + r * nkv;
+                for (int h = 0; h < hp.n_head; ++h) {
+                    const float* src = qg + r * 2 * nq + h * 2 * hd;
+                    kernels::rmsnorm(src, w.q_norm.data(), q + h * hd, hd, hp.rms_eps);
+                }
+                for (int h = 0; h < hp.n_kv_head; ++h) kernels::rmsnorm(k + h * hd, w.k_norm.data(), k + h * hd, hd, hp.rms_eps);
+                // Partial RoPE: the first n_rot dims of each head (rope.dimension_count), NeoX pairs.
+                rope_and_cache_row(hp, g.pos0 + static_cast<int32_t>(i), q, k, v, kv.k(il) + (g.pos0 + i) * nkv,
+                                   kv.v(il) + (g.pos0 + i) * nkv);
             }
-            for (int h = 0; h < hp.n_kv_head; ++h) kernels::rmsnorm(k + h * hd, w.k_norm.data(), k + h * hd, hd, hp.rms_eps);
-            // Partial RoPE: the first n_rot dims of each head (rope.dimension_count), NeoX pairs.
-            kernels::rope_table(hp.rope, g.pos0 + static_cast<int32_t>(i), s.rope_cs.data());
-            kernels::rope_apply(hp.rope, s.rope_cs.data(), q, hp.n_head, static_cast<int>(hd));
-            kernels::rope_apply(hp.rope, s.rope_cs.data(), k, hp.n_kv_head, static_cast<int>(hd));
-            float* kc = kv.k(il) + (g.pos0 + i) * nkv;
-            float* vc = kv.v(il) + (g.pos0 + i) * nkv;
-            for (int64_t j = 0; j < nkv; ++j) kc[j] = k[j], vc[j] = v[j];
-        }
+        });
         kernels::attention(pool, ap, s.q.data() + row0 * nq, kv.k(il), kv.v(il), g.pos0, rows, s.attn.data() + row0 * nq);
         row0 += rows;
     }
     // Output gate: attn *= sigmoid(gate), per head and dimension.
-    for (int64_t r = 0; r < n; ++r)
-        for (int h = 0; h < hp.n_head; ++h) {
-            float* o = s.attn.data() + r * nq + h * hd;
-            const float* gate = qg + r * 2 * nq + h * 2 * hd + hd;
-            for (int64_t d = 0; d < hd; ++d) o[d] = o[d] * kernels::sigmoid_f32(gate[d]);
-        }
+    kernels::for_rows(pool, n, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r)
+            for (int h = 0; h < hp.n_head; ++h) {
+                float* o = s.attn.data() + r * nq + h * hd;
+                const float* gate = qg + r * 2 * nq + h * 2 * hd + hd;
+                for (int64_t d = 0; d < hd; ++d) o[d] = o[d] * kernels::sigmoid_f32(gate[d]);
+            }
+    });
     kernels::matmul(pool, *w.wo, s.attn.data(), n, s.out.data(), s.act.data());
-    kernels::add(s.x.data(), s.out.data(), n * E);
+    add_rows(pool, s.x.data(), s.out.data(), n, E);
 }
 
 }  // namespace sluice

@@ -67,7 +67,6 @@ forward_scratch model::make_scratch(int max_rows, thread_pool& pool) const {
     s.expert_ids.resize(R * K);
     s.expert_w.resize(R * K);
     s.shexp_gate.resize(R);
-    s.rope_cs.resize(static_cast<size_t>(hp.rope.n_rot));
     // f32 activations (a copy) are the largest form of an activation row: 4 bytes a value.
     s.act.resize(R * 4 * std::max({E, nq, ff, static_cast<size_t>(hp.ssm_d_inner)}));
     s.arch.resize(R * static_cast<size_t>(hp.arch_floats_per_row));

@@ -82,7 +82,6 @@ struct forward_scratch {
     std::vector<int32_t> expert_ids;   // [max_rows, n_expert_used]
     std::vector<float> expert_w;       // [max_rows, n_expert_used]
     std::vector<float> shexp_gate;     // [max_rows] shared-expert gate logits
-    std::vector<float> rope_cs;        // [n_rot] one position's cos/sin table
     std::vector<std::byte> act;        // activation rows for matmul: max_rows * 4 * max(n_in) bytes
     moe::expert_scratch experts;       // the CPU expert pool's buffers (MoE models; empty otherwise)
     routing_observer on_route;         // optional: sees every MoE layer's routed ids

@@ -26,7 +26,7 @@ void moe_ffn_block(const std::vector<float>& norm, const moe_weights& w, const m
                    int64_t n, forward_scratch& s) {
     thread_pool& pool = *s.pool;
     const int64_t E = hp.n_embd, K = hp.n_expert_used;
-    for (int64_t r = 0; r < n; ++r) kernels::rmsnorm(s.x.data() + r * E, norm.data(), s.xn.data() + r * E, E, hp.rms_eps);
+    rmsnorm_rows(pool, s.x.data(), norm.data(), s.xn.data(), n, E, hp.rms_eps);
 
     // Router: logits [n, n_expert] -> top-k ids and weights per row.
     kernels::matmul(pool, *w.router, s.xn.data(), n, s.router.data(), s.act.data());
@@ -34,8 +34,10 @@ void moe_ffn_block(const std::vector<float>& norm, const moe_weights& w, const m
     rp.n_expert = hp.n_expert;
     rp.n_used = hp.n_expert_used;
     rp.renormalize = hp.expert_weights_norm;
-    for (int64_t r = 0; r < n; ++r)
-        kernels::route_topk(rp, s.router.data() + r * hp.n_expert, s.expert_ids.data() + r * K, s.expert_w.data() + r * K);
+    kernels::for_rows(pool, n, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r)
+            kernels::route_topk(rp, s.router.data() + r * hp.n_expert, s.expert_ids.data() + r * K, s.expert_w.data() + r * K);
+    });
     if (s.on_route.fn) s.on_route.fn(s.on_route.ctx, w.layer, s.expert_ids.data(), n * K);
 
     // Routed experts on the CPU expert pool: the window's ids deduplicated (each expert's weights
@@ -49,14 +51,16 @@ void moe_ffn_block(const std::vector<float>& norm, const moe_weights& w, const m
         // Shared expert: every row, scaled by sigmoid(gate . x), added after the routed sum.
         ffn_rows(w.shexp, hp.n_ff_shexp, E, n, s, s.shexp.data());
         kernels::matmul(pool, *w.shexp_gate, s.xn.data(), n, s.shexp_gate.data(), s.act.data());
-        for (int64_t r = 0; r < n; ++r) {
-            const float g = kernels::sigmoid_f32(s.shexp_gate[static_cast<size_t>(r)]);
-            float* out = s.out.data() + r * E;
-            const float* sh = s.shexp.data() + r * E;
-            for (int64_t i = 0; i < E; ++i) out[i] = out[i] + g * sh[i];
-        }
+        kernels::for_rows(pool, n, [&](int64_t r0, int64_t r1) {
+            for (int64_t r = r0; r < r1; ++r) {
+                const float g = kernels::sigmoid_f32(s.shexp_gate[static_cast<size_t>(r)]);
+                float* out = s.out.data() + r * E;
+                const float* sh = s.shexp.data() + r * E;
+                for (int64_t i = 0; i < E; ++i) out[i] = out[i] + g * sh[i];
+            }
+        });
     }
-    kernels::add(s.x.data(), s.out.data(), n * E);
+    add_rows(pool, s.x.data(), s.out.data(), n, E);
 }
 
 }  // namespace sluice

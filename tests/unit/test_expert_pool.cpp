@@ -198,6 +198,48 @@ TEST(thread_pool, a_late_worker_never_claims_a_chunk_of_a_finished_call) {
     }
 }
 
+// The job word keeps 16 bits of generation: past 65,536 calls it wraps, and a call's chunks are
+// still each run once.
+TEST(thread_pool, calls_past_the_generation_wrap_lose_nothing) {
+    thread_pool pool(3);
+    std::vector<int64_t> hits(7, 0);
+    for (int call = 0; call < 70000; ++call)
+        pool.parallel_for(call % 3 ? 7 : 2, 1, [&](int64_t b, int64_t e) {
+            for (int64_t i = b; i < e; ++i) ++hits[static_cast<size_t>(i)];
+        });
+    for (size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i], i < 2 ? 70000 : 46666) << "index " << i;
+}
+
+// More chunks than the job word counts (2^24 - 4096): the grain grows and every index is still
+// covered once.
+TEST(thread_pool, a_range_beyond_the_chunk_count_limit_is_covered_once) {
+    thread_pool pool(3);
+    const int64_t n = (int64_t{1} << 24) + 12345;
+    std::atomic<int64_t> covered{0}, calls{0};
+    std::atomic<bool> bad{false};
+    pool.parallel_for(n, 1, [&](int64_t b, int64_t e) {
+        if (b < 0 || e > n || b >= e) bad = true;
+        covered += e - b;
+        ++calls;
+    });
+    EXPECT_FALSE(bad);
+    EXPECT_EQ(covered.load(), n);
+    EXPECT_LT(calls.load(), int64_t{1} << 24);
+}
+
+// A pool destroyed right after a call: a worker whose empty claim lands on the destructor's
+// generation must still see the stop (it once slept for ever there, and the join hung).
+TEST(thread_pool, destroyed_right_after_a_call_always_joins) {
+    // More threads than this machine's CPUs: workers get preempted between their checks.
+    for (int threads : {3, 8})
+        for (int i = 0; i < 1500; ++i) {
+            thread_pool pool(threads);
+            std::atomic<int64_t> sum{0};
+            pool.parallel_for(64, 1, [&](int64_t b, int64_t e) { sum += e - b; });
+            ASSERT_EQ(sum.load(), 64);
+        }
+}
+
 TEST(thread_pool, bad_options_are_rejected) {
     EXPECT_THROW(thread_pool(0), std::exception);
     thread_pool_options o;

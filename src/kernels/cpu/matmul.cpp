@@ -13,11 +13,24 @@ size_t matmul_act_bytes(const tensor_view& w, int64_t n_rows) {
     return quant::act_row_bytes(quant::act_format_for(w.type), w.ne[0]) * static_cast<size_t>(n_rows);
 }
 
-void prepare_act(const tensor_view& w, const float* x, int64_t n_rows, std::byte* act) {
+namespace {
+
+// Activation rows [r0, r1) of x prepared for w's format.
+void prepare_act_rows(const tensor_view& w, const float* x, int64_t r0, int64_t r1, std::byte* act) {
     const auto f = quant::act_format_for(w.type);
     const int64_t n_in = w.ne[0];
     const size_t row_bytes = quant::act_row_bytes(f, n_in);
-    for (int64_t r = 0; r < n_rows; ++r) quant::quantize_act_row(f, x + r * n_in, n_in, act + r * row_bytes);
+    for (int64_t r = r0; r < r1; ++r) quant::quantize_act_row(f, x + r * n_in, n_in, act + r * row_bytes);
+}
+
+}  // namespace
+
+void prepare_act(const tensor_view& w, const float* x, int64_t n_rows, std::byte* act) {
+    prepare_act_rows(w, x, 0, n_rows, act);
+}
+
+void prepare_act(thread_pool& pool, const tensor_view& w, const float* x, int64_t n_rows, std::byte* act) {
+    for_rows(pool, n_rows, [&](int64_t r0, int64_t r1) { prepare_act_rows(w, x, r0, r1, act); });
 }
 
 namespace {
@@ -119,7 +132,7 @@ void matmul_prepared_many(thread_pool& pool, std::span<const matmul_out> outs, c
 
 void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n_rows, float* y,
             std::byte* act) {
-    prepare_act(w, x, n_rows, act);
+    prepare_act(pool, w, x, n_rows, act);
     matmul_prepared(pool, w, act, n_rows, y);
 }
 
