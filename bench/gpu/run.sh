@@ -59,7 +59,7 @@ say "start (budget ${BUDGET} s)"
   nproc
 } >> "$run_log" 2>&1
 note "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), $(nproc) cores"
-note "tree: $(git rev-parse --short HEAD 2>/dev/null || echo 'no git') $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+note "tree: ${TREE:-$(git rev-parse --short HEAD 2>/dev/null || echo 'no git')} $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 
 # The synthetic file is written in the background while the build runs (python and the disk,
 # not the compilers' cores).
