@@ -1,7 +1,9 @@
 // AVX-512 (F, BW, VL, VNNI) kernels of dot.h: dot_simd_impl.h with VNNI on 256-bit vectors for
 // 256-wide blocks (vpmaddubsw + vpdpwssd; see kblock_sumi for why not 512-bit), vpdpbusd for
 // 32-wide blocks and one zmm of 16 fp32 lanes for float rows; the column tiles of
-// dot_tile_impl.h, and of dot_ktile_impl.h for 256-wide blocks (vpdpbusd, this ISA only). Called only when the CPU reports all four extensions (dot_dispatch.cpp).
+// dot_tile_impl.h (with its vpdpbusd form for windows), and of dot_ktile_impl.h for 256-wide
+// blocks (vpdpbusd, this ISA only). Called only when the CPU reports all four extensions
+// (dot_dispatch.cpp).
 #include "kernels/cpu/dot.h"
 
 #include "quant/act.h"

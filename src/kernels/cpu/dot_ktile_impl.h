@@ -43,25 +43,7 @@ constexpr int k_ktile_min_rows = 2;
 // byte is q + 128), 32 for Q6_K's kblock, 0 for unsigned codes.
 constexpr int ktile_bias(dtype t) { return t == dtype::q6_k ? 32 : decoded_unsigned(t) ? 0 : 128; }
 
-// The 8x8 transpose of int32 lanes: row r of the result holds lane r of each input row.
-[[gnu::always_inline]] inline void transpose8x32(__m256i* v) {
-    const __m256i t0 = _mm256_unpacklo_epi32(v[0], v[1]), t1 = _mm256_unpackhi_epi32(v[0], v[1]);
-    const __m256i t2 = _mm256_unpacklo_epi32(v[2], v[3]), t3 = _mm256_unpackhi_epi32(v[2], v[3]);
-    const __m256i t4 = _mm256_unpacklo_epi32(v[4], v[5]), t5 = _mm256_unpackhi_epi32(v[4], v[5]);
-    const __m256i t6 = _mm256_unpacklo_epi32(v[6], v[7]), t7 = _mm256_unpackhi_epi32(v[6], v[7]);
-    const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
-    const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
-    const __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
-    const __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
-    v[0] = _mm256_permute2x128_si256(u0, u4, 0x20);
-    v[1] = _mm256_permute2x128_si256(u1, u5, 0x20);
-    v[2] = _mm256_permute2x128_si256(u2, u6, 0x20);
-    v[3] = _mm256_permute2x128_si256(u3, u7, 0x20);
-    v[4] = _mm256_permute2x128_si256(u0, u4, 0x31);
-    v[5] = _mm256_permute2x128_si256(u1, u5, 0x31);
-    v[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
-    v[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
-}
+// transpose8x32 (the 8x8 transpose of int32 lanes) is dot_tile_impl.h's, included before this.
 
 // One block of the tile's 8 columns, decoded and transposed once for every activation row.
 template <dtype wt>
