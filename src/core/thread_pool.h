@@ -1,5 +1,5 @@
 // A persistent pool of worker threads for the per-token hot loop. parallel_for hands out an
-// index range [0, n) in chunks claimed with one atomic compare-and-swap each (no lock), so a
+// index range [0, n) in chunks claimed with one atomic fetch_add each (no lock), so a
 // thread that the OS preempts delays only the chunk it holds, and the tail is one chunk long.
 // Callers split OUTPUT rows/columns with it, never a reduction: every element is computed by the
 // same code in the same order whatever the thread count or the chunking (E2).
