@@ -137,11 +137,12 @@ int64_t thread_pool::work(int tid, uint32_t& gen) {
 void thread_pool::run(int64_t n, int64_t grain, trampoline t, void* ctx) {
     if (n <= 0) return;
     if (grain <= 0) {
-        // Claims are serialised on the job word (~50-120 ns each, a cache line moving between
-        // cores), so their number, not only the balance, sets a short call's cost: 8 chunks a
-        // thread up to 4 threads, then 32 chunks in all (2 a thread from 16). bench_pool, 2
-        // threads, 128 units of ~1 us: 46 us at one claim a unit, 31 us at 2 claims a thread
-        // (ideal 31). A decode step's matmuls are such calls: ~120 units of 0.1-0.5 us.
+        // Claims are serialised on the job word (a cache line moving between cores), so their
+        // number, not only the balance, sets a short call's cost: 8 chunks a thread up to 4
+        // threads, then 32 chunks in all (2 a thread from 16). bench_pool, 128 units of ~1 us,
+        // one claim a unit against 2 claims a thread: 46 against 31 us at 2 threads (EPYC; ideal
+        // 31), 9.7 against 7.1 us at 16 (the H200 machine's Xeon; ideal 3.2). A decode step's
+        // matmuls are such calls: ~120 units of 0.1-0.5 us.
         const int64_t per_thread = n_threads_ <= 4 ? 8 : std::max<int64_t>(2, 32 / n_threads_);
         grain = (n + per_thread * n_threads_ - 1) / (per_thread * n_threads_);
     }

@@ -313,9 +313,7 @@ int32_t run_pairs(thread_pool& pool, const expert_bank& bank, const float* x, co
         const auto f = pass == 0 ? fg : fu;
         const size_t rb = pass == 0 ? rbg : rbu;
         std::byte* dst = pass == 0 ? act_gate : act_up;
-        kernels::for_rows(pool, n_rows, [&](int64_t r0, int64_t r1) {
-            for (int64_t r = r0; r < r1; ++r) quant::quantize_act_row(f, x + r * E, E, s.act_x.data() + r * rb);
-        });
+        kernels::quantize_act_rows(pool, f, x, E, n_rows, s.act_x.data());
         kernels::for_rows(pool, acc, [&](int64_t p0, int64_t p1) {
             for (int64_t p = p0; p < p1; ++p)
                 std::memcpy(dst + p * rb, s.act_x.data() + static_cast<size_t>(s.sorted_row[static_cast<size_t>(p)] / K) * rb,

@@ -13,24 +13,22 @@ size_t matmul_act_bytes(const tensor_view& w, int64_t n_rows) {
     return quant::act_row_bytes(quant::act_format_for(w.type), w.ne[0]) * static_cast<size_t>(n_rows);
 }
 
-namespace {
-
-// Activation rows [r0, r1) of x prepared for w's format.
-void prepare_act_rows(const tensor_view& w, const float* x, int64_t r0, int64_t r1, std::byte* act) {
-    const auto f = quant::act_format_for(w.type);
-    const int64_t n_in = w.ne[0];
+void quantize_act_rows(thread_pool& pool, quant::act_format f, const float* x, int64_t n_in, int64_t n_rows,
+                       std::byte* act) {
     const size_t row_bytes = quant::act_row_bytes(f, n_in);
-    for (int64_t r = r0; r < r1; ++r) quant::quantize_act_row(f, x + r * n_in, n_in, act + r * row_bytes);
+    for_rows(pool, n_rows, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) quant::quantize_act_row(f, x + r * n_in, n_in, act + r * row_bytes);
+    });
 }
 
-}  // namespace
-
 void prepare_act(const tensor_view& w, const float* x, int64_t n_rows, std::byte* act) {
-    prepare_act_rows(w, x, 0, n_rows, act);
+    const auto f = quant::act_format_for(w.type);
+    const size_t row_bytes = quant::act_row_bytes(f, w.ne[0]);
+    for (int64_t r = 0; r < n_rows; ++r) quant::quantize_act_row(f, x + r * w.ne[0], w.ne[0], act + r * row_bytes);
 }
 
 void prepare_act(thread_pool& pool, const tensor_view& w, const float* x, int64_t n_rows, std::byte* act) {
-    for_rows(pool, n_rows, [&](int64_t r0, int64_t r1) { prepare_act_rows(w, x, r0, r1, act); });
+    quantize_act_rows(pool, quant::act_format_for(w.type), x, w.ne[0], n_rows, act);
 }
 
 namespace {
