@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "kernels/cpu/ops.h"
 #include "runtime/philox.h"
 
 namespace sluice {
@@ -78,10 +79,8 @@ void keyed_sampler::prepare(const float* logits, std::span<const int32_t> histor
     apply_bias_and_penalties(history);
 
     if (greedy_) {
-        int32_t best = 0;
-        for (int32_t i = 1; i < n_vocab_; ++i)
-            if (work_[size_t(i)] > work_[size_t(best)]) best = i;  // strict: ties stay with the lowest id
-        order_[0] = best;
+        // Strict '>': ties stay with the lowest id (kernels::argmax_first's rule).
+        order_[0] = static_cast<int32_t>(kernels::argmax_first(work_.data(), n_vocab_));
         n_kept_ = 1;
         return;
     }

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -309,6 +310,53 @@ TEST(ops, router_picks_top_k_with_and_without_renormalisation) {
         const double s = renorm ? 2 * p1 + p5 : 1.0;
         EXPECT_NEAR(w[0], p1 / s, 1e-6);
         EXPECT_NEAR(w[2], p5 / s, 1e-6);
+    }
+}
+
+// The greedy pick: the SIMD scan gives the strict scan's index on ties (+0/-0, repeated maxima),
+// NaN, -inf and +inf, at every length around the vector widths and at a vocabulary's length.
+TEST(ops, argmax_first_matches_the_strict_scan) {
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    std::mt19937 g(7);
+    auto check = [](const std::vector<float>& v, const char* what) {
+        const int64_t n = static_cast<int64_t>(v.size());
+        ASSERT_EQ(kernels::argmax_first(v.data(), n), kernels::argmax_first_ref(v.data(), n)) << what << ", n " << n;
+    };
+    // Every value NaN or -inf: index 0, wherever the first -inf is.
+    check({nan, -inf, nan}, "NaN then -inf");
+    check(std::vector<float>(40, nan), "all NaN");
+    check(std::vector<float>(33, -inf), "all -inf");
+    EXPECT_EQ(kernels::argmax_first_ref(std::vector<float>{nan, -inf, 1.0f}.data(), 3), 2);
+    EXPECT_EQ(kernels::argmax_first_ref(std::vector<float>{-0.0f, 0.0f}.data(), 2), 0);
+    for (int64_t n : {1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 100, 151936}) {
+        for (int trial = 0; trial < 12; ++trial) {
+            std::vector<float> v = randn(static_cast<size_t>(n), static_cast<uint32_t>(n * 31 + trial));
+            std::uniform_int_distribution<int64_t> at(0, n - 1);
+            switch (trial % 6) {
+            case 0: break;
+            case 1:   // repeated maxima: the first wins
+                for (int k = 0; k < 3; ++k) v[static_cast<size_t>(at(g))] = 9.0f;
+                break;
+            case 2:   // signed zeros as the maximum
+                for (auto& x : v) x = -std::fabs(x) - 1.0f;
+                v[static_cast<size_t>(at(g))] = -0.0f;
+                v[static_cast<size_t>(at(g))] = 0.0f;
+                break;
+            case 3:   // NaN scattered (never wins), one at index 0
+                for (int k = 0; k < 5; ++k) v[static_cast<size_t>(at(g))] = nan;
+                v[0] = nan;
+                break;
+            case 4:   // +inf twice
+                v[static_cast<size_t>(at(g))] = inf;
+                v[static_cast<size_t>(at(g))] = inf;
+                break;
+            default:   // mostly -inf (banned ids) with a few finite values
+                for (auto& x : v) x = -inf;
+                for (int k = 0; k < 2; ++k) v[static_cast<size_t>(at(g))] = -5.0f;
+                break;
+            }
+            check(v, "trial");
+        }
     }
 }
 

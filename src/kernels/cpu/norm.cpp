@@ -5,6 +5,7 @@
 #include "kernels/math.h"
 
 #include <cmath>
+#include <limits>
 
 namespace sluice::kernels {
 
@@ -62,6 +63,54 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
 
 void add(float* y, const float* b, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] += b[i];
+}
+
+int64_t argmax_first_ref(const float* x, int64_t n) {
+    constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+    int64_t best = 0;
+    float bv = std::isnan(x[0]) ? neg_inf : x[0];
+    for (int64_t i = 1; i < n; ++i)
+        if (x[i] > bv) {   // false for NaN
+            best = i;
+            bv = x[i];
+        }
+    return best;
+}
+
+namespace {
+
+// Two passes: the maximum (vmaxps returns its second operand when the first is NaN, so NaN never
+// wins), then the first index holding a value equal to it (+0 == -0, as the strict scan treats
+// them). When the maximum is -inf every value is NaN or -inf, and the scan keeps index 0.
+__attribute__((target("avx2"))) int64_t argmax_first_avx2(const float* x, int64_t n) {
+    constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+    __m256 m0 = _mm256_set1_ps(neg_inf), m1 = m0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
+        m1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), m1);
+    }
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, _mm256_max_ps(m0, m1));
+    float mx = neg_inf;
+    for (float v : lanes) mx = v > mx ? v : mx;
+    for (; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+    if (mx == neg_inf) return 0;
+    const __m256 target = _mm256_set1_ps(mx);
+    for (i = 0; i + 8 <= n; i += 8) {
+        const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), target, _CMP_EQ_OQ));
+        if (hit) return i + __builtin_ctz(static_cast<unsigned>(hit));
+    }
+    for (; i < n; ++i)
+        if (x[i] == mx) return i;
+    return 0;   // never: mx is one of the values
+}
+
+}  // namespace
+
+int64_t argmax_first(const float* x, int64_t n) {
+    static const bool avx2 = cpu_supports(isa::avx2);
+    return avx2 ? argmax_first_avx2(x, n) : argmax_first_ref(x, n);
 }
 
 void route_topk(const router_params& p, float* logits, int32_t* ids, float* weights) {

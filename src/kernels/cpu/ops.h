@@ -53,6 +53,13 @@ void softmax(float* x, int64_t n);
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 // y[i] += b[i]. [n].
 void add(float* y, const float* b, int64_t n);
+// The index of the largest of x[0..n), NaN counting as -inf, ties (+0 and -0 are equal) going to
+// the lowest index; 0 when every value is NaN or -inf. n >= 1. The greedy pick of the keyed
+// sampler: on the GPU machine's host the scalar scan of a 151,936-entry row took 150-700 us a
+// token, 3-14% of a GPU decode step (bench/gpu/step_overhead, decode_bench).
+int64_t argmax_first(const float* x, int64_t n);
+// argmax_first's definition: one strict '>' scan (the SIMD form must give its index).
+int64_t argmax_first_ref(const float* x, int64_t n);
 
 // ---- rope.cpp ------------------------------------------------------------------------------
 enum class rope_mode : uint8_t {

@@ -78,17 +78,40 @@ struct stage_sizes {
     static_assert(blocks % (32 / (fmt_traits<T>::qk / 8)) == 0, "a chunk is whole warp steps");
 };
 
+// One aligned 16-byte word from global to shared memory. On sm_80+ it is an asynchronous copy
+// (cp.async, no register in between): every copy a thread issues is in flight until
+// stage_wait(), so a stage costs one memory latency however many words a thread takes and
+// however the loop is compiled. The earlier load-then-store loop left nvcc's remainder
+// iterations (most of a warp's 3-5 words of a row) one after another, a latency each, and a
+// verify window's 16 activation rows one after another (the PTX of 11fac76); batching the loads
+// through registers instead spilled every kernel (64 registers at 4 blocks of 256 threads).
+__device__ inline void copy16(uint4* dst, const uint4* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(__cvta_generic_to_global(src)) : "memory");
+#else
+    *dst = __ldg(src);
+#endif
+}
+
+// Waits for the calling thread's copy16 copies (then a barrier makes them visible to the block).
+__device__ inline void stage_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
 // Copies bytes [src, src + len) into dst (16-byte aligned, stage_region(len) bytes) as the
 // aligned 16-byte words that cover them, threads tid, tid + n, ... each taking words; returns
-// where src[0] landed (dst + src % 16). The words may reach up to 15 bytes outside [src, src +
-// len), never outside an aligned 16-byte granule holding one of its bytes (same page, same
-// allocation granule).
+// where src[0] will land (dst + src % 16) once stage_wait() and a barrier have passed. The
+// words may reach up to 15 bytes outside [src, src + len), never outside an aligned 16-byte
+// granule holding one of its bytes (same page, same allocation granule).
 __device__ inline const uint8_t* stage(const uint8_t* src, int len, uint4* dst, int tid, int n) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(src);
     const uint4* s = reinterpret_cast<const uint4*>(a & ~static_cast<uintptr_t>(15));
     const int o = static_cast<int>(a & 15);
     const int words = (o + len + 15) / 16;
-    for (int i = tid; i < words; i += n) dst[i] = __ldg(s + i);
+    for (int i = tid; i < words; i += n) copy16(dst + i, s + i);
     return reinterpret_cast<const uint8_t*>(dst) + o;
 }
 
@@ -183,6 +206,7 @@ __global__ void __launch_bounds__(k_warps_max * 32, MAXR == 1 ? 4 : 3)
                                      nb * AB, sa + r * (ss::a_region / 16), static_cast<int>(threadIdx.x), nw * 32);
             ao |= static_cast<uint32_t>((p - reinterpret_cast<const uint8_t*>(sa + r * (ss::a_region / 16))) / 4) << (2 * r);
         }
+        stage_wait();   // this thread's copies (the weights' and the rows'), all issued above
         __syncthreads();
         if (!live) continue;
         // The word path needs packed_alignment<T> of every block: the chunk's blocks have the

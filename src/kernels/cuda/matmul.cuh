@@ -17,8 +17,8 @@ namespace sluice::cuda {
 // True when matmul supports weight format t (every format kernels::dot_ref has).
 bool has_matmul(dtype t);
 
-// Programmatic dependent launch for every kernel of src/kernels/cuda (launch.cuh), off by
-// default; graphs captured while it is on keep it.
+// Programmatic dependent launch for every kernel of src/kernels/cuda (launch.cuh), on by
+// default on sm_90+; graphs captured while it is on keep it.
 bool programmatic_launch();
 void set_programmatic_launch(bool on);
 
