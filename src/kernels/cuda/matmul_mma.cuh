@@ -20,11 +20,16 @@
 // sc per 32 elements; they keep k16 until a GPU run of matmul_parity covers them at k32.)
 //
 // A block of 8 warps computes 64 rows x 64 columns. Per step of 256 elements (one K-quant or
-// I-quant super-block, or eight 32-wide blocks) it decodes its 64 weight rows into shared memory
-// as int8 (the per-lane decode of quant_decode.cuh: each weight block is decoded once for all 64
-// rows, against once per 16 rows in mm_quant_kernel), with sc / mn per group and d / dmin per
-// block, copies the 64 activation rows' int8 values and scales beside them, then each warp runs
-// its 16 rows x 32 columns (four 16 x 8 MMAs per group of 16 elements, or of 32 at k32).
+// I-quant super-block, or eight 32-wide blocks) it copies the step's raw bytes of its 64 weight
+// rows and 64 activation rows into shared memory (cp.async: every word in flight at once, one
+// memory latency a step), decodes the weights there as int8 (the per-lane decode of
+// quant_decode.cuh: each weight block is decoded once for all 64 rows, against once per 16 rows
+// in mm_quant_kernel), with sc / mn per group and d / dmin per block, lays the activation rows'
+// int8 values and scales beside them, then each warp runs its 16 rows x 32 columns (four 16 x 8
+// MMAs per group of 16 elements, or of 32 at k32). The decode used to read global memory
+// directly, piece by piece: with the activation loads, 5-6 memory latencies a step (2 rounds of
+// the unrolled weight loop, 2 of activation words, the scales), which left the prefill's expert
+// launches at 28 TOPS (tests/gpu/decode_profile.h200.txt).
 #pragma once
 
 namespace sluice::cuda {
@@ -51,13 +56,17 @@ struct __align__(16) mma_smem {
     const uint8_t* arow[k_mma_rows];       // each row's activation row (act + row / act_div * act_stride)
 };
 constexpr int k_mma_threads = k_mma_warps * 32;
-// Items of the staging loops a thread takes per step: unrolled, so that each thread's global loads
-// of a step are issued together instead of one round trip after another (the activation words:
-// 64 rows x 64 words; the weight pieces: 64 columns x 32 pieces of 8 elements).
-constexpr int k_mma_x_items = k_mma_rows * (k_mma_k / 4) / k_mma_threads;   // 16
-constexpr int k_mma_w_items = k_mma_cols * (k_mma_k / 8) / k_mma_threads;   // 8
-constexpr int k_mma_x_batch = 8;   // activation loads in flight per thread (16 spilled)
 static_assert(sizeof(mma_smem) <= 48 * 1024, "static shared memory within the default limit");
+
+// The raw bytes of a step in dynamic shared memory: per weight row (output column) the step's
+// format blocks, per activation row its activation blocks, each in a region of 16-byte words as
+// stage() lays them (the copy starts at the source's 16-byte granule).
+template <dtype T>
+struct mma_raw {
+    static constexpr int w_words = stage_region(k_mma_k / fmt_traits<T>::qk * fmt_traits<T>::block_bytes) / 16;
+    static constexpr int x_words = stage_region(k_mma_k / fmt_traits<T>::qk * fmt_traits<T>::act_bytes) / 16;
+    static constexpr size_t bytes = 16 * static_cast<size_t>(k_mma_cols * w_words + k_mma_rows * x_words);
+};
 
 // d[0..3] = A (16 x 16 int8, rows of the row-major tile) . B (16 x 8 int8) with int32 sums.
 // Fragments (PTX ISA, mma.m16n8k16 with .s8): lane = 4 * g + t; a0 = A[g][4t..4t+3],
@@ -110,6 +119,10 @@ __global__ void __launch_bounds__(k_mma_warps * 32, 2)
     constexpr int GPB = QK / 16;       // groups per block
     constexpr bool has_min = tr::kind != term_kind::sym;
     __shared__ mma_smem s;
+    extern __shared__ uint4 mma_dyn[];   // mma_raw<T>::bytes: the raw weight rows, then the activation rows
+    constexpr int RW = mma_raw<T>::w_words, RX = mma_raw<T>::x_words;
+    uint4* raw_w = mma_dyn;
+    uint4* raw_x = mma_dyn + k_mma_cols * RW;
     const int tid = static_cast<int>(threadIdx.x), nthr = static_cast<int>(blockDim.x);
     const int warp = tid / 32, lane = tid & 31;
     const int64_t col0 = bx * k_mma_cols;
@@ -152,15 +165,32 @@ __global__ void __launch_bounds__(k_mma_warps * 32, 2)
     for (int64_t kb = 0; kb < n_blocks; kb += CB) {
         const int nb = static_cast<int>(n_blocks - kb < CB ? n_blocks - kb : CB);
         __syncthreads();   // the previous step is consumed
-        // Weights: (column, piece) items, consecutive threads on consecutive pieces of a column.
+        // The step's raw bytes: each weight row's nb blocks and each activation row's nb blocks
+        // (contiguous in both), every word in flight at once.
+        for (int it = tid; it < ncols * RW; it += nthr) {
+            const int c = it / RW, i = it - c * RW;
+            const uintptr_t a = reinterpret_cast<uintptr_t>(wm + static_cast<size_t>(col0 + c) * row_bytes + static_cast<size_t>(kb) * BB);
+            if (i < (static_cast<int>(a & 15) + nb * BB + 15) / 16)
+                copy16(raw_w + it, reinterpret_cast<const uint4*>(a & ~static_cast<uintptr_t>(15)) + i);
+        }
+        for (int it = tid; it < nr * RX; it += nthr) {
+            const int r = it / RX, i = it - r * RX;
+            const uintptr_t a = reinterpret_cast<uintptr_t>(s.arow[r] + static_cast<size_t>(kb) * AB);
+            if (i < (static_cast<int>(a & 15) + nb * AB + 15) / 16)
+                copy16(raw_x + it, reinterpret_cast<const uint4*>(a & ~static_cast<uintptr_t>(15)) + i);
+        }
+        stage_wait();
+        __syncthreads();
+        // Weights: (column, piece) items, consecutive threads on consecutive pieces of a column,
+        // decoded from the staged bytes (the same alignment mod 16 as in global memory, so the
+        // same word paths).
         const int ppc = nb * PPB;   // pieces per column this step
-#pragma unroll 2
-        for (int u = 0; u < k_mma_w_items; ++u) {
-            const int it = tid + u * k_mma_threads;
-            if (it >= ncols * ppc) break;
+        for (int it = tid; it < ncols * ppc; it += nthr) {
             const int c = it / ppc, p = it - c * ppc;
             const int blk = p / PPB, piece = p - blk * PPB;
-            const uint8_t* b = wm + static_cast<size_t>(col0 + c) * row_bytes + static_cast<size_t>(kb + blk) * BB;
+            const int o = static_cast<int>(
+                reinterpret_cast<uintptr_t>(wm + static_cast<size_t>(col0 + c) * row_bytes + static_cast<size_t>(kb) * BB) & 15);
+            const uint8_t* b = reinterpret_cast<const uint8_t*>(raw_w + c * RW) + o + blk * BB;
             int32_t q0, q1;
             int sc, mn;
             decode_piece_packed<T>(b, piece, tb, packed_aligned<T>(b), q0, q1, sc, mn);
@@ -177,33 +207,19 @@ __global__ void __launch_bounds__(k_mma_warps * 32, 2)
             }
         }
         // Activations: the int8 values as words (blocks are 4-byte aligned: matmul() checks),
-        // and each block's scale.
+        // and each block's scale, from the staged rows.
         const int wpr = nb * QK / 4;   // words per row this step
-#pragma unroll 1
-        for (int u0 = 0; u0 < k_mma_x_items; u0 += k_mma_x_batch) {
-            uint32_t xv[k_mma_x_batch];
-#pragma unroll
-            for (int u = 0; u < k_mma_x_batch; ++u) {
-                const int it = tid + (u0 + u) * k_mma_threads;
-                if (it < nr * wpr) {
-                    const int r = it / wpr, wi = it - r * wpr;
-                    const int blk = (4 * wi) / QK, off = 4 * wi - blk * QK;
-                    xv[u] = *reinterpret_cast<const uint32_t*>(s.arow[r] + static_cast<size_t>(kb + blk) * AB + 4 + off);
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < k_mma_x_batch; ++u) {
-                const int it = tid + (u0 + u) * k_mma_threads;
-                if (it < nr * wpr) {
-                    const int r = it / wpr, wi = it - r * wpr;
-                    *reinterpret_cast<uint32_t*>(&s.x[r][4 * wi]) = xv[u];
-                }
-            }
+        for (int it = tid; it < nr * wpr; it += nthr) {
+            const int r = it / wpr, wi = it - r * wpr;
+            const int blk = (4 * wi) / QK, off = 4 * wi - blk * QK;
+            const int o = static_cast<int>(reinterpret_cast<uintptr_t>(s.arow[r] + static_cast<size_t>(kb) * AB) & 15);
+            const uint8_t* xr = reinterpret_cast<const uint8_t*>(raw_x + r * RX) + o;
+            *reinterpret_cast<uint32_t*>(&s.x[r][4 * wi]) = *reinterpret_cast<const uint32_t*>(xr + blk * AB + 4 + off);
         }
-        // Each activation block's scale: 64 rows x up to 8 blocks.
         for (int it = tid; it < nr * nb; it += k_mma_threads) {
             const int r = it / nb, blk = it - r * nb;
-            s.dx[blk][r] = *reinterpret_cast<const float*>(s.arow[r] + static_cast<size_t>(kb + blk) * AB);
+            const int o = static_cast<int>(reinterpret_cast<uintptr_t>(s.arow[r] + static_cast<size_t>(kb) * AB) & 15);
+            s.dx[blk][r] = *reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(raw_x + r * RX) + o + blk * AB);
         }
         __syncthreads();
         if constexpr (has_min) {   // per-group activation sums (the min term's integer)
@@ -302,8 +318,14 @@ void launch_mma(const mm_args& a, cudaStream_t s) {
     const int64_t cb1 = (a.n_out + k_mma_cols - 1) / k_mma_cols;
     const int64_t cb2 = a.w2 ? (a.n_out2 + k_mma_cols - 1) / k_mma_cols : 0;
     const int64_t row_tiles = a.tiles ? a.max_tiles : (a.n_rows + k_mma_rows - 1) / k_mma_rows;
+    // Static (mma_smem) and dynamic shared memory together pass the default 48 KB: the kernel
+    // opts in (a function attribute of the current device, not a stream operation; set at each
+    // launch, which are few: prefill chunks and grouped expert tiles, never a captured step).
+    const cudaError_t opt_in =
+        cudaFuncSetAttribute(mm_mma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(mma_raw<T>::bytes));
+    if (opt_in != cudaSuccess) fail("cuda: matmul: shared memory for the tensor-core kernel: {}", cudaGetErrorString(opt_in));
     launch(mm_mma_kernel<T>, dim3(static_cast<unsigned>(cb1 + cb2), static_cast<unsigned>(row_tiles)),
-           dim3(k_mma_warps * 32), 0, s, reinterpret_cast<const uint8_t*>(a.w), a.row_bytes, nb, a.n_out,
+           dim3(k_mma_warps * 32), mma_raw<T>::bytes, s, reinterpret_cast<const uint8_t*>(a.w), a.row_bytes, nb, a.n_out,
            a.expert_stride, reinterpret_cast<const uint8_t*>(a.act), a.act_stride, a.act_div, a.n_rows, a.y, a.y_stride,
            a.accumulate, cb1, reinterpret_cast<const uint8_t*>(a.w2), a.n_out2, a.y2, a.y2_stride, a.tiles, a.n_tiles,
            a.perm);
