@@ -21,8 +21,8 @@
 //
 // A block of 8 warps computes 64 rows x 64 columns. Per step of 256 elements (one K-quant or
 // I-quant super-block, or eight 32-wide blocks) it copies the step's raw bytes of its 64 weight
-// rows and 64 activation rows into shared memory (cp.async: every word in flight at once, one
-// memory latency a step), decodes the weights there as int8 (the per-lane decode of
+// rows and 64 activation rows into shared memory (cp.async: every word in flight at once,
+// issued while the step before runs its MMAs), decodes the weights there as int8 (the per-lane decode of
 // quant_decode.cuh: each weight block is decoded once for all 64 rows, against once per 16 rows
 // in mm_quant_kernel), with sc / mn per group and d / dmin per block, lays the activation rows'
 // int8 values and scales beside them, then each warp runs its 16 rows x 32 columns (four 16 x 8
@@ -161,12 +161,11 @@ __global__ void __launch_bounds__(k_mma_warps * 32, 2)
         const int64_t row = rows ? rows[r] : r0 + r;
         s.arow[r] = act + static_cast<size_t>(row / act_div) * act_stride;
     }
-    // (the first step's barrier orders these stores before their reads)
-    for (int64_t kb = 0; kb < n_blocks; kb += CB) {
+    // The raw bytes of the step at kb: each weight row's nb blocks and each activation row's nb
+    // blocks (contiguous in both), every word in flight at once. Issued one step ahead: the next
+    // step's copies land while this step's MMAs run (the raw buffer is free once decoded).
+    auto issue_raw = [&](int64_t kb) {
         const int nb = static_cast<int>(n_blocks - kb < CB ? n_blocks - kb : CB);
-        __syncthreads();   // the previous step is consumed
-        // The step's raw bytes: each weight row's nb blocks and each activation row's nb blocks
-        // (contiguous in both), every word in flight at once.
         for (int it = tid; it < ncols * RW; it += nthr) {
             const int c = it / RW, i = it - c * RW;
             const uintptr_t a = reinterpret_cast<uintptr_t>(wm + static_cast<size_t>(col0 + c) * row_bytes + static_cast<size_t>(kb) * BB);
@@ -179,8 +178,13 @@ __global__ void __launch_bounds__(k_mma_warps * 32, 2)
             if (i < (static_cast<int>(a & 15) + nb * AB + 15) / 16)
                 copy16(raw_x + it, reinterpret_cast<const uint4*>(a & ~static_cast<uintptr_t>(15)) + i);
         }
+    };
+    __syncthreads();   // s.arow
+    issue_raw(0);
+    for (int64_t kb = 0; kb < n_blocks; kb += CB) {
+        const int nb = static_cast<int>(n_blocks - kb < CB ? n_blocks - kb : CB);
         stage_wait();
-        __syncthreads();
+        __syncthreads();   // the step's raw bytes are in; the previous step's MMAs are done with s
         // Weights: (column, piece) items, consecutive threads on consecutive pieces of a column,
         // decoded from the staged bytes (the same alignment mod 16 as in global memory, so the
         // same word paths).
@@ -221,7 +225,8 @@ __global__ void __launch_bounds__(k_mma_warps * 32, 2)
             const int o = static_cast<int>(reinterpret_cast<uintptr_t>(s.arow[r] + static_cast<size_t>(kb) * AB) & 15);
             s.dx[blk][r] = *reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(raw_x + r * RX) + o + blk * AB);
         }
-        __syncthreads();
+        __syncthreads();   // s holds the step; the raw buffer is free
+        if (kb + CB < n_blocks) issue_raw(kb + CB);
         if constexpr (has_min) {   // per-group activation sums (the min term's integer)
             const int gpr = nb * GPB;
             for (int it = tid; it < nr * gpr; it += nthr) {
