@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/lanes.cuh"
+#include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/math.h"
 
@@ -273,9 +274,18 @@ constexpr int k_rows_vbatch = 4;
 // an SM of the H200, from 32 chunks (1,024 positions) on; fewer chunks leave some lanes idle.
 constexpr int64_t k_split_lanes = 32;
 
+// One chunk's K and V rows of a KV head in shared memory (attention_rows_kernel keeps two).
+struct rows_chunk_buffers {
+    float k[kernels::k_attn_chunk][k_rows_kstride];
+    float v[kernels::k_attn_chunk][k_rows_max_hd];
+};
+
 // The block's threads copy n K and V rows of a chunk (kg, vg: the chunk's first row of this KV
-// head, rows kv_stride floats apart) into sk, sv: as float4 where every row is 16-byte aligned
-// (head_dim and the stride multiples of 4: every model here), else float by float. Copies only.
+// head, rows kv_stride floats apart) into sk, sv: as asynchronous 16-byte copies where every row
+// is 16-byte aligned (head_dim and the stride multiples of 4: every model here; the caller then
+// calls stage_wait before its barrier), else float by float. Copies only. The copies of a thread
+// are all in flight at once: a float4 load-then-store loop took a memory latency per iteration
+// (4 a thread for a 32-position chunk of 128-wide heads at 256 threads).
 __device__ inline void stage_chunk(const float* kg, const float* vg, int64_t kv_stride, int n, int hd,
                                    float (*sk)[k_rows_kstride], float (*sv)[k_rows_max_hd]) {
     const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
@@ -284,10 +294,8 @@ __device__ inline void stage_chunk(const float* kg, const float* vg, int64_t kv_
         const int q4 = hd / 4;
         for (int i = tid; i < n * q4; i += nt) {
             const int j = i / q4, d = 4 * (i - j * q4);
-            const float4 k4 = *reinterpret_cast<const float4*>(kg + j * kv_stride + d);
-            const float4 v4 = *reinterpret_cast<const float4*>(vg + j * kv_stride + d);
-            *reinterpret_cast<float4*>(&sk[j][d]) = k4;
-            *reinterpret_cast<float4*>(&sv[j][d]) = v4;
+            copy16(&sk[j][d], kg + j * kv_stride + d);
+            copy16(&sv[j][d], vg + j * kv_stride + d);
         }
         return;
     }
@@ -312,8 +320,10 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
     attention_rows_kernel(kernels::attention_params p, const float* q, const float* kc, const float* vc, int32_t pos0,
                           int64_t n_rows, int rows_per_block, float* out) {
     wait_prior_grids();   // first: see launch.cuh
-    __shared__ __align__(16) float sk[kernels::k_attn_chunk][k_rows_kstride];   // the chunk's K rows of this KV head
-    __shared__ __align__(16) float sv[kernels::k_attn_chunk][k_rows_max_hd];    // its V rows
+    // Two chunk buffers (rows_chunk_buffers), dynamic shared memory: the next chunk's K and V
+    // rows are copied while the block computes this one.
+    extern __shared__ float4 rows_dyn[];
+    rows_chunk_buffers* bufs = reinterpret_cast<rows_chunk_buffers*>(rows_dyn);
     __shared__ __align__(16) float sq[k_rows_warps][k_rows_max_hd];             // each warp's query
     const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x & 31);
     const int G = p.n_head / p.n_kv_head, hd = p.head_dim;
@@ -333,13 +343,18 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
     float m = 0.0f, l = 0.0f;
 #pragma unroll
     for (int u = 0; u < 4; ++u) o[u] = 0.0f;
-    for (int64_t c0 = 0; c0 < n_kv_tile; c0 += kernels::k_attn_chunk) {
+    auto issue = [&](int64_t c0, rows_chunk_buffers& b) {
         const int n_stage = static_cast<int>(n_kv_tile - c0 < kernels::k_attn_chunk ? n_kv_tile - c0 : kernels::k_attn_chunk);
-        __syncthreads();   // the previous chunk's reads are done (and sq is written)
-        const float* kg = kc + c0 * kv_stride + static_cast<int64_t>(kvh) * hd;
-        const float* vg = vc + c0 * kv_stride + static_cast<int64_t>(kvh) * hd;
-        stage_chunk(kg, vg, kv_stride, n_stage, hd, sk, sv);
-        __syncthreads();
+        stage_chunk(kc + c0 * kv_stride + static_cast<int64_t>(kvh) * hd, vc + c0 * kv_stride + static_cast<int64_t>(kvh) * hd,
+                    kv_stride, n_stage, hd, b.k, b.v);
+    };
+    issue(0, bufs[0]);
+    for (int64_t c0 = 0, ib = 0; c0 < n_kv_tile; c0 += kernels::k_attn_chunk, ib ^= 1) {
+        stage_wait();
+        __syncthreads();   // chunk c0 is in bufs[ib] (and sq is written); the previous chunk's reads are done
+        if (c0 + kernels::k_attn_chunk < n_kv_tile) issue(c0 + kernels::k_attn_chunk, bufs[ib ^ 1]);
+        const float (*sk)[k_rows_kstride] = bufs[ib].k;
+        const float (*sv)[k_rows_max_hd] = bufs[ib].v;
         if (!active || c0 >= n_kv) continue;
         const int n = static_cast<int>(n_kv - c0 < kernels::k_attn_chunk ? n_kv - c0 : kernels::k_attn_chunk);
         float mc, lc, oc[4];
@@ -410,6 +425,7 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
         const float* kg = kc + c0 * kv_stride + static_cast<int64_t>(kvh) * hd;
         const float* vg = vc + c0 * kv_stride + static_cast<int64_t>(kvh) * hd;
         stage_chunk(kg, vg, kv_stride, n, hd, sk, sv);
+        stage_wait();
         __syncthreads();
         float mc, lc, oc[4];
         staged_chunk(sk, sv, sq[warp], n, hd, vec16, p.scale, lane, mc, lc, oc);
@@ -498,8 +514,14 @@ void attention(const kernels::attention_params& p, const float* q, const float* 
         const int R = k_rows_warps / G;
         const int64_t tiles = (n_rows + R - 1) / R;
         if (tiles > 0x7fffffff) fail("cuda: attention: {} row tiles exceed one launch", tiles);
+        // Two chunk buffers (67 KB) pass the default 48 KB: the kernel opts in (a function
+        // attribute, not a stream operation; prefill launches are never captured).
+        constexpr size_t dyn = 2 * sizeof(rows_chunk_buffers);
+        if (cudaError_t e = cudaFuncSetAttribute(attention_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(dyn));
+            e != cudaSuccess)
+            fail("cuda: attention: shared memory for the rows kernel: {}", cudaGetErrorString(e));
         launch(attention_rows_kernel, dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(p.n_kv_head)),
-               dim3(k_rows_warps * 32), 0, static_cast<cudaStream_t>(stream), p, q, kc, vc, pos0, n_rows, R, out);
+               dim3(k_rows_warps * 32), dyn, static_cast<cudaStream_t>(stream), p, q, kc, vc, pos0, n_rows, R, out);
         return;
     }
     // A decode step with the split records: all SMs (see attention_split_kernel).

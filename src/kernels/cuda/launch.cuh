@@ -1,10 +1,12 @@
 // Kernel launches with optional programmatic dependent launch (PDL, sm_90): with it on, a
 // kernel's blocks may be scheduled while the kernel before it in the stream is still running,
 // so the launch latency between the ~700 dependent kernels of a decode step overlaps the work.
-// Every kernel of src/kernels/cuda calls wait_prior_grids() as its FIRST statement: it returns
-// only when the previous kernel has completed and its memory is visible (griddepcontrol.wait
-// waits for the prerequisite grid's completion and memory flush, not for its trigger), so the
-// order of every memory access, and the bits, are those of a plain launch. Right after that
+// Every kernel of src/kernels/cuda calls wait_prior_grids() before its first access to memory
+// that an earlier kernel may write (as its first statement, but for loads of model weights,
+// which no kernel writes: rmsnorm_quant_kernel's norm weights): it returns only when the
+// previous kernel has completed and its memory is visible (griddepcontrol.wait waits for the
+// prerequisite grid's completion and memory flush, not for its trigger), so the order of those
+// accesses, and the bits, are those of a plain launch. Right after that
 // wait, each block signals griddepcontrol.launch_dependents: once every block of a kernel has
 // passed its wait, the next kernel's blocks may be launched and sit in their own wait, so the
 // launch latency hides behind the running kernel (the dependents still wait for completion).

@@ -28,6 +28,7 @@
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/quant_decode.cuh"
 #include "kernels/cuda/matmul_common.cuh"
+#include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/ops.cuh"
 
 #include "core/error.h"
@@ -78,32 +79,12 @@ struct stage_sizes {
     static_assert(blocks % (32 / (fmt_traits<T>::qk / 8)) == 0, "a chunk is whole warp steps");
 };
 
-// One aligned 16-byte word from global to shared memory. On sm_80+ it is an asynchronous copy
-// (cp.async, no register in between): every copy a thread issues is in flight until
-// stage_wait(), so a stage costs one memory latency however many words a thread takes and
-// however the loop is compiled. The earlier load-then-store loop left nvcc's remainder
-// iterations (most of a warp's 3-5 words of a row) one after another, a latency each, and a
-// verify window's 16 activation rows one after another (the PTX of 11fac76); batching the loads
-// through registers instead spilled every kernel (64 registers at 4 blocks of 256 threads).
-__device__ inline void copy16(uint4* dst, const uint4* src) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(__cvta_generic_to_global(src)) : "memory");
-#else
-    *dst = __ldg(src);
-#endif
-}
-
-// Waits for the calling thread's copy16 copies (then a barrier makes them visible to the block).
-__device__ inline void stage_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_all;" ::: "memory");
-#endif
-}
-
 // Copies bytes [src, src + len) into dst (16-byte aligned, stage_region(len) bytes) as the
-// aligned 16-byte words that cover them, threads tid, tid + n, ... each taking words; returns
-// where src[0] will land (dst + src % 16) once stage_wait() and a barrier have passed. The
+// aligned 16-byte words that cover them (copy16: all of them in flight at once, so a stage costs
+// one memory latency however many words a thread takes; batching the loads through registers
+// instead spilled every kernel, 64 registers at 4 blocks of 256 threads), threads tid, tid + n,
+// ... each taking words; returns where src[0] will land (dst + src % 16) once stage_wait() and a
+// barrier have passed. The
 // words may reach up to 15 bytes outside [src, src + len), never outside an aligned 16-byte
 // granule holding one of its bytes (same page, same allocation granule).
 __device__ inline const uint8_t* stage(const uint8_t* src, int len, uint4* dst, int tid, int n) {

@@ -24,6 +24,47 @@ namespace sluice::cuda {
 // runs the serial code itself, so the result is route_topk_row's in every case.
 constexpr int k_route_per_lane = 16;   // experts per lane: rows of up to 512 experts
 
+// A non-NaN float as an unsigned key in its numeric order, +0 and -0 the same key (they compare
+// equal, so the serial scan keeps the first of them).
+__device__ inline uint32_t order_key(float f) {
+    const uint32_t u = __float_as_uint(f == 0.0f ? 0.0f : f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+struct picked {
+    float value;   // the element's own bits
+    int index;
+};
+
+// The largest of the row's elements not yet taken (lane l holds elements 32k + l in v[k]; bit k
+// of `taken` marks element 32k + l taken), ties to the lowest index: the pick of the serial
+// scan with a strict '>'. No NaN (the callers fall back to the serial code first). Two warp
+// reductions (__reduce_max_sync on the keys, then __reduce_min_sync on the indices holding the
+// maximum) instead of five rounds of two shuffles and a comparison: the router's top-8 of 128
+// made 8 such rounds a decode step and layer. Every lane gets the result.
+__device__ inline picked warp_pick(const float (&v)[k_route_per_lane], int n, uint32_t taken, int lane) {
+    uint32_t bk = 0;   // below every element's key (the smallest, -inf's, is 0x007fffff)
+    int bi = -1;
+#pragma unroll
+    for (int u = 0; u < k_route_per_lane; ++u) {
+        const int i = 32 * u + lane;
+        if (i < n && !((taken >> u) & 1u)) {
+            const uint32_t key = order_key(v[u]);
+            if (bi < 0 || key > bk) {   // indices rise with u: the first of equal keys stays
+                bk = key;
+                bi = i;
+            }
+        }
+    }
+    const uint32_t m = __reduce_max_sync(0xffffffffu, bk);
+    const int idx = static_cast<int>(__reduce_min_sync(0xffffffffu, bi >= 0 && bk == m ? static_cast<uint32_t>(bi) : 0xffffffffu));
+    float mine = 0.0f;
+#pragma unroll
+    for (int u = 0; u < k_route_per_lane; ++u)
+        if (32 * u + lane == idx) mine = v[u];
+    return picked{__shfl_sync(0xffffffffu, mine, idx & 31), idx};
+}
+
 // x: the row's n_expert logits (global memory; overwritten with the probabilities); rid, rwt:
 // its n_used ids and weights; se: shared memory of 32 * k_route_per_lane floats for this warp.
 // Every lane of the warp calls it.
@@ -42,27 +83,8 @@ __device__ inline void route_topk_warp(const kernels::router_params& p, float* x
         if (lane == 0) route_topk_row(n, p.n_used, p.renormalize, x, rid, rwt);
         return;
     }
-    // Max, ties to the lower index.
-    float mv = v[0];
-    int mi = lane;   // lane < 32 <= ... : element `lane` exists when n > lane
-#pragma unroll
-    for (int k = 1; k < k_route_per_lane; ++k) {
-        const int i = 32 * k + lane;
-        if (i < n && v[k] > mv) {
-            mv = v[k];
-            mi = i;
-        }
-    }
-    if (lane >= n) mi = 0x7fffffff;   // a lane with no element never wins
-    for (int off = 16; off > 0; off >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, mv, off);
-        const int oi = __shfl_xor_sync(0xffffffffu, mi, off);
-        if (oi != 0x7fffffff && (mi == 0x7fffffff || ov > mv || (ov == mv && oi < mi))) {
-            mv = ov;
-            mi = oi;
-        }
-    }
-    const float mx = mv;
+    // Max, ties to the lower index (the serial scan's element).
+    const float mx = warp_pick(v, n, 0u, lane).value;
     // exp, the sum in index order, the division.
 #pragma unroll
     for (int k = 0; k < k_route_per_lane; ++k)
@@ -96,24 +118,9 @@ __device__ inline void route_topk_warp(const kernels::router_params& p, float* x
     int my_id = 0;
     float my_wt = 0.0f;
     for (int k = 0; k < p.n_used; ++k) {
-        float bv = 0.0f;
-        int bi = 0x7fffffff;
-#pragma unroll
-        for (int u = 0; u < k_route_per_lane; ++u) {
-            const int i = 32 * u + lane;
-            if (i < n && !((taken >> u) & 1u) && (bi == 0x7fffffff || v[u] > bv)) {
-                bv = v[u];
-                bi = i;
-            }
-        }
-        for (int off = 16; off > 0; off >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-            if (oi != 0x7fffffff && (bi == 0x7fffffff || ov > bv || (ov == bv && oi < bi))) {
-                bv = ov;
-                bi = oi;
-            }
-        }
+        const picked pk = warp_pick(v, n, taken, lane);
+        const float bv = pk.value;
+        const int bi = pk.index;
         if ((bi & 31) == lane) taken |= 1u << (bi / 32);
         if (lane == k) {
             my_id = bi;
