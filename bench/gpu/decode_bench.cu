@@ -95,13 +95,21 @@ int main(int argc, char** argv) {
         }
         const double t_prefill = now_s() - t0;
         const token_id first = argmax(logits.data(), hp.n_vocab);
+        // Back to the prefilled prompt: a truncation, or for a hybrid model (whose recurrent
+        // state rolls back only over the last window's rows) the prompt prefilled again, untimed.
+        const bool recurrent = kv.shape().rec.n_layer > 0;
+        const auto back_to_prompt = [&] {
+            if (!recurrent) return kv.truncate(n_prompt);
+            kv.truncate(0);
+            m->forward(prompt, 0, kv, s, logits.data());
+        };
         // Decode with and without graphs from the same prefilled cache (rolled back to the
         // prompt): the tokens must agree; the times differ by the launch overhead.
         double t_decode[2] = {0.0, 0.0}, t_argmax[2] = {0.0, 0.0};
         std::vector<token_id> out[2];
         for (int mode = 0; mode < 2; ++mode) {
             set_cuda_graphs(*m, mode == 0);
-            kv.truncate(n_prompt);
+            back_to_prompt();
             token_id next = first;
             // One untimed step per mode: the graph's capture happens here.
             m->forward(std::span<const token_id>(&next, 1), n_prompt, kv, s, logits.data());
@@ -119,16 +127,16 @@ int main(int argc, char** argv) {
             }
             t_decode[mode] = now_s() - t0;
         }
-        // A verify window of 8 rows at the end of the context (rolled back each time).
+        // A verify window of 8 rows after the decoded tokens (rolled back each time).
         std::vector<token_id> win(8, first);
-        const int32_t pos = n_prompt + n_gen - 8;
+        const int32_t pos = kv.n_pos();
         const int reps = 10;
         s.last_row_logits_only = false;
         t0 = now_s();
         for (int i = 0; i < reps; ++i) {
-            kv.truncate(pos);
             profile_scope ps(i == 0 ? "window" : "");
             m->forward(win, pos, kv, s, logits.data());
+            kv.truncate(pos);
         }
         const double t_win = (now_s() - t0) / reps;
         const double step = t_decode[0] / n_gen;
@@ -151,7 +159,7 @@ int main(int argc, char** argv) {
         try {
             set_cuda_graphs(*m, true);
             set_cuda_programmatic_launch(*m, true);
-            kv.truncate(n_prompt);
+            back_to_prompt();
             token_id next = first;
             m->forward(std::span<const token_id>(&next, 1), n_prompt, kv, s, logits.data());
             kv.truncate(n_prompt);

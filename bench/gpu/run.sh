@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/gpu/run.sh: everything GPU-side in one call, for the lent GPU machine (or any machine
 # with nvcc and a GPU): builds with bench/gpu/build.sh (no CMake, no packages), runs the parity
-# tests of tests/gpu, then times a decode of a synthetic Qwen3-30B-A3B-shaped Q4_K_M file
+# tests of tests/gpu, then times a decode of a synthetic Qwen3-30B-A3B-shaped (SYNTH_SHAPE) Q4_K_M file
 # (tools/make_synthetic.py, with the gguf package carried in .gpudeps/py) through
 # load_model_cuda. Logs go to $OUT (default /tmp/sluice-gpu): run.log, summary.txt and one log
 # per program, named <program>.h200.log so they can be copied into tests/gpu/ as they are.
@@ -64,14 +64,29 @@ note "tree: ${TREE:-$(git rev-parse --short HEAD 2>/dev/null || echo 'no git')} 
 # The synthetic file is written in the background while the build runs (python and the disk,
 # not the compilers' cores).
 L=${SYNTH_LAYERS:-48}
-f=${SYNTH_FILE:-/tmp/q30-sluice.gguf}
+SHAPE=${SYNTH_SHAPE:-qwen3-30b-a3b}   # any --shape of tools/make_synthetic.py (qwen3.6-35b-a3b: the hybrid)
+f=${SYNTH_FILE:-/tmp/$SHAPE-sluice.gguf}
 synth_pid=
 if [ "$L" != 0 ]; then
-  say "synthetic qwen3-30b-a3b q4_k_m, $L layers (background)"
+  say "synthetic $SHAPE q4_k_m, $L layers (background)"
   ( PYTHONPATH=.gpudeps/py timeout -k 5 "$(cap 240 "$R_BENCH")" python3 tools/make_synthetic.py \
-      --shape qwen3-30b-a3b --mix q4_k_m --layers "$L" -o "$f" > "$OUT/make_synthetic.log" 2>&1
+      --shape "$SHAPE" --mix q4_k_m --layers "$L" -o "$f" > "$OUT/make_synthetic.log" 2>&1
     echo "make_synthetic rc=$?" >> "$OUT/make_synthetic.log" ) &
   synth_pid=$!
+fi
+
+# Two small hybrid files (qwen3next Q4_K_M and qwen35moe Q8_0, tiny shapes, 4 layers; ~10 s):
+# model_parity and placement_parity run the hybrids' quantised CUDA path on them (the golden
+# hybrid fixtures are F32). HYBRID_SYNTH=0 skips them.
+hy_files=()
+hy_pid=
+if [ "${HYBRID_SYNTH:-1}" = 1 ]; then
+  hy_files=(/tmp/qn-tiny-sluice.gguf /tmp/q36-tiny-sluice.gguf)
+  ( PYTHONPATH=.gpudeps/py timeout -k 5 120 python3 tools/make_synthetic.py --shape qwen3-next-80b-a3b --mix q4_k_m \
+      --tiny --layers 4 -o "${hy_files[0]}"
+    PYTHONPATH=.gpudeps/py timeout -k 5 120 python3 tools/make_synthetic.py --shape qwen3.6-35b-a3b --mix q8_0 \
+      --tiny --layers 4 -o "${hy_files[1]}" ) >> "$OUT/hybrid_synthetic.log" 2>&1 &
+  hy_pid=$!
 fi
 
 say "build"
@@ -112,6 +127,10 @@ run_step act_quant_parity "$OUT/act_quant_parity.h200.log" 30 $(rs $(( R_BENCH +
 run_step ops_parity "$OUT/ops_parity.h200.log" 60 $(rs $(( R_BENCH + 120 ))) "$B/ops_parity"
 # act_quant_parity's log goes into run.log (the lent machine returns 8 files at most).
 cat "$OUT/act_quant_parity.h200.log" >> "$run_log" 2>/dev/null && rm -f "$OUT/act_quant_parity.h200.log"
+# The Gated DeltaNet kernels; appended to ops_parity's log.
+run_step delta_net_parity "$OUT/delta_net_parity.log" 60 $(rs $(( R_BENCH + 100 ))) "$B/delta_net_parity"
+{ echo "---- $B/delta_net_parity"; cat "$OUT/delta_net_parity.log"; } >> "$OUT/ops_parity.h200.log" 2>/dev/null
+rm -f "$OUT/delta_net_parity.log"
 run_step matmul_parity "$OUT/matmul_parity.h200.log" "${T_TEST:-150}" $(rs $(( R_BENCH + 60 ))) "$B/matmul_parity"
 
 # The decode step's kernels one at a time (bench/gpu/kernel_bench.cu; KERNEL_BENCH=0 skips), and
@@ -129,12 +148,30 @@ if [ "${KERNEL_BENCH:-1}" = 1 ]; then
     note "ncu kernel_bench: rc=$?"
   fi
 fi
+if [ -n "$hy_pid" ]; then
+  wait "$hy_pid"
+  cat "$OUT/hybrid_synthetic.log" >> "$run_log" 2>/dev/null && rm -f "$OUT/hybrid_synthetic.log"
+  hy_ok=()
+  for h in "${hy_files[@]}"; do [ -s "$h" ] && hy_ok+=("$h"); done
+  note "hybrid synthetic files: ${#hy_ok[@]} of ${#hy_files[@]}"
+  hy_files=("${hy_ok[@]}")
+fi
 run_step model_parity "$OUT/model_parity.h200.log" "${T_TEST:-150}" "$R_BENCH" \
-  "$B/model_parity" tests/golden/fixtures $(ls models/*.gguf 2>/dev/null)
+  "$B/model_parity" tests/golden/fixtures $(ls models/*.gguf 2>/dev/null) "${hy_files[@]}"
 
 # Experts split between VRAM and the CPU lane (issue 10): the qwen3moe / qwen2moe fixtures at
 # budgets 0, 2 experts a layer, half (profiled) and everything, against the CPU model's bits.
 run_step placement_parity "$OUT/placement_parity.h200.log" "${T_TEST:-150}" "$R_BENCH" "$B/placement_parity"
+# ... and a hybrid (its MoE FFN takes the same lanes), appended: the Q8_0 file, whose layers all
+# have the same expert size (placement_parity's whole-layer check assumes it; Q4_K_M gives some
+# layers Q6_K experts).
+hy_q8=$(printf '%s\n' "${hy_files[@]}" | grep q36 | head -1)
+if [ -n "$hy_q8" ]; then
+  run_step placement_parity_hybrid "$OUT/placement_parity_hybrid.log" "${T_TEST:-150}" "$R_BENCH" \
+    "$B/placement_parity" "$hy_q8"
+  { echo "---- $B/placement_parity $hy_q8"; cat "$OUT/placement_parity_hybrid.log"; } >> "$OUT/placement_parity.h200.log" 2>/dev/null
+  rm -f "$OUT/placement_parity_hybrid.log"
+fi
 
 if [ -n "$synth_pid" ]; then
   say "waiting for make_synthetic"

@@ -12,13 +12,15 @@
 
 namespace sluice {
 bool cuda_model_supports(const std::string& arch) {
-    return arch == "llama" || arch == "qwen3" || arch == "qwen3moe" || arch == "qwen2moe";
+    return arch == "llama" || arch == "qwen3" || arch == "qwen3moe" || arch == "qwen2moe" || arch == "qwen3next" ||
+           arch == "qwen35moe";
 }
 }  // namespace sluice
 
 #ifdef SLUICE_HAVE_CUDA
 
 #include "models/cuda_model_impl.h"
+#include "models/hybrid_model.h"
 
 #include "kernels/cuda/act_quant.cuh"
 #include "kernels/cuda/matmul.cuh"
@@ -27,6 +29,7 @@ bool cuda_model_supports(const std::string& arch) {
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 namespace sluice::cuda_impl {
 
@@ -39,7 +42,9 @@ arch_spec spec_for(const std::string& arch) {
     if (arch == "qwen3") return {kernels::rope_mode::neox, false, true, false, false, false};
     if (arch == "qwen3moe") return {kernels::rope_mode::neox, false, true, true, false, true};
     if (arch == "qwen2moe") return {kernels::rope_mode::neox, true, false, true, true, false};
-    fail("cuda model: general.architecture '{}': expected one of llama, qwen3, qwen3moe, qwen2moe", arch);
+    if (arch == "qwen3next" || arch == "qwen35moe") return {kernels::rope_mode::neox, false, true, true, true, true, true};
+    fail("cuda model: general.architecture '{}': expected one of llama, qwen3, qwen3moe, qwen2moe, qwen3next, qwen35moe",
+         arch);
 }
 
 cuda_model::cuda_model(const model_file& f, const load_options&, int device, const cuda_placement* place) : dev_(device) {
@@ -53,8 +58,16 @@ cuda_model::cuda_model(const model_file& f, const load_options&, int device, con
     // Hyperparameters, as the CPU architecture files read them.
     const std::string arch = f.architecture();
     spec_ = spec_for(arch);
-    hp_ = read_transformer_hparams(f, arch, spec_.rope);
-    if (spec_.moe) {
+    std::optional<hybrid_variant> variant;
+    if (spec_.hybrid) {
+        variant = hybrid_variant_of(f);
+        hy_ = read_hybrid_hparams(f, arch, variant->v_tiled, hp_);   // the MoE and shared-expert keys too
+    } else {
+        hp_ = read_transformer_hparams(f, arch, spec_.rope);
+    }
+    if (spec_.hybrid) {
+        // read_hybrid_hparams read everything.
+    } else if (spec_.moe) {
         read_moe_hparams(f, hp_, spec_.default_norm);
         if (spec_.shexp) {
             const int64_t sh = f.meta().require_int(arch + ".expert_shared_feed_forward_length");
@@ -76,18 +89,22 @@ cuda_model::cuda_model(const model_file& f, const load_options&, int device, con
     output_ = upload_mat(*out_.output);
     for (int il = 0; il < hp_.n_layer; ++il) {
         dlayer l;
-        const attn_weights a = bind_attention(b, hp_, il, spec_.bias, spec_.qk_norm);
-        l.attn_norm = upload_vec(a.norm);
-        l.wq = upload_mat(*a.wq);
-        l.wk = upload_mat(*a.wk);
-        l.wv = upload_mat(*a.wv);
-        l.wo = upload_mat(*a.wo);
-        l.bq = upload_vec(a.bq);
-        l.bk = upload_vec(a.bk);
-        l.bv = upload_vec(a.bv);
-        l.q_norm = upload_vec(a.q_norm);
-        l.k_norm = upload_vec(a.k_norm);
-        l.ffn_norm = upload_vec(b.vec(blk(il, "ffn_norm.weight"), hp_.n_embd));
+        if (spec_.hybrid) {
+            l = load_hybrid_layer(f, b, il, *variant);
+        } else {
+            const attn_weights a = bind_attention(b, hp_, il, spec_.bias, spec_.qk_norm);
+            l.attn_norm = upload_vec(a.norm);
+            l.wq = upload_mat(*a.wq);
+            l.wk = upload_mat(*a.wk);
+            l.wv = upload_mat(*a.wv);
+            l.wo = upload_mat(*a.wo);
+            l.bq = upload_vec(a.bq);
+            l.bk = upload_vec(a.bk);
+            l.bv = upload_vec(a.bv);
+            l.q_norm = upload_vec(a.q_norm);
+            l.k_norm = upload_vec(a.k_norm);
+            l.ffn_norm = upload_vec(b.vec(blk(il, "ffn_norm.weight"), hp_.n_embd));
+        }
         if (spec_.moe) {
             const moe_weights m = bind_moe(b, hp_, il, spec_.shexp);
             l.router = upload_mat(*m.router);
@@ -134,7 +151,11 @@ cuda_model::~cuda_model() {
     cudaStreamSynchronize(stream_);
     lanes_.reset();
     for (void* p : allocs_) cudaFree(p);
-    for (auto& kv : kvs_) cudaFree(kv.second.buf);
+    for (auto& kv : kvs_) {
+        cudaFree(kv.second.buf);
+        if (kv.second.rec) cudaFree(kv.second.rec);
+        if (kv.second.rec_ckpt) cudaFree(kv.second.rec_ckpt);
+    }
     free_scratch();
     free_attention_split();
     if (rope_) cudaFree(rope_);
@@ -143,6 +164,7 @@ cuda_model::~cuda_model() {
 
 void cuda_model::forward_batch(std::span<const batch_segment> batch, forward_scratch& s, float* logits) {
     const int64_t n = check_batch(hp_, batch, s);
+    if (spec_.hybrid) check_recurrent(batch);   // before any change: can each state roll back to pos0?
     ck(cudaSetDevice(dev_), "cudaSetDevice");
     ensure_scratch(s.max_rows);
     if (lanes_) {
@@ -167,16 +189,75 @@ void cuda_model::forward_batch(std::span<const batch_segment> batch, forward_scr
         for (token_id t : g.tokens) kernels::get_row(*tok_embd_, t, h_x_ + (r++) * E);
         m += g.n_logits;
     }
+    if (spec_.hybrid) {
+        begin_recurrent(batch);          // the host's bookkeeping (its arrays are not used here)
+        begin_recurrent_device(batch);   // the device state, rolled back the same way
+    }
     try {
         if (lanes_) lanes_->begin_stream(n);   // a prefill chunk may stream its split layers
         enqueue_forward(batch, kv_bufs, n);
     } catch (...) {
         if (lanes_) lanes_->abandon_forward();
+        if (spec_.hybrid) end_recurrent_device(batch, false);
         throw;
+    }
+    if (spec_.hybrid) {
+        end_recurrent_device(batch, true);
+        end_recurrent(batch);
     }
     for (const batch_segment& g : batch) g.kv->set_n_pos(g.pos0 + static_cast<int32_t>(g.tokens.size()));
     copy_logits(logits, m);
     if (lanes_) lanes_->end_forward();
+}
+
+// Per layer il the device cache holds K [n_ctx, row] then V [n_ctx, row] (kv_for); the host's
+// kv.k(il), kv.v(il) are [n_ctx, row] each. A hybrid's live state has the host's layout.
+void cuda_model::sync_kv_to_host(kv_cache& kv) {
+    const auto it = kvs_.find(&kv);
+    if (it == kvs_.end()) {
+        if (kv.n_pos() > 0) fail("cuda model: sync_kv_to_host: this cache's {} rows were never computed here", kv.n_pos());
+        return;
+    }
+    dkv& d = it->second;
+    ck(cudaSetDevice(dev_), "cudaSetDevice");
+    // A window rolled back by kv.truncate is rolled back here at the next forward: now, then.
+    if (d.rec) rewind_recurrent_device(d, kv.n_pos(), kv.recurrent().live().size());
+    ck(cudaStreamSynchronize(stream_), "sync");
+    const size_t row = static_cast<size_t>(kv.row_floats()), layer = static_cast<size_t>(d.n_ctx) * row;
+    const size_t bytes = static_cast<size_t>(kv.n_pos()) * row * 4;
+    for (int il = 0; il < hp_.n_layer; ++il) {
+        ck(cudaMemcpy(kv.k(il), d.buf + 2 * static_cast<size_t>(il) * layer, bytes, cudaMemcpyDeviceToHost), "K rows");
+        ck(cudaMemcpy(kv.v(il), d.buf + (2 * static_cast<size_t>(il) + 1) * layer, bytes, cudaMemcpyDeviceToHost), "V rows");
+    }
+    if (d.rec) {
+        recurrent_state& r = kv.recurrent();
+        if (r.length() != kv.n_pos())
+            fail("cuda model: sync_kv_to_host: the recurrent state holds {} positions, the cache {}", r.length(),
+                 kv.n_pos());
+        ck(cudaMemcpy(r.conv(0), d.rec, r.live().size() * 4, cudaMemcpyDeviceToHost), "recurrent state");
+    }
+}
+
+void cuda_model::load_kv_from_host(kv_cache& kv) {
+    ck(cudaSetDevice(dev_), "cudaSetDevice");
+    float* buf = kv_for(kv);
+    dkv& d = kvs_.at(&kv);
+    ck(cudaStreamSynchronize(stream_), "sync");
+    const size_t row = static_cast<size_t>(kv.row_floats()), layer = static_cast<size_t>(d.n_ctx) * row;
+    const size_t bytes = static_cast<size_t>(kv.n_pos()) * row * 4;
+    for (int il = 0; il < hp_.n_layer; ++il) {
+        ck(cudaMemcpy(buf + 2 * static_cast<size_t>(il) * layer, kv.k(il), bytes, cudaMemcpyHostToDevice), "K rows");
+        ck(cudaMemcpy(buf + (2 * static_cast<size_t>(il) + 1) * layer, kv.v(il), bytes, cudaMemcpyHostToDevice), "V rows");
+    }
+    if (d.rec) {
+        recurrent_state& r = kv.recurrent();
+        if (r.length() != kv.n_pos())
+            fail("cuda model: load_kv_from_host: the recurrent state holds {} positions, the cache {}", r.length(),
+                 kv.n_pos());
+        ck(cudaMemcpy(d.rec, r.conv(0), r.live().size() * 4, cudaMemcpyHostToDevice), "recurrent state");
+        d.rec_len = d.rec_lo = kv.n_pos();   // no window checkpoints: only this length (and 0) can be resumed
+        d.rec_valid = 0;
+    }
 }
 
 // Records for the split decode attention (cuda::attention_split) of every position of a cache
@@ -322,8 +403,19 @@ void cuda_model::ensure_scratch(int max_rows) {
     shgate_ = salloc<float>(R);
     logits_ = salloc<float>(R * static_cast<size_t>(hp_.n_vocab));
     // int8 activation rows: at most 292 bytes per 256 values (act_block256) or 36 per 32.
-    const size_t widest = std::max({E, nq, ff});
+    const size_t vd = spec_.hybrid ? static_cast<size_t>(hy_.dn.value_dim()) : 0;
+    const size_t widest = std::max({E, nq, ff, vd});
     act_ = salloc<std::byte>(RK * (widest / 32 + 1) * 37);
+    if (spec_.hybrid) {
+        const size_t C = static_cast<size_t>(hy_.dn.conv_channels()), nv = static_cast<size_t>(hy_.dn.n_v_heads);
+        qg_ = salloc<float>(R * 2 * nq);
+        dn_mixed_ = salloc<float>(R * C);
+        dn_conv_ = salloc<float>(R * C);
+        dn_z_ = salloc<float>(R * vd);
+        dn_ba_ = salloc<float>(R * 2 * nv);
+        dn_alpha_ = salloc<float>(R * nv);
+        dn_core_ = salloc<float>(R * vd);
+    }
     d_pos_ = salloc<int32_t>(1);
     route_arrivals_ = salloc<unsigned>(1);
     ck(cudaMemset(route_arrivals_, 0, sizeof(unsigned)), "cudaMemset");
@@ -351,17 +443,31 @@ void cuda_model::ensure_rope(int32_t n_pos) {
 
 float* cuda_model::kv_for(const kv_cache& kv) {
     auto it = kvs_.find(&kv);
+    const recurrent_shape& rs = kv.shape().rec;
     if (it != kvs_.end() && it->second.n_ctx == kv.shape().n_ctx) return it->second.buf;
     if (it != kvs_.end()) {
         ck(cudaStreamSynchronize(stream_), "sync");
         clear_graphs();
         cudaFree(it->second.buf);
+        if (it->second.rec) cudaFree(it->second.rec);
+        if (it->second.rec_ckpt) cudaFree(it->second.rec_ckpt);
         kvs_.erase(it);
     }
+    if (spec_.hybrid && (rs.n_layer != hp_.n_rec_layer || rs.conv_floats != hp_.rec_conv_floats ||
+                         rs.ssm_floats != hp_.rec_ssm_floats || rs.n_ckpt < 1))
+        fail("cuda model: the KV cache's recurrent state ({} layers of {} + {} floats) is not this model's ({} of {} + "
+             "{}): make it with kv_shape_for",
+             rs.n_layer, rs.conv_floats, rs.ssm_floats, hp_.n_rec_layer, hp_.rec_conv_floats, hp_.rec_ssm_floats);
     dkv d;
     d.n_ctx = kv.shape().n_ctx;
     const size_t floats = static_cast<size_t>(hp_.n_layer) * 2 * static_cast<size_t>(d.n_ctx) * kv.row_floats();
     ck(cudaMalloc(&d.buf, floats * 4), "cudaMalloc (KV cache)");
+    if (spec_.hybrid) {
+        const size_t live = static_cast<size_t>(rs.n_layer) * static_cast<size_t>(rs.conv_floats + rs.ssm_floats);
+        ck(cudaMalloc(&d.rec, live * 4), "cudaMalloc (recurrent state)");
+        ck(cudaMalloc(&d.rec_ckpt, live * static_cast<size_t>(rs.n_ckpt) * 4), "cudaMalloc (recurrent checkpoints)");
+        ck(cudaMemset(d.rec, 0, live * 4), "cudaMemset");
+    }
     kvs_[&kv] = d;
     return d.buf;
 }
@@ -372,7 +478,8 @@ void cuda_model::enqueue(std::span<const batch_segment> batch, const std::vector
     if (pos_dev) ck(cudaMemcpyAsync(d_pos_, h_pos_, 4, cudaMemcpyHostToDevice, stream_), "position");
     for (int il = 0; il < hp_.n_layer; ++il) {
         const dlayer& l = layers_[static_cast<size_t>(il)];
-        attention_block(l, il, batch, kv_bufs, n, pos_dev);
+        if (l.recurrent) delta_net_block(l, batch, n);
+        else attention_block(l, il, batch, kv_bufs, n, pos_dev);
         if (spec_.moe) moe_block(l, il, n);
         else dense_block(l, n);
     }
@@ -479,8 +586,10 @@ void cuda_model::attention_block(const dlayer& l, int il, std::span<const batch_
     const int64_t hd = hp_.head_dim;
     const int64_t nq = hp_.n_head * hd, nkv = hp_.n_kv_head * hd;
     // The norm quantises for wq; k and v reuse those rows when their format takes the same.
+    // Hybrid models' gated attention: wq gives the query and the output gate per head (qg_).
     const bool q_act = norm(x_, l.attn_norm, xn_, n, fmt(l.wq), act_);
-    mm(l.wq, xn_, n, q_, q_act);
+    mm(l.wq, xn_, n, spec_.hybrid ? qg_ : q_, q_act);
+    if (spec_.hybrid) cuda::gated_query(qg_, q_, n, hp_.n_head, static_cast<int>(hd), stream_);
     const bool k_reuse = q_act && fmt(l.wk) == fmt(l.wq);
     if (pairable(l.wk, l.wv)) {
         mm(l.wk, xn_, n, k_, k_reuse, nullptr, 1, false, &l.wv, v_);
@@ -515,6 +624,7 @@ void cuda_model::attention_block(const dlayer& l, int il, std::span<const batch_
         cuda::attention(ap, q_ + row0 * nq, kc, vc, g.pos0, rows, attn_ + row0 * nq, stream_, pos_dev, &attn_split_);
         row0 += rows;
     }
+    if (spec_.hybrid) cuda::output_gate(attn_, qg_, n, hp_.n_head, static_cast<int>(hd), stream_);
     // x += wo . attn in the matmul's launch.
     mm(l.wo, attn_, n, x_, false, nullptr, 1, true);
 }

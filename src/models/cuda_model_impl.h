@@ -15,6 +15,7 @@
 #include "kernels/cuda/ops.cuh"
 #include "models/blocks.h"
 #include "models/cuda_expert_lanes.h"
+#include "models/hybrid_model.h"
 #include "quant/act.h"
 
 #include <cuda_runtime.h>
@@ -52,17 +53,38 @@ struct dlayer {
     dmat router;                                // [n_embd, n_expert]
     dmat gate_exps, up_exps, down_exps;         // [n_embd, n_ff_exp, n_expert] x2, [n_ff_exp, n_embd, n_expert]
     dmat sh_gate, sh_up, sh_down, sh_inp;       // shared expert [n_embd, n_ff_shexp] x2, [n_ff_shexp, n_embd], [n_embd, 1]
+    // Hybrid models (hybrid_blocks.h): a gated attention layer uses attn_norm, wq [n_embd,
+    // 2*nq] (query then gate per head), wk, wv, wo, q_norm, k_norm; a Gated DeltaNet layer
+    // (recurrent) attn_norm, wo = ssm_out [value_dim, n_embd] and the fields below. Both take
+    // ffn_norm = post_attention_norm for the MoE FFN.
+    bool recurrent = false;
+    int rec = -1;                               // its recurrent-state layer
+    dmat wqkv, wz;                              // attn_qkv [n_embd, conv_channels], attn_gate [n_embd, value_dim]
+    dmat w_ba;                                  // ssm_ba [n_embd, 2*n_v] (qwen3next)
+    dmat w_beta, w_alpha;                       // ssm_beta, ssm_alpha [n_embd, n_v] (qwen35moe)
+    float* conv = nullptr;                      // ssm_conv1d [conv_channels, d_conv]
+    float *dt_bias = nullptr, *ssm_a = nullptr; // [n_v]
+    float* ssm_norm = nullptr;                  // [head_v_dim]
 };
 
 // A sequence's KV cache on the device: per layer K then V, each [n_ctx, n_kv_head, head_dim].
+// Hybrid models add the recurrent state, laid out as kv/recurrent_state.h's host arrays (so the
+// two copy into each other whole), with the same bookkeeping for rollback.
 struct dkv {
     float* buf = nullptr;
     int n_ctx = 0;
+    float* rec = nullptr;        // [n_rec, conv_floats + ssm_floats] the live state
+    float* rec_ckpt = nullptr;   // [n_ckpt, n_rec, conv_floats + ssm_floats] a window's checkpoints
+    int32_t rec_len = 0;         // positions folded into rec (-1: unknown, after a failed forward)
+    int32_t rec_lo = 0;          // slot j holds the state of length rec_lo + j ...
+    int32_t rec_valid = 0;       // ... for j < rec_valid
+    int64_t ck_first = 0;        // the running window's first checkpointed row
 };
 
 struct arch_spec {
     kernels::rope_mode rope;
     bool bias, qk_norm, moe, shexp, default_norm;
+    bool hybrid = false;   // qwen3next / qwen35moe: Gated DeltaNet and gated attention layers
 };
 
 arch_spec spec_for(const std::string& arch);
@@ -78,6 +100,10 @@ public:
     const model_hparams& hparams() const override { return hp_; }
 
     void forward_batch(std::span<const batch_segment> batch, forward_scratch& s, float* logits) override;
+
+    // The device copy of kv to and from its host arrays (model.h).
+    void sync_kv_to_host(kv_cache& kv) override;
+    void load_kv_from_host(kv_cache& kv) override;
 
     // The forward's launches: a captured graph for a decode step, else enqueued one by one.
     void enqueue_forward(std::span<const batch_segment> batch, const std::vector<float*>& kv_bufs, int64_t n);
@@ -185,10 +211,26 @@ private:
 
     void moe_block(const dlayer& l, int il, int64_t n);
 
+    // ---- hybrid models (cuda_model_hybrid.cpp) ----------------------------------------------
+    // Binds and uploads layer il of a hybrid file (its MoE FFN as the other MoE models do).
+    dlayer load_hybrid_layer(const model_file& f, const weight_binder& b, int il, const hybrid_variant& v);
+    // Device recurrent state for every segment's cache: rolled back to pos0 (from the window
+    // checkpoints, or zeroed at 0) and set up for the window's checkpoints, as begin_recurrent
+    // does on the host; end_recurrent_device after the forward.
+    void begin_recurrent_device(std::span<const batch_segment> batch);
+    // d's live state rolled back to length n (zeroed for 0, else from a window checkpoint; throws
+    // when it holds neither), enqueued.
+    void rewind_recurrent_device(dkv& d, int32_t n, size_t live_floats);
+    void end_recurrent_device(std::span<const batch_segment> batch, bool ok);
+    // x += DeltaNet(rmsnorm(x)) (hybrid_blocks.cpp's delta_net_block), the recurrence per segment
+    // against its cache's device state.
+    void delta_net_block(const dlayer& l, std::span<const batch_segment> batch, int64_t n);
+
     int dev_;
     cudaStream_t stream_ = nullptr;
     arch_spec spec_{};
     model_hparams hp_;
+    hybrid_hparams hy_;   // hybrid models: the DeltaNet shape and which layers are recurrent
     output_weights out_;
     const tensor_view* tok_embd_ = nullptr;   // read on the host for the embedding rows
     float* output_norm_ = nullptr;
@@ -207,6 +249,12 @@ private:
     float *out_buf_ = nullptr, *gate_ = nullptr, *up_ = nullptr, *ey_ = nullptr, *shexp_ = nullptr;
     float *router_ = nullptr, *ew_ = nullptr, *shgate_ = nullptr, *logits_ = nullptr;
     int32_t* ids_ = nullptr;
+    // Hybrid models' scratch (null otherwise): qg_ [R, 2*nq] the gated query projection; the
+    // DeltaNet's dn_mixed_ [R, C] projection, dn_conv_ [R, C] conv output, dn_z_ [R, value_dim]
+    // output gate, dn_ba_ [R, 2*n_v] beta|alpha (or beta) logits, dn_alpha_ [R, n_v], dn_core_
+    // [R, value_dim] rule output.
+    float *qg_ = nullptr, *dn_mixed_ = nullptr, *dn_conv_ = nullptr, *dn_z_ = nullptr, *dn_ba_ = nullptr;
+    float *dn_alpha_ = nullptr, *dn_core_ = nullptr;
     int32_t *perm_ = nullptr, *tiles_ = nullptr, *n_tiles_ = nullptr;   // group_pairs' output: [RK], [max tiles][3], [1]
     bool grouped_ = false;   // the expert matmuls being enqueued use the grouped pairs
     int group_experts_ = 0;  // ... grouped over this many experts (or a split layer's cache slots)

@@ -6,6 +6,13 @@
 
 namespace sluice {
 
+hybrid_variant hybrid_variant_of(const model_file& f) {
+    const std::string arch = f.architecture();
+    if (arch == "qwen3next") return qwen3next_variant(f);
+    if (arch == "qwen35moe") return qwen35moe_variant(f);
+    fail("model: general.architecture '{}': expected qwen3next or qwen35moe", arch);
+}
+
 hybrid_model::hybrid_model(const model_file& f, const hybrid_variant& v) {
     // Hyperparameters.
     hy_ = read_hybrid_hparams(f, v.arch, v.v_tiled, hp_);

@@ -22,6 +22,12 @@ struct hybrid_variant {
     bool separate_beta_alpha = false; // ssm_beta + ssm_alpha (qwen35moe) instead of one ssm_ba
 };
 
+// The variant of file f (general.architecture qwen3next or qwen35moe; the architecture files
+// define and check them), for the CPU and the CUDA model alike. Fails for any other architecture.
+hybrid_variant qwen3next_variant(const model_file& f);
+hybrid_variant qwen35moe_variant(const model_file& f);
+hybrid_variant hybrid_variant_of(const model_file& f);
+
 struct hybrid_layer {
     bool recurrent = false;
     delta_net_weights dn;          // recurrent layers (see hybrid_blocks.h for shapes)

@@ -75,6 +75,9 @@ forward_scratch model::make_scratch(int max_rows, thread_pool& pool) const {
     return s;
 }
 
+void model::sync_kv_to_host(kv_cache&) {}
+void model::load_kv_from_host(kv_cache&) {}
+
 kv_shape model::kv_shape_for(int n_ctx) const {
     const model_hparams& hp = hparams();
     kv_shape k;

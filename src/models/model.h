@@ -120,6 +120,15 @@ public:
 
     forward_scratch make_scratch(int max_rows, thread_pool& pool) const;
     kv_shape kv_shape_for(int n_ctx) const;
+
+    // The host arrays of a cache (kv.k, kv.v, kv.recurrent()'s live state) are what a prefix-cache
+    // checkpoint reads and restores (kv/prefix_cache.h). A model that keeps its own copy of a
+    // cache (the CUDA model's, in VRAM) writes rows [0, kv.n_pos()) and the state there in
+    // sync_kv_to_host (before a checkpoint is taken), and takes them from there in
+    // load_kv_from_host (after a checkpoint was restored into kv). The CPU models work on the
+    // host arrays themselves: nothing to do.
+    virtual void sync_kv_to_host(kv_cache& kv);
+    virtual void load_kv_from_host(kv_cache& kv);
 };
 
 // Rows of a verify window a hybrid model's recurrent state can roll back (DESIGN: windows of 1..16).

@@ -14,11 +14,14 @@
 
 namespace sluice {
 
-std::unique_ptr<model> make_qwen35moe(const model_file& f, const load_options&) {
+hybrid_variant qwen35moe_variant(const model_file& f) {
     if (const meta_array* sec = f.meta().get_array("qwen35moe.rope.dimension_sections"); sec && sec->ints.size() > 4)
         fail("model: qwen35moe.rope.dimension_sections: expected at most 4 entries, got {}", sec->ints.size());
-    return std::make_unique<hybrid_model>(f, hybrid_variant{"qwen35moe", /*v_tiled=*/true,
-                                                            /*separate_beta_alpha=*/true});
+    return hybrid_variant{"qwen35moe", /*v_tiled=*/true, /*separate_beta_alpha=*/true};
+}
+
+std::unique_ptr<model> make_qwen35moe(const model_file& f, const load_options&) {
+    return std::make_unique<hybrid_model>(f, qwen35moe_variant(f));
 }
 
 }  // namespace sluice

@@ -12,9 +12,12 @@
 
 namespace sluice {
 
+hybrid_variant qwen3next_variant(const model_file&) {
+    return hybrid_variant{"qwen3next", /*v_tiled=*/false, /*separate_beta_alpha=*/false};
+}
+
 std::unique_ptr<model> make_qwen3next(const model_file& f, const load_options&) {
-    return std::make_unique<hybrid_model>(f, hybrid_variant{"qwen3next", /*v_tiled=*/false,
-                                                            /*separate_beta_alpha=*/false});
+    return std::make_unique<hybrid_model>(f, qwen3next_variant(f));
 }
 
 }  // namespace sluice

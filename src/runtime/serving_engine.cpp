@@ -329,8 +329,10 @@ bool serving_engine::impl::admit(request_state& r) {
         // Hybrid models: a checkpoint restores with its recurrent state when all of it begins the
         // prompt (kv/prefix_cache.h). The MTP head must see every prompt row's hidden state:
         // such requests prefill in full.
-        if (q.use_prefix_cache && p.drafter != drafter_kind::mtp)
+        if (q.use_prefix_cache && p.drafter != drafter_kind::mtp) {
             r.result.cached_tokens = cache->restore(q.prompt, r.n_prompt - 1, *r.kv);
+            if (r.result.cached_tokens > 0) target.net->load_kv_from_host(*r.kv);   // a GPU model's copy
+        }
         r.context.reserve(static_cast<size_t>(r.n_prompt + r.max_tokens + 1));
         r.context.assign(q.prompt.begin(), q.prompt.end());
         r.rows.reserve(static_cast<size_t>(opt.prefill_rows_per_step + k_max_window));

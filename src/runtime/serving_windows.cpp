@@ -3,6 +3,8 @@
 // request (its result, its prefix-cache checkpoint, on_done).
 #include "runtime/serving_engine_impl.h"
 
+#include <fmt/core.h>
+
 namespace sluice {
 
 using namespace serving_detail;
@@ -153,7 +155,14 @@ void serving_engine::impl::finish(request_state& r, const char* finish_reason, c
     if (r.kv && r.req.use_prefix_cache && res.finish_reason != "error" &&
         r.kv->n_pos() > 0) {
         const size_t n = static_cast<size_t>(r.kv->n_pos());
-        cache->store(std::span<const int32_t>(r.context.data(), n), *r.kv);
+        // A GPU model's rows into the host arrays the checkpoint reads. A checkpoint only saves
+        // later prefill: when the copy fails the request is still done, nothing is kept.
+        try {
+            target.net->sync_kv_to_host(*r.kv);
+            cache->store(std::span<const int32_t>(r.context.data(), n), *r.kv);
+        } catch (const std::exception& e) {
+            fmt::print(stderr, "prefix cache: the checkpoint of a finished request was not kept: {}\n", e.what());
+        }
     }
     r.kv.reset();
     r.draft_target.reset();

@@ -20,6 +20,8 @@
 #include "quant/iq_tables.h"
 #include "quant/quant.h"
 
+#include "parity_util.cuh"
+
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -32,15 +34,6 @@
 using namespace sluice;
 
 namespace {
-
-#define CK(x)                                                                                    \
-    do {                                                                                         \
-        cudaError_t e_ = (x);                                                                    \
-        if (e_ != cudaSuccess) {                                                                 \
-            std::printf("FAIL: %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__);       \
-            std::exit(1);                                                                        \
-        }                                                                                        \
-    } while (0)
 
 const dtype k_formats[] = {dtype::q8_0,   dtype::q4_0,    dtype::q4_1,   dtype::q5_0,  dtype::q5_1,    dtype::q4_k,
                            dtype::q5_k,   dtype::q6_k,    dtype::iq4_xs, dtype::mxfp4, dtype::iq4_nl,  dtype::iq3_s,

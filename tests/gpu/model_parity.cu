@@ -1,11 +1,18 @@
 // gpu_model_logits_equal_cpu_model_logits: every golden fixture GGUF (tests/golden/fixtures/*/
-// model-*.gguf: random llama, qwen3, qwen3moe and qwen2moe models made by transformers and
+// model-*.gguf and converted-*.gguf: random llama, qwen3, qwen3moe, qwen2moe, qwen3next and
+// qwen35moe models made by transformers and
 // written as llama.cpp writes them) loaded by load_model (CPU) and load_model_cuda (GPU):
 //   - a 12-token prompt as one window, then 16 greedy steps (the CPU's pick fed to both):
 //     every logit compared bit for bit, greedy picks compared;
-//   - E1 on the GPU: the prompt fed one token at a time gives the window's last-row logits.
+//   - E1 on the GPU: the prompt fed one token at a time gives the window's last-row logits;
+//   - a 4-row window rolled back to 2 rows, then 3 rows from there, compared likewise;
+//   - a conversation resumed through the prefix cache (sync_kv_to_host, store, restore,
+//     load_kv_from_host): its next rows equal the CPU's.
+// The hybrid fixtures (qwen3next, qwen35moe) exercise the DeltaNet kernels and the device
+// recurrent state's checkpoints.
 // Exit 0 when every fixture is bit-identical, 1 otherwise, 77 (skipped) without a GPU.
-// Usage: model_parity [PATH...]: fixture folders (<dir>/*/model-*.gguf) or .gguf files
+// Usage: model_parity [PATH...]: fixture folders (<dir>/*/model-*.gguf, and the hybrids'
+// <dir>/*/converted-*.gguf) or .gguf files
 // (default: tests/golden/fixtures beside this file).
 #include <cstdio>
 
@@ -16,6 +23,7 @@
 #include "core/thread_pool.h"
 #include "io/model_file.h"
 #include "kv/kv_cache.h"
+#include "kv/prefix_cache.h"
 #include "models/model.h"
 
 #include <cuda_runtime.h>
@@ -90,10 +98,55 @@ int run_fixture(const fs::path& path, thread_pool& pool) {
         picks_equal += a == b;
         next = a;
     }
-    const bool ok = c.diff == 0 && e1;
-    std::printf("%s %-40s %-9s logits %zu/%zu bit-identical (max |diff| %.3g), greedy picks %d/%d equal, GPU E1 %s\n",
+    // A verify window rolled back: 4 rows, 2 kept (kv_cache::truncate; a hybrid model's recurrent
+    // state comes back from the window's checkpoints), then 3 rows from there.
+    {
+        const int32_t pos = static_cast<int32_t>(prompt.size()) + steps;
+        std::vector<token_id> w1(4), w2(3);
+        for (size_t i = 0; i < w1.size(); ++i) w1[i] = static_cast<token_id>((next + 1 + i * 31) % static_cast<size_t>(V));
+        for (size_t i = 0; i < w2.size(); ++i) w2[i] = static_cast<token_id>((next + 7 + i * 17) % static_cast<size_t>(V));
+        std::vector<float> wc(w1.size() * static_cast<size_t>(V)), wg(wc.size());
+        cpu->forward(w1, pos, kc, sc, wc.data());
+        gpu->forward(w1, pos, kg, sg, wg.data());
+        c.add(wc.data(), wg.data(), wc.size());
+        kc.truncate(pos + 2);
+        kg.truncate(pos + 2);
+        cpu->forward(w2, pos + 2, kc, sc, wc.data());
+        gpu->forward(w2, pos + 2, kg, sg, wg.data());
+        c.add(wc.data(), wg.data(), w2.size() * static_cast<size_t>(V));
+    }
+    // A resumed conversation through the prefix cache (E5): the GPU's prompt rows (and recurrent
+    // state) copied to the host (sync_kv_to_host), kept, restored into a new cache and taken
+    // back (load_kv_from_host); two more rows there equal the CPU's rows after the same prompt.
+    bool resumed = false;
+    {
+        kv_cache kp(gpu->kv_shape_for(64)), kr(gpu->kv_shape_for(64)), kc2(cpu->kv_shape_for(64));
+        std::vector<float> lp(prompt.size() * static_cast<size_t>(V));
+        gpu->forward(prompt, 0, kp, sg, lp.data());
+        gpu->sync_kv_to_host(kp);
+        prefix_cache pc(size_t{1} << 30);
+        pc.store(prompt, kp);
+        std::vector<token_id> turn = prompt;
+        turn.push_back(static_cast<token_id>((next + 3) % V));
+        turn.push_back(static_cast<token_id>((next + 11) % V));
+        const int32_t got = pc.restore(turn, static_cast<int32_t>(turn.size()) - 1, kr);
+        gpu->load_kv_from_host(kr);
+        const std::span<const token_id> rest(turn.data() + prompt.size(), 2);
+        std::vector<float> rc(2 * static_cast<size_t>(V)), rg(rc.size());
+        cpu->forward(prompt, 0, kc2, sc, lp.data());
+        cpu->forward(rest, static_cast<int32_t>(prompt.size()), kc2, sc, rc.data());
+        gpu->forward(rest, static_cast<int32_t>(prompt.size()), kr, sg, rg.data());
+        cmp r;
+        r.add(rc.data(), rg.data(), rc.size());
+        resumed = got == static_cast<int32_t>(prompt.size()) && r.diff == 0;
+        c.add(rc.data(), rg.data(), rc.size());
+    }
+    const bool ok = c.diff == 0 && e1 && resumed;
+    std::printf("%s %-40s %-9s logits %zu/%zu bit-identical (max |diff| %.3g), greedy picks %d/%d equal, GPU E1 %s, "
+                "prefix-cache resume %s\n",
                 ok ? "PASS" : "FAIL", (path.parent_path().filename() / path.filename()).string().c_str(), hp.arch.c_str(),
-                c.total - c.diff, c.total, c.max_abs, picks_equal, steps + 1, e1 ? "holds" : "BROKEN");
+                c.total - c.diff, c.total, c.max_abs, picks_equal, steps + 1, e1 ? "holds" : "BROKEN",
+                resumed ? "exact" : "BROKEN");
     return ok ? 0 : 1;
 }
 
@@ -120,7 +173,8 @@ int main(int argc, char** argv) {
             for (const auto& d : fs::directory_iterator(a))
                 if (d.is_directory())
                     for (const auto& e : fs::directory_iterator(d.path()))
-                        if (e.path().extension() == ".gguf" && e.path().filename().string().rfind("model-", 0) == 0)
+                        if (const std::string fn = e.path().filename().string();
+                            e.path().extension() == ".gguf" && (fn.rfind("model-", 0) == 0 || fn.rfind("converted-", 0) == 0))
                             found.push_back(e.path());
         if (found.empty()) {
             std::printf("FAIL: no model-*.gguf fixtures under %s\n", a.string().c_str());
@@ -133,8 +187,7 @@ int main(int argc, char** argv) {
     int failures = 0, skipped = 0;
     for (const auto& f : files) {
         try {
-            // Architectures without a CUDA forward yet (the hybrid DeltaNet models) are listed,
-            // not compared.
+            // Architectures without a CUDA forward are listed, not compared.
             if (const std::string arch = model_file::open(f)->architecture(); !cuda_model_supports(arch)) {
                 std::printf("SKIP %-40s %-9s no CUDA forward for this architecture yet\n",
                             (f.parent_path().filename() / f.filename()).string().c_str(), arch.c_str());

@@ -15,6 +15,7 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/math.h"
+#include "parity_util.cuh"
 #include "quant/act.h"
 
 #include <cuda_runtime.h>
@@ -31,51 +32,9 @@ using namespace sluice;
 
 namespace {
 
-#define CK(x)                                                                              \
-    do {                                                                                   \
-        cudaError_t e_ = (x);                                                              \
-        if (e_ != cudaSuccess) {                                                           \
-            std::printf("FAIL: %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); \
-            std::exit(1);                                                                  \
-        }                                                                                  \
-    } while (0)
-
-std::vector<float> rnd(size_t n, uint32_t seed, float scale = 1.0f) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    std::vector<float> v(n);
-    for (auto& x : v) x = nd(rng) * scale;
-    return v;
-}
-
-struct dvec {
-    float* p = nullptr;
-    size_t n = 0;
-    explicit dvec(const std::vector<float>& h) : n(h.size()) {
-        CK(cudaMalloc(&p, n * 4 + 4));
-        CK(cudaMemcpy(p, h.data(), n * 4, cudaMemcpyHostToDevice));
-    }
-    explicit dvec(size_t count) : n(count) { CK(cudaMalloc(&p, n * 4 + 4)); }
-    ~dvec() { cudaFree(p); }
-    std::vector<float> get() const {
-        std::vector<float> h(n);
-        CK(cudaDeviceSynchronize());
-        CK(cudaMemcpy(h.data(), p, n * 4, cudaMemcpyDeviceToHost));
-        return h;
-    }
-};
-
-int report(const std::string& what, const std::vector<float>& cpu, const std::vector<float>& gpu) {
-    size_t bad = 0, first = 0;
-    for (size_t i = 0; i < cpu.size(); ++i)
-        if (std::memcmp(&cpu[i], &gpu[i], 4) != 0 && bad++ == 0) first = i;
-    if (bad)
-        std::printf("FAIL %-40s %zu of %zu differ (first at %zu: cpu %.9g gpu %.9g)\n", what.c_str(), bad, cpu.size(), first,
-                    cpu[first], gpu[first]);
-    else
-        std::printf("PASS %-40s %zu values bit-identical\n", what.c_str(), cpu.size());
-    return bad ? 1 : 0;
-}
+using gpu_test::dvec;
+using gpu_test::report;
+using gpu_test::rnd;
 
 int test_rmsnorm() {
     int f = 0;

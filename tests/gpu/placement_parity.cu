@@ -107,9 +107,13 @@ int run_file(const fs::path& path, thread_pool& pool) {
                 (steps - 1) / ref.decode_s);
 
     // Every budget from its model's own expert size: a blob is gate + up + down of one expert.
+    // The trunk's layers only: a hybrid file's MTP block (blk.<n_layer>) has experts the forward
+    // never places.
     uint64_t all_bytes = 0;
     for (const auto& t : mf->tensors())
-        if (t.name.find("_exps.weight") != std::string::npos) all_bytes += t.nbytes;
+        if (t.name.find("_exps.weight") != std::string::npos && t.name.rfind("blk.", 0) == 0 &&
+            std::atoi(t.name.c_str() + 4) < hp.n_layer)
+            all_bytes += t.nbytes;
     const uint64_t blob = all_bytes / static_cast<uint64_t>(hp.n_layer * hp.n_expert);
     // A skewed profile (expert e of layer l counted (e * 37 + l * 11) % 97 + 1 times): the half
     // budget then holds a scattered set, not the lowest ids.

@@ -68,6 +68,40 @@ TEST(ops, exp_is_faithful_to_two_ulp) {
     EXPECT_NEAR(kernels::sigmoid_f32(-3.0f), 1.0 / (1.0 + std::exp(3.0)), 1e-7);
 }
 
+// Distance from ref in units of the fp32 ulp at ref.
+double ulps_from(float y, double ref) {
+    const float rf = static_cast<float>(ref);
+    return std::fabs(y - ref) / (std::nextafter(std::fabs(rf), INFINITY) - std::fabs(rf));
+}
+
+TEST(ops, log_log1p_softplus_are_faithful) {
+    double worst_log = 0, worst_log1p = 0, worst_sp = 0;
+    // Every 977th positive finite fp32 value, subnormals included.
+    for (uint32_t u = 1; u < 0x7f800000u; u += 977) {
+        const float x = kernels::bits_to_f32(u);
+        const double ref = std::log(static_cast<double>(x));
+        if (ref != 0.0) worst_log = std::max(worst_log, ulps_from(kernels::log_f32(x), ref));
+    }
+    for (int e = -40; e <= 31; ++e)
+        for (float m = 1.0f; m < 2.0f; m += 0.0071f) {
+            const float y = std::ldexp(m, e);
+            worst_log1p = std::max(worst_log1p, ulps_from(kernels::log1p_f32(y), std::log1p(static_cast<double>(y))));
+        }
+    for (float x = -60.0f; x < 25.0f; x += 0.0031f) {
+        const double ref = x > 20.0f ? x : std::log1p(std::exp(static_cast<double>(x)));
+        worst_sp = std::max(worst_sp, ulps_from(kernels::softplus_f32(x), ref));
+    }
+    EXPECT_LT(worst_log, 1.0);
+    EXPECT_LT(worst_log1p, 3.0);
+    EXPECT_LT(worst_sp, 3.0);
+    EXPECT_EQ(kernels::log_f32(1.0f), 0.0f);
+    EXPECT_TRUE(std::isinf(kernels::log_f32(0.0f)) && kernels::log_f32(0.0f) < 0);
+    EXPECT_TRUE(std::isnan(kernels::log_f32(-1.0f)));
+    EXPECT_TRUE(std::isinf(kernels::log_f32(INFINITY)));
+    EXPECT_EQ(kernels::log1p_f32(1e-30f), 1e-30f);
+    EXPECT_EQ(kernels::softplus_f32(30.0f), 30.0f);
+}
+
 TEST(ops, rmsnorm_matches_double_reference) {
     const int n = 576;
     auto x = randn(n, 1), w = randn(n, 2);

@@ -8,11 +8,6 @@
 
 namespace sluice::kernels {
 
-float softplus_f32(float x) {
-    if (x > 20.0f) return x;   // ln(1 + e^x) == x in fp32 from here on
-    return static_cast<float>(std::log1p(std::exp(static_cast<double>(x))));
-}
-
 void delta_net_conv_row(const delta_net_shape& s, const float* w, float* state, const float* x, float* out) {
     const int64_t C = s.conv_channels();
     const int K = s.d_conv;

@@ -6,12 +6,15 @@
 // row; E2: threads split value heads, never a sum).
 #pragma once
 
+#include "core/hd.h"
 #include "core/thread_pool.h"
+#include "kernels/math.h"   // softplus_f32
 
 #include <cstdint>
 
 namespace sluice::kernels {
 
+// Methods are host and device functions (the CUDA kernels take the shape by value).
 struct delta_net_shape {
     int n_k_heads = 0;    // key/query heads (ssm.group_count)
     int n_v_heads = 0;    // value heads (ssm.time_step_rank), a multiple of n_k_heads
@@ -23,16 +26,13 @@ struct delta_net_shape {
     bool v_tiled = false;
     float eps = 1e-6f;    // of the q/k L2 norms and the gated RMSNorm
 
-    int64_t key_dim() const { return int64_t{n_k_heads} * head_k_dim; }
-    int64_t value_dim() const { return int64_t{n_v_heads} * head_v_dim; }
-    int64_t conv_channels() const { return 2 * key_dim() + value_dim(); }      // q | k | v
-    int64_t conv_state_floats() const { return (d_conv - 1) * conv_channels(); }
-    int64_t ssm_state_floats() const { return int64_t{n_v_heads} * head_k_dim * head_v_dim; }
-    int k_head_of(int h) const { return v_tiled ? h % n_k_heads : h / (n_v_heads / n_k_heads); }
+    SLUICE_HD int64_t key_dim() const { return int64_t{n_k_heads} * head_k_dim; }
+    SLUICE_HD int64_t value_dim() const { return int64_t{n_v_heads} * head_v_dim; }
+    SLUICE_HD int64_t conv_channels() const { return 2 * key_dim() + value_dim(); }      // q | k | v
+    SLUICE_HD int64_t conv_state_floats() const { return (d_conv - 1) * conv_channels(); }
+    SLUICE_HD int64_t ssm_state_floats() const { return int64_t{n_v_heads} * head_k_dim * head_v_dim; }
+    SLUICE_HD int k_head_of(int h) const { return v_tiled ? h % n_k_heads : h / (n_v_heads / n_k_heads); }
 };
-
-// softplus(x) = ln(1 + e^x) (x > 20: x), in double and rounded once.
-float softplus_f32(float x);
 
 // Causal conv1d for one row, then SiLU.
 //   w:     [conv_channels, d_conv] (GGML ne {d_conv, channels}): tap d_conv-1 is the current row

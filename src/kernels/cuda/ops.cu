@@ -5,6 +5,7 @@
 #include "kernels/cuda/ops.cuh"
 
 #include "core/error.h"
+#include "kernels/cuda/lanes.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/act_quant_dev.cuh"
 #include "kernels/cuda/route_warp.cuh"
@@ -25,18 +26,6 @@ void check_launch(const char* what) {
 }
 
 unsigned blocks_for(int64_t n, int per) { return static_cast<unsigned>((n + per - 1) / per); }
-
-// kernels::dot_f32_lanes(a, b, n) inside one warp: lanes 0..15 hold the 16 accumulators (lane l
-// takes i % 16 == l in index order), then the pairwise fold 8, 4, 2, 1. Lanes 16..31 mirror
-// lanes 0..15 (they compute the same values), so the result is valid in every lane after the
-// final broadcast.
-__device__ inline float warp_dot_lanes(const float* a, const float* b, int64_t n) {
-    const int l = static_cast<int>(threadIdx.x & 15);
-    float acc = 0.0f;
-    for (int64_t i = l; i < n; i += 16) acc = __fmaf_rn(a[i], b[i], acc);
-    for (int s = 8; s >= 1; s >>= 1) acc = __fadd_rn(acc, __shfl_down_sync(k_full, acc, s, 16));
-    return __shfl_sync(k_full, acc, 0);
-}
 
 // One warp per row.
 __global__ void rmsnorm_kernel(const float* x, const float* w, float* out, int64_t n_rows, int64_t n, float eps) {
@@ -308,6 +297,22 @@ __global__ void add_gated_kernel(float* out, const float* sh, const float* gate,
     out[i] = __fadd_rn(out[i], __fmul_rn(g, sh[i]));
 }
 
+__global__ void gated_query_kernel(const float* qg, float* q, int64_t total, int head_dim) {
+    wait_prior_grids();   // first: see launch.cuh
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    const int64_t head = i / head_dim, d = i % head_dim;   // head: row * n_head + h
+    q[i] = qg[head * 2 * head_dim + d];
+}
+
+__global__ void output_gate_kernel(float* y, const float* qg, int64_t total, int head_dim) {
+    wait_prior_grids();   // first: see launch.cuh
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    const int64_t head = i / head_dim, d = i % head_dim;
+    y[i] = __fmul_rn(y[i], kernels::sigmoid_f32(qg[head * 2 * head_dim + head_dim + d]));
+}
+
 }  // namespace
 
 void rmsnorm(const float* x, const float* w, float* out, int64_t n_rows, int64_t n, float eps, void* stream) {
@@ -413,6 +418,22 @@ void route_topk(const kernels::router_params& p, float* logits, int64_t n_rows, 
         launch(route_topk_kernel, dim3(blocks_for(n_rows, 64)), dim3(64), 0, s, p, logits, n_rows, ids, weights);
     }
     check_launch("route_topk");
+}
+
+void gated_query(const float* qg, float* q, int64_t n_rows, int n_head, int head_dim, void* stream) {
+    const int64_t total = n_rows * n_head * head_dim;
+    if (total <= 0) return;
+    launch(gated_query_kernel, dim3(blocks_for(total, 256)), dim3(256), 0, static_cast<cudaStream_t>(stream), qg, q,
+           total, head_dim);
+    check_launch("gated_query");
+}
+
+void output_gate(float* y, const float* qg, int64_t n_rows, int n_head, int head_dim, void* stream) {
+    const int64_t total = n_rows * n_head * head_dim;
+    if (total <= 0) return;
+    launch(output_gate_kernel, dim3(blocks_for(total, 256)), dim3(256), 0, static_cast<cudaStream_t>(stream), y, qg,
+           total, head_dim);
+    check_launch("output_gate");
 }
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n, void* stream) {

@@ -68,6 +68,13 @@ void attention(const kernels::attention_params& p, const float* q, const float* 
 void route_topk(const kernels::router_params& p, float* logits, int64_t n_rows, int32_t* ids, float* weights,
                 void* stream);
 
+// The gated attention's query projection qg [n_rows, n_head, 2 * head_dim] (query then gate per
+// head): q [n_rows, n_head, head_dim] gets the query halves.
+void gated_query(const float* qg, float* q, int64_t n_rows, int n_head, int head_dim, void* stream);
+// The gated attention's output gate: y[r, h, d] = y[r, h, d] * sigmoid(qg[r, h, head_dim + d])
+// (hybrid_blocks.cpp). y: [n_rows, n_head, head_dim].
+void output_gate(float* y, const float* qg, int64_t n_rows, int n_head, int head_dim, void* stream);
+
 // out[i] = silu(gate[i]) * up[i] (kernels::swiglu); out may alias gate or up.
 void swiglu(const float* gate, const float* up, float* out, int64_t n, void* stream);
 // The int8 activation rows of swiglu(gate, up) (rows of n values; f q8_32 or q8_256), without
