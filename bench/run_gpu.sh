@@ -19,9 +19,13 @@
 #   bench/record.py report $OUT/manifest.json ... --record), --sluice-bin PATH (a sluice already
 #   built: no sluice build), --placement (issue 10's runs instead of the default ones: the whole
 #   model in VRAM for both engines, then sluice --vram-budget 0/2G/4G/8G against llama.cpp
-#   -ncmoe 48/42/36/24, the layers whose experts stay in RAM for about the same VRAM (17.3 GB of
+#   -ncmoe N, N the first layer whose routed experts onward fit that VRAM (for 30B: 48/42/36/24; 17.3 GB of
 #   routed experts over 48 layers: ~0.36 GB a layer), prefill 512 and 4096, decode 64; the JSONs
-#   are packed into results.tar.gz).
+#   are packed into results.tar.gz). --shape S (default qwen3-30b-a3b; also qwen3.6-35b-a3b and
+#   qwen3-next-80b-a3b, the hybrids, and qwen3-235b-a22b: tools/make_synthetic.py's shapes, at
+#   their real layer count unless --layers), --vram-budgets LIST (default 0,2G,4G,8G: each against
+#   the llama.cpp -ncmoe whose VRAM experts fit it, bench/ncmoe_for_budget.py), --split-prompts
+#   LIST (the budget runs' prompt lengths, default 512,4096).
 #
 # On the GPU machine, in this order (the llama.cpp CUDA build, ~5.4 min on 16 cores, is the long
 # pole; sluice's build and the model file are made beside it; nothing is timed while anything
@@ -44,6 +48,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bundle=$root/.peers/gpu-bench
 mode=run layers="" threads=$(nproc) skew=0 locality=0 budget=585 record=0 prebuilt="" placement_runs=0
+shape=qwen3-30b-a3b vram_budgets=0,2G,4G,8G split_prompts=""
 die() { echo "run_gpu.sh: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -58,12 +63,22 @@ while [ $# -gt 0 ]; do
     --record) record=1 ;;
     --sluice-bin) prebuilt=$2; shift ;;
     --placement) placement_runs=1 ;;
+    --shape) shape=$2; shift ;;
+    --vram-budgets) vram_budgets=$2; shift ;;
+    --split-prompts) split_prompts=$2; shift ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
   shift
 done
-[ -n "$layers" ] || { [ $mode = local ] && layers=2 || layers=48; }
+# The shape's real layer count (tools/synthetic_shapes.py) unless --layers says otherwise.
+case $shape in
+  qwen3-30b-a3b|qwen3-next-80b-a3b) real_layers=48 ;;
+  qwen3.6-35b-a3b) real_layers=40 ;;
+  qwen3-235b-a22b) real_layers=94 ;;
+  *) die "--shape $shape: expected qwen3-30b-a3b, qwen3-next-80b-a3b, qwen3.6-35b-a3b or qwen3-235b-a22b" ;;
+esac
+[ -n "$layers" ] || { [ $mode = local ] && layers=2 || layers=$real_layers; }
 for v in layers threads budget; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "$v: expected a whole number, got '${!v}'"
 done
@@ -253,8 +268,8 @@ say "image: $(cmake --version 2>/dev/null | head -n1 || echo 'no cmake'); $(g++ 
 nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 cuda=0
 [ $mode != local ] && [ -x "$nvcc_bin" ] && cuda=1
-model=/tmp/sluice-bench-q30-${layers}l.gguf
-[ $mode = local ] && model=$out/q30-${layers}l.gguf
+model=/tmp/sluice-bench-$shape-${layers}l.gguf
+[ $mode = local ] && model=$out/$shape-${layers}l.gguf
 sluice_build=$root/build/gpu-bench
 [ $mode = local ] && sluice_build=$root/build/bench-local
 export PKG_CONFIG_PATH=$bundle/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
@@ -289,7 +304,7 @@ gen_model() {
     python3 -m pip install -q --no-index --no-deps --target /tmp/sluice-site "$bundle"/wheels/gguf-*.whl || return 1
     export PYTHONPATH=/tmp/sluice-site${PYTHONPATH:+:$PYTHONPATH}
   fi
-  python3 "$root/tools/make_synthetic.py" --shape qwen3-30b-a3b --mix q4_k_m --layers "$layers" \
+  python3 "$root/tools/make_synthetic.py" --shape "$shape" --mix q4_k_m --layers "$layers" \
     --router-skew "$skew" --router-locality "$locality" --threads "$(nproc)" -o "$model"
 }
 if [ -f "$model" ]; then
@@ -431,14 +446,20 @@ if [ $placement_runs = 1 ]; then
   # The budget runs also prefill a 4K prompt (issue 10: prefill at 512 and 4K tokens); both
   # engines in 512-row pieces (llama-bench's default ubatch, sluice bench's GPU chunk).
   p_split=$p
-  [ $mode = local ] || p_split="$p,4096"
+  [ $mode = local ] || p_split=${split_prompts:-$p,4096}
   sluice_split=(-t "$threads" -p "$p_split" -n "$n" -r 2 --ctx 0 --windows 0 --spec-windows 0 --json)
   llama_run "llama.cpp GPU -ngl 99" llama_gpu.json gpu "$(cap 60 170)" --gpu -p "$p" -n "$n" -r 2
   sluice_run "sluice GPU" sluice_gpu.json gpu "$(cap 60 160)" "$sluice_gpu" "${sluice_main[@]}" --gpu 0
   [ -f "$out/sluice_gpu.json" ] && [ -f "$out/llama_gpu.json" ] && \
     "${rec[@]}" compare "$manifest" "sluice GPU" "llama.cpp GPU -ngl 99"
-  left=4
-  for pair in 0:48 2G:42 4G:36 8G:24; do
+  # Each budget's llama.cpp peer: -ncmoe N keeps the routed experts of layers N.. in VRAM; N is
+  # the smallest whose experts fit the budget (the file's own tensor sizes: ncmoe_for_budget).
+  # gen_model's gguf package: the image's, or the wheel it unpacked into /tmp/sluice-site.
+  read -r -a pairs < <(PYTHONPATH=/tmp/sluice-site${PYTHONPATH:+:$PYTHONPATH} python3 "$root/bench/ncmoe_for_budget.py" \
+    "$model" ${vram_budgets//,/ } || echo)
+  say "budgets and their llama.cpp -ncmoe: ${pairs[*]}"
+  left=${#pairs[@]}
+  for pair in "${pairs[@]}"; do
     b=${pair%%:*} nc=${pair##*:}
     llama_run "llama.cpp -ngl 99 -ncmoe $nc" "llama_ncmoe$nc.json" three-lane "$(cap 30 $(( left * 40 - 10 )))" \
       --ncmoe "$nc" -p "$p_split" -n "$n" -r 2
@@ -475,10 +496,12 @@ fi
 # 3. The ratio table, last.
 total=$(( $(date +%s) - t_start ))
 machine_note="bench/run_gpu.sh took $total s on $(nproc) cores (builds and the model file included)"
-title="GPU machine: sluice vs llama.cpp" scenario="gpu/q30-${layers}l-q4_k_m"
+tag=$shape
+[ "$shape" = qwen3-30b-a3b ] && tag=q30   # the scenario name earlier sessions recorded
+title="GPU machine: sluice vs llama.cpp" scenario="gpu/$tag-${layers}l-q4_k_m"
 [ $placement_runs = 1 ] && title="GPU machine: routed experts under a VRAM budget, sluice vs llama.cpp -ncmoe" \
-  scenario="gpu-placement/q30-${layers}l-q4_k_m"
-args=(report "$manifest" --model "synthetic Qwen3-30B-A3B shape, $layers layers, q4_k_m, router skew $skew locality $locality"
+  scenario="gpu-placement/$tag-${layers}l-q4_k_m"
+args=(report "$manifest" --model "synthetic $shape shape, $layers layers, q4_k_m, router skew $skew locality $locality"
   --scenario "$scenario" --title "$title" --note "$machine_note")
 [ $record = 1 ] && args+=(--record)
 if [ $mode = dry ]; then

@@ -326,9 +326,17 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
         for (auto& t : tokens) t = int32_t(rng() % uint64_t(n_vocab));
     }
     auto span_of = [&](size_t b, size_t n) { return std::span<const int32_t>(tokens.data() + b, n); };
+    // Back to the first n tokens: a truncation, or where the cache cannot roll back that far (a
+    // hybrid model's recurrent state keeps only the last window's rows) a new prefill of them.
+    // Never inside a timed region.
+    auto back_to = [&](int n) {
+        if (s.can_truncate(n)) return s.truncate(n);
+        s.truncate(0);
+        if (n > 0) s.prefill(span_of(0, size_t(n)));
+    };
     // Fills the cache with tokens [0, n) (reusing what it already holds) and nothing more.
     auto fill_to = [&](int n) {
-        if (s.n_pos() > n) s.truncate(n);
+        if (s.n_pos() > n) back_to(n);
         if (s.n_pos() < n) s.prefill(span_of(size_t(s.n_pos()), size_t(n - s.n_pos())));
     };
 
@@ -390,7 +398,7 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
                 r.seconds.push_back(seconds_since(t0));
                 if (int(res.tokens.size()) != o.n_gen)
                     fail("bench: {}: decoded {} tokens, expected {}", r.test, res.tokens.size(), o.n_gen);
-                s.truncate(len - 1);
+                back_to(len - 1);
             }
             finish(r, o.n_gen);
             set_ceiling(r, rep.bandwidth_gb_s, decode_bytes_per_token(tm, len - 1, o.n_gen), rep.peak_ops_s,
@@ -432,7 +440,7 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
     if (!o.spec_windows.empty() && spec_n > 0) {
         fill_to(wlen - 1);
         const decode_result tape = decode_serial(wlen, spec_n, nullptr, 1);
-        s.truncate(wlen - 1);
+        back_to(wlen - 1);
         for (int t : o.spec_windows) {
             bench_result r;
             r.test = fmt::format("spec {}@d{}", t, window_depth);
@@ -448,7 +456,7 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
                 const auto t0 = clock_type::now();
                 decode_result res = decode_serial(wlen, spec_n, t > 1 ? &od : nullptr, t);
                 r.seconds.push_back(seconds_since(t0));
-                s.truncate(wlen - 1);
+                back_to(wlen - 1);
                 r.same_tokens = r.same_tokens && res.token_sha == tape.token_sha;
                 steps += res.stats.steps;
                 emitted += res.stats.tokens;

@@ -195,3 +195,16 @@ def test_run_scripts_parse_and_plan_both_engines_with_the_same_threads(tmp_path)
         assert "--prepare" in p.stderr
     else:
         assert "llama.cpp GPU -ngl 99" in p.stderr and "sluice CPU" in p.stderr
+
+
+def test_bench_runs_a_hybrid_model(sluice_bin, tmp_path):
+    # A hybrid's recurrent state rolls back only over the last window's rows: the decode
+    # repetitions, the depths and the oracle runs go back to their prompt by a new prefill.
+    out = tmp_path / "hybrid.gguf"
+    argv = ["--shape", "qwen3.6-35b-a3b", "--mix", "q8_0", "--tiny", "--layers", "2", "--vocab", "2048", "--pool-mb",
+            "1", "--threads", "2", "-o", str(out)]
+    assert make_synthetic.main(argv) == 0
+    rep = json.loads(bench(sluice_bin, out, *FAST, "--json").stdout)
+    tests = [r["test"] for r in rep["results"]]
+    assert tests == ["pp48", "tg6@d0", "tg6@d16", "win 1@d0", "win 2@d0", "win 4@d0", "spec 1@d0", "spec 4@d0"]
+    assert all(r["same_tokens"] for r in rep["results"] if r["kind"] == "spec")
