@@ -25,7 +25,8 @@
 #   qwen3-next-80b-a3b, the hybrids, and qwen3-235b-a22b: tools/make_synthetic.py's shapes, at
 #   their real layer count unless --layers), --vram-budgets LIST (default 0,2G,4G,8G: each against
 #   the llama.cpp -ncmoe whose VRAM experts fit it, bench/ncmoe_for_budget.py), --split-prompts
-#   LIST (the budget runs' prompt lengths, default 512,4096).
+#   LIST (the budget runs' prompt lengths, default 512,4096), --spec-accept A (the budget runs
+#   also decode by oracle-tape windows of 1 and 4 rows at acceptance A).
 #
 # On the GPU machine, in this order (the llama.cpp CUDA build, ~5.4 min on 16 cores, is the long
 # pole; sluice's build and the model file are made beside it; nothing is timed while anything
@@ -48,7 +49,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bundle=$root/.peers/gpu-bench
 mode=run layers="" threads=$(nproc) skew=0 locality=0 budget=585 record=0 prebuilt="" placement_runs=0
-shape=qwen3-30b-a3b vram_budgets=0,2G,4G,8G split_prompts=""
+shape=qwen3-30b-a3b vram_budgets=0,2G,4G,8G split_prompts="" spec_accept=""
 die() { echo "run_gpu.sh: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -66,6 +67,7 @@ while [ $# -gt 0 ]; do
     --shape) shape=$2; shift ;;
     --vram-budgets) vram_budgets=$2; shift ;;
     --split-prompts) split_prompts=$2; shift ;;
+    --spec-accept) spec_accept=$2; shift ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
@@ -448,6 +450,10 @@ if [ $placement_runs = 1 ]; then
   p_split=$p
   [ $mode = local ] || p_split=${split_prompts:-$p,4096}
   sluice_split=(-t "$threads" -p "$p_split" -n "$n" -r 2 --ctx 0 --windows 0 --spec-windows 0 --json)
+  # --spec-accept A: the budget runs also decode by oracle-tape windows of 1 and 4 rows at that
+  # acceptance (0.87 gives ~3.3 tokens a 4-row window, as an MTP head does), after 512 positions.
+  [ -n "$spec_accept" ] && sluice_split=(-t "$threads" -p "$p_split" -n "$n" -r 2 --ctx 0 --windows 0 \
+    --spec-windows 1,4 --accept "$spec_accept" --spec-n "$n" --window-depth "$p" --json)
   llama_run "llama.cpp GPU -ngl 99" llama_gpu.json gpu "$(cap 60 170)" --gpu -p "$p" -n "$n" -r 2
   sluice_run "sluice GPU" sluice_gpu.json gpu "$(cap 60 160)" "$sluice_gpu" "${sluice_main[@]}" --gpu 0
   [ -f "$out/sluice_gpu.json" ] && [ -f "$out/llama_gpu.json" ] && \
