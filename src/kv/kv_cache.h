@@ -7,6 +7,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <vector>
 
 namespace sluice {
@@ -47,11 +49,38 @@ public:
     recurrent_state& recurrent() { return rec_; }
     const recurrent_state& recurrent() const { return rec_; }
 
+    // A model that keeps its own copy of this cache, keyed by the object's address (the CUDA
+    // model's in VRAM), asks to hear when this address stops holding these rows: `hook` runs
+    // once, when the cache is destroyed, moved from or assigned to. One hook; a new one
+    // replaces (and does not run) the old. A copy starts without one.
+    void on_release(std::function<void()> hook) { release_.f = std::move(hook); }
+
 private:
+    struct release_hook {
+        std::function<void()> f;
+        release_hook() = default;
+        release_hook(const release_hook&) {}
+        release_hook(release_hook&& o) noexcept { o.run(); }
+        release_hook& operator=(const release_hook&) {
+            run();
+            return *this;
+        }
+        release_hook& operator=(release_hook&& o) noexcept {
+            run();
+            o.run();
+            return *this;
+        }
+        ~release_hook() { run(); }
+        void run() noexcept {
+            if (auto g = std::exchange(f, nullptr)) g();
+        }
+    };
+
     kv_shape shape_;
     int32_t n_pos_ = 0;
     std::vector<std::vector<float>> k_, v_;   // per layer [n_ctx, n_kv_head, head_dim]
     recurrent_state rec_;
+    release_hook release_;
 };
 
 }  // namespace sluice

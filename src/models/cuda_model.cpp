@@ -151,11 +151,7 @@ cuda_model::~cuda_model() {
     cudaStreamSynchronize(stream_);
     lanes_.reset();
     for (void* p : allocs_) cudaFree(p);
-    for (auto& kv : kvs_) {
-        cudaFree(kv.second.buf);
-        if (kv.second.rec) cudaFree(kv.second.rec);
-        if (kv.second.rec_ckpt) cudaFree(kv.second.rec_ckpt);
-    }
+    for (auto& kv : kvs_) free_kv(kv.second);
     free_scratch();
     free_attention_split();
     if (rope_) cudaFree(rope_);
@@ -208,56 +204,6 @@ void cuda_model::forward_batch(std::span<const batch_segment> batch, forward_scr
     for (const batch_segment& g : batch) g.kv->set_n_pos(g.pos0 + static_cast<int32_t>(g.tokens.size()));
     copy_logits(logits, m);
     if (lanes_) lanes_->end_forward();
-}
-
-// Per layer il the device cache holds K [n_ctx, row] then V [n_ctx, row] (kv_for); the host's
-// kv.k(il), kv.v(il) are [n_ctx, row] each. A hybrid's live state has the host's layout.
-void cuda_model::sync_kv_to_host(kv_cache& kv) {
-    const auto it = kvs_.find(&kv);
-    if (it == kvs_.end()) {
-        if (kv.n_pos() > 0) fail("cuda model: sync_kv_to_host: this cache's {} rows were never computed here", kv.n_pos());
-        return;
-    }
-    dkv& d = it->second;
-    ck(cudaSetDevice(dev_), "cudaSetDevice");
-    // A window rolled back by kv.truncate is rolled back here at the next forward: now, then.
-    if (d.rec) rewind_recurrent_device(d, kv.n_pos(), kv.recurrent().live().size());
-    ck(cudaStreamSynchronize(stream_), "sync");
-    const size_t row = static_cast<size_t>(kv.row_floats()), layer = static_cast<size_t>(d.n_ctx) * row;
-    const size_t bytes = static_cast<size_t>(kv.n_pos()) * row * 4;
-    for (int il = 0; il < hp_.n_layer; ++il) {
-        ck(cudaMemcpy(kv.k(il), d.buf + 2 * static_cast<size_t>(il) * layer, bytes, cudaMemcpyDeviceToHost), "K rows");
-        ck(cudaMemcpy(kv.v(il), d.buf + (2 * static_cast<size_t>(il) + 1) * layer, bytes, cudaMemcpyDeviceToHost), "V rows");
-    }
-    if (d.rec) {
-        recurrent_state& r = kv.recurrent();
-        if (r.length() != kv.n_pos())
-            fail("cuda model: sync_kv_to_host: the recurrent state holds {} positions, the cache {}", r.length(),
-                 kv.n_pos());
-        ck(cudaMemcpy(r.conv(0), d.rec, r.live().size() * 4, cudaMemcpyDeviceToHost), "recurrent state");
-    }
-}
-
-void cuda_model::load_kv_from_host(kv_cache& kv) {
-    ck(cudaSetDevice(dev_), "cudaSetDevice");
-    float* buf = kv_for(kv);
-    dkv& d = kvs_.at(&kv);
-    ck(cudaStreamSynchronize(stream_), "sync");
-    const size_t row = static_cast<size_t>(kv.row_floats()), layer = static_cast<size_t>(d.n_ctx) * row;
-    const size_t bytes = static_cast<size_t>(kv.n_pos()) * row * 4;
-    for (int il = 0; il < hp_.n_layer; ++il) {
-        ck(cudaMemcpy(buf + 2 * static_cast<size_t>(il) * layer, kv.k(il), bytes, cudaMemcpyHostToDevice), "K rows");
-        ck(cudaMemcpy(buf + (2 * static_cast<size_t>(il) + 1) * layer, kv.v(il), bytes, cudaMemcpyHostToDevice), "V rows");
-    }
-    if (d.rec) {
-        recurrent_state& r = kv.recurrent();
-        if (r.length() != kv.n_pos())
-            fail("cuda model: load_kv_from_host: the recurrent state holds {} positions, the cache {}", r.length(),
-                 kv.n_pos());
-        ck(cudaMemcpy(d.rec, r.conv(0), r.live().size() * 4, cudaMemcpyHostToDevice), "recurrent state");
-        d.rec_len = d.rec_lo = kv.n_pos();   // no window checkpoints: only this length (and 0) can be resumed
-        d.rec_valid = 0;
-    }
 }
 
 // Records for the split decode attention (cuda::attention_split) of every position of a cache
@@ -439,37 +385,6 @@ void cuda_model::ensure_rope(int32_t n_pos) {
     ck(cudaMalloc(&rope_, cs.size() * 4), "cudaMalloc (rope)");
     ck(cudaMemcpy(rope_, cs.data(), cs.size() * 4, cudaMemcpyHostToDevice), "rope table");
     rope_pos_ = want;
-}
-
-float* cuda_model::kv_for(const kv_cache& kv) {
-    auto it = kvs_.find(&kv);
-    const recurrent_shape& rs = kv.shape().rec;
-    if (it != kvs_.end() && it->second.n_ctx == kv.shape().n_ctx) return it->second.buf;
-    if (it != kvs_.end()) {
-        ck(cudaStreamSynchronize(stream_), "sync");
-        clear_graphs();
-        cudaFree(it->second.buf);
-        if (it->second.rec) cudaFree(it->second.rec);
-        if (it->second.rec_ckpt) cudaFree(it->second.rec_ckpt);
-        kvs_.erase(it);
-    }
-    if (spec_.hybrid && (rs.n_layer != hp_.n_rec_layer || rs.conv_floats != hp_.rec_conv_floats ||
-                         rs.ssm_floats != hp_.rec_ssm_floats || rs.n_ckpt < 1))
-        fail("cuda model: the KV cache's recurrent state ({} layers of {} + {} floats) is not this model's ({} of {} + "
-             "{}): make it with kv_shape_for",
-             rs.n_layer, rs.conv_floats, rs.ssm_floats, hp_.n_rec_layer, hp_.rec_conv_floats, hp_.rec_ssm_floats);
-    dkv d;
-    d.n_ctx = kv.shape().n_ctx;
-    const size_t floats = static_cast<size_t>(hp_.n_layer) * 2 * static_cast<size_t>(d.n_ctx) * kv.row_floats();
-    ck(cudaMalloc(&d.buf, floats * 4), "cudaMalloc (KV cache)");
-    if (spec_.hybrid) {
-        const size_t live = static_cast<size_t>(rs.n_layer) * static_cast<size_t>(rs.conv_floats + rs.ssm_floats);
-        ck(cudaMalloc(&d.rec, live * 4), "cudaMalloc (recurrent state)");
-        ck(cudaMalloc(&d.rec_ckpt, live * static_cast<size_t>(rs.n_ckpt) * 4), "cudaMalloc (recurrent checkpoints)");
-        ck(cudaMemset(d.rec, 0, live * 4), "cudaMemset");
-    }
-    kvs_[&kv] = d;
-    return d.buf;
 }
 
 void cuda_model::enqueue(std::span<const batch_segment> batch, const std::vector<float*>& kv_bufs, int64_t n, const int32_t* pos_dev) {

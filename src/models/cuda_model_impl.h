@@ -1,8 +1,9 @@
 // The CUDA model's class, private to src/models (the interface is models/cuda_model.h), shared
-// by its two source files: cuda_model.cpp (loading, per-forward buffers, the forward, its
-// attention and dense blocks, graphs) and cuda_model_moe.cpp (the MoE block: routing, then the
-// routed experts all in VRAM, split between the lanes of cuda_expert_lanes.h, or streamed).
-// CUDA builds only.
+// by its source files: cuda_model.cpp (loading, per-forward buffers, the forward, its attention
+// and dense blocks, graphs), cuda_model_moe.cpp (the MoE block: routing, then the routed experts
+// all in VRAM, split between the lanes of cuda_expert_lanes.h, or streamed), cuda_model_kv.cpp
+// (the device copies of the KV caches) and cuda_model_hybrid.cpp (the hybrid Qwen MoEs' DeltaNet
+// layers and recurrent state). CUDA builds only.
 #pragma once
 
 #ifdef SLUICE_HAVE_CUDA
@@ -23,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -143,7 +145,11 @@ private:
     // cos/sin rows for positions [0, n_pos), made by the CPU's rope_table.
     void ensure_rope(int32_t n_pos);
 
-    float* kv_for(const kv_cache& kv);
+    // The device copy of kv (made on first use; the cache's release hook queues it for freeing).
+    float* kv_for(kv_cache& kv);
+    // Frees the device copies of caches released since the last call (released_).
+    void drain_released();
+    void free_kv(dkv& d);
     void ensure_attention_split(int n_ctx);
     void free_attention_split();
 
@@ -239,6 +245,14 @@ private:
     std::vector<void*> allocs_;
     std::unordered_map<const tensor_view*, dmat> uploaded_;
     std::unordered_map<const kv_cache*, dkv> kvs_;
+    // Addresses of caches destroyed (or moved, assigned) since the last drain_released: their
+    // hooks may run on any thread and after this model is gone, so they only queue, under the
+    // mutex, through a weak pointer.
+    struct release_queue {
+        std::mutex m;
+        std::vector<const kv_cache*> caches;
+    };
+    std::shared_ptr<release_queue> released_ = std::make_shared<release_queue>();
     float* rope_ = nullptr;   // [rope_pos_, n_rot]
     cuda::attention_split attn_split_;   // decode attention's chunk records for the longest cache
     int32_t rope_pos_ = 0;

@@ -36,9 +36,7 @@ public:
     void truncate(int32_t n) { kv_.truncate(n); }
     // True when truncate(n) can restore length n: always for attention rows; a hybrid model's
     // recurrent state rolls back only over the last window's rows (kv/recurrent_state.h).
-    bool can_truncate(int32_t n) const {
-        return n >= 0 && n <= kv_.n_pos() && (kv_.recurrent().empty() || kv_.recurrent().can_rewind(n));
-    }
+    bool can_truncate(int32_t n) const { return kv_.can_truncate(n); }
     const model& get_model() const { return model_; }
     thread_pool& pool() { return pool_; }
     // The last forward's rows after the model's last layer, before output_norm [rows, n_embd]

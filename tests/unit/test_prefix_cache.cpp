@@ -53,6 +53,41 @@ bool rows_equal(const kv_cache& a, const kv_cache& b, int32_t n) {
     return true;
 }
 
+// The release hook a model that keeps its own copy of a cache sets (the CUDA model's VRAM copy):
+// it runs once when this address stops holding the rows, never for a copy.
+TEST(kv_cache, release_hook_runs_once_when_the_rows_leave_the_address) {
+    kv_shape sh;
+    sh.n_layer = 1;
+    sh.n_ctx = 4;
+    sh.n_kv_head = 1;
+    sh.head_dim = 2;
+    int runs = 0;
+    {
+        kv_cache a(sh);
+        a.on_release([&] { ++runs; });
+        kv_cache copy(a);   // another cache: no hook
+        EXPECT_EQ(runs, 0);
+    }
+    EXPECT_EQ(runs, 1);   // a destroyed; the copy ran nothing
+    {
+        kv_cache a(sh);
+        a.on_release([&] { ++runs; });
+        kv_cache b(std::move(a));   // a's rows left a's address
+        EXPECT_EQ(runs, 2);
+        b.on_release([&] { ++runs; });
+        kv_cache c(sh);
+        b = c;   // b's rows replaced
+        EXPECT_EQ(runs, 3);
+    }
+    EXPECT_EQ(runs, 3);   // nothing set again after the assignment
+    {
+        kv_cache a(sh);
+        a.on_release([&] { runs += 10; });
+        a.on_release([&] { ++runs; });   // replaces the first, which never runs
+    }
+    EXPECT_EQ(runs, 4);
+}
+
 TEST(prefix_cache, restores_the_longest_common_prefix) {
     prefix_cache c(1 << 20);
     const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6}, b = {1, 2, 9, 9};
