@@ -17,8 +17,7 @@ recurrent_state::recurrent_state(const recurrent_shape& s) : shape_(s) {
     if (!all || *all > (uint64_t{1} << 36))
         fail("recurrent_state: {} layers x {} floats x {} checkpoints is too large", s.n_layer,
              s.conv_floats + s.ssm_floats, s.n_ckpt);
-    live_.assign(*live, 0.0f);
-    ckpt_.assign(*all, 0.0f);
+    live_.assign(*live, 0.0f);   // the checkpoint slots come with the first window (begin_window)
 }
 
 void recurrent_state::reset() {
@@ -32,18 +31,23 @@ void recurrent_state::rewind(int32_t n) {
     if (!can_rewind(n))
         fail("recurrent_state: rollback to {} positions: only {}..{} are kept (the last window's rows)", n, lo_,
              len_);
-    const float* src = slot(n - lo_);
-    std::copy(src, src + live_.size(), live_.begin());
+    if (host_slots_) {
+        const float* src = slot(n - lo_);
+        std::copy(src, src + live_.size(), live_.begin());
+    }
     len_ = n;
     n_valid_ = n - lo_;   // slots past n describe a future that no longer exists
 }
 
-void recurrent_state::begin_window(int32_t pos0, int32_t rows) {
+void recurrent_state::begin_window(int32_t pos0, int32_t rows, bool host_slots) {
     if (empty()) return;
     if (pos0 != len_) fail("recurrent_state: window at {}: the state holds {} positions", pos0, len_);
     // The checkpoints describe this window's last `kept` rows only: an earlier window's are
     // dropped (a verify window never rolls back past its own first row).
     const int32_t kept = std::min(rows, shape_.n_ckpt);
+    host_slots_ = host_slots;
+    if (host_slots && ckpt_.size() < static_cast<std::size_t>(kept) * slot_floats())
+        ckpt_.resize(static_cast<std::size_t>(kept) * slot_floats());   // a larger window than any before
     lo_ = pos0 + rows - kept;
     n_valid_ = kept;
 }

@@ -11,10 +11,14 @@
 // Attention rows alone cannot rebuild this state (kv_cache::set_n_pos refuses a length the state
 // does not hold): a prefix-cache checkpoint keeps the live state with the rows (assign()).
 //
-// Cost (an estimate, not measured): a checkpoint copies every recurrent layer's conv + DeltaNet
-// state; for Qwen3-Next-80B-A3B (36 DeltaNet layers, 32 value heads of 128x128, conv 3 x 8192)
-// that is ~75 MiB per checkpointed row, so a one-row decode step copies ~75 MiB. Keeping the
-// rows' DeltaNet inputs and replaying them on rollback would be cheaper; left for later.
+// Memory: the slots are allocated as windows need them (the largest window so far, at most
+// n_ckpt): plain decoding holds one. For Qwen3-Next-80B-A3B (36 DeltaNet layers, 32 value heads
+// of 128x128, conv 3 x 8192) the live state and each slot are ~75 MiB, so 16 slots would be
+// ~1.2 GiB per sequence. A model that keeps its own copy of the state (the CUDA model) keeps the
+// bookkeeping here without slots (begin_window's host_slots) and its own slots in VRAM.
+// Cost (an estimate, not measured): a checkpointed row copies every recurrent layer's state, so a
+// one-row decode step copies ~75 MiB. Keeping the rows' DeltaNet inputs and replaying them on
+// rollback would be cheaper; left for later.
 #pragma once
 
 #include <cstddef>
@@ -57,8 +61,11 @@ public:
     void assign(const std::vector<float>& state, int32_t n);
 
     // A window of `rows` rows starting at length pos0 (== length() after rewind): sets which of
-    // its rows get checkpoints. Call once per forward, before the layers.
-    void begin_window(int32_t pos0, int32_t rows);
+    // its rows get checkpoints. Call once per forward, before the layers. host_slots: the window
+    // writes this object's slots (checkpoint(); they grow to the window's checkpointed rows here);
+    // false for a model that keeps the state elsewhere: the bookkeeping alone, and a rewind into
+    // this window then leaves live() as it is (the model restores its own copy).
+    void begin_window(int32_t pos0, int32_t rows, bool host_slots = true);
     // Before row pos0+i of layer l updates the state: keeps it when that row is checkpointed.
     void checkpoint(int l, int32_t pos) {
         if (pos < lo_) return;
@@ -72,13 +79,15 @@ public:
 private:
     int64_t layer_floats() const { return shape_.conv_floats + shape_.ssm_floats; }
     float* slot(int32_t j) { return ckpt_.data() + static_cast<std::size_t>(j) * shape_.n_layer * layer_floats(); }
+    std::size_t slot_floats() const { return static_cast<std::size_t>(shape_.n_layer) * static_cast<std::size_t>(layer_floats()); }
 
     recurrent_shape shape_;
     int32_t len_ = 0;
     int32_t lo_ = 0;        // slot j holds the state of length lo_ + j
     int32_t n_valid_ = 0;   // slots 0..n_valid_-1 hold a state (lengths lo_..lo_+n_valid_-1 < len_)
+    bool host_slots_ = true;    // the last window wrote ckpt_ (else only the bookkeeping is kept)
     std::vector<float> live_;   // [n_layer, conv_floats + ssm_floats]
-    std::vector<float> ckpt_;   // [n_ckpt, n_layer, conv_floats + ssm_floats]
+    std::vector<float> ckpt_;   // [slots, n_layer, conv_floats + ssm_floats], slots <= n_ckpt as windows need
 };
 
 }  // namespace sluice

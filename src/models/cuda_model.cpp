@@ -186,7 +186,7 @@ void cuda_model::forward_batch(std::span<const batch_segment> batch, forward_scr
         m += g.n_logits;
     }
     if (spec_.hybrid) {
-        begin_recurrent(batch);          // the host's bookkeeping (its arrays are not used here)
+        begin_recurrent(batch, /*host_slots=*/false);   // the host's bookkeeping, without its slots
         begin_recurrent_device(batch);   // the device state, rolled back the same way
     }
     try {

@@ -80,8 +80,19 @@ void cuda_model::begin_recurrent_device(std::span<const batch_segment> batch) {
         dkv& d = kvs_.at(g.kv);
         const int32_t rows = static_cast<int32_t>(g.tokens.size());
         rewind_recurrent_device(d, g.pos0, live);
-        // The window's last min(rows, n_ckpt) rows are checkpointed (recurrent_state::begin_window).
+        // The window's last min(rows, n_ckpt) rows are checkpointed (recurrent_state::begin_window),
+        // into slots allocated as windows need them: plain decoding holds one (75 MiB for the
+        // Qwen3-Next-80B shape, against 1.2 GiB for all 16).
         const int32_t kept = std::min(rows, rs.n_ckpt);
+        if (kept > d.rec_slots) {
+            ck(cudaStreamSynchronize(stream_), "sync");   // the rollback above may read the old slots
+            clear_graphs();                                // they hold the old slots' address
+            if (d.rec_ckpt) cudaFree(d.rec_ckpt);
+            d.rec_ckpt = nullptr;
+            d.rec_slots = 0;
+            ck(cudaMalloc(&d.rec_ckpt, live * static_cast<size_t>(kept) * 4), "cudaMalloc (recurrent checkpoints)");
+            d.rec_slots = kept;
+        }
         d.rec_lo = g.pos0 + rows - kept;
         d.rec_valid = kept;
         d.ck_first = rows - kept;

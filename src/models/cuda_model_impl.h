@@ -76,7 +76,8 @@ struct dkv {
     float* buf = nullptr;
     int n_ctx = 0;
     float* rec = nullptr;        // [n_rec, conv_floats + ssm_floats] the live state
-    float* rec_ckpt = nullptr;   // [n_ckpt, n_rec, conv_floats + ssm_floats] a window's checkpoints
+    float* rec_ckpt = nullptr;   // [rec_slots, n_rec, conv_floats + ssm_floats] a window's checkpoints
+    int32_t rec_slots = 0;       // slots allocated: the largest window's checkpointed rows so far (<= n_ckpt)
     int32_t rec_len = 0;         // positions folded into rec (-1: unknown, after a failed forward)
     int32_t rec_lo = 0;          // slot j holds the state of length rec_lo + j ...
     int32_t rec_valid = 0;       // ... for j < rec_valid

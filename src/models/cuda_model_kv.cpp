@@ -59,8 +59,7 @@ float* cuda_model::kv_for(kv_cache& kv) {
     ck(cudaMalloc(&d.buf, floats * 4), "cudaMalloc (KV cache)");
     if (spec_.hybrid) {
         const size_t live = static_cast<size_t>(rs.n_layer) * static_cast<size_t>(rs.conv_floats + rs.ssm_floats);
-        ck(cudaMalloc(&d.rec, live * 4), "cudaMalloc (recurrent state)");
-        ck(cudaMalloc(&d.rec_ckpt, live * static_cast<size_t>(rs.n_ckpt) * 4), "cudaMalloc (recurrent checkpoints)");
+        ck(cudaMalloc(&d.rec, live * 4), "cudaMalloc (recurrent state)");   // slots: begin_recurrent_device
         ck(cudaMemset(d.rec, 0, live * 4), "cudaMemset");
     }
     kvs_[&kv] = d;

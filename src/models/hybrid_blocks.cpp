@@ -163,11 +163,11 @@ void check_recurrent(std::span<const batch_segment> batch) {
     }
 }
 
-void begin_recurrent(std::span<const batch_segment> batch) {
+void begin_recurrent(std::span<const batch_segment> batch, bool host_slots) {
     for (const batch_segment& g : batch) {
         recurrent_state& r = g.kv->recurrent();
         r.rewind(g.pos0);
-        r.begin_window(g.pos0, static_cast<int32_t>(g.tokens.size()));
+        r.begin_window(g.pos0, static_cast<int32_t>(g.tokens.size()), host_slots);
     }
 }
 

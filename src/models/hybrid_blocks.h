@@ -71,7 +71,9 @@ mtp_weights bind_mtp(const weight_binder& b, const model_hparams& hp, int il);
 // Throws (before any work) when a segment's recurrent state cannot be rolled back to its pos0.
 void check_recurrent(std::span<const batch_segment> batch);
 // Rewinds each segment's recurrent state to pos0 and marks the window's checkpoint rows.
-void begin_recurrent(std::span<const batch_segment> batch);
+// host_slots: the CPU forward writes the host checkpoints; false for a model that keeps the state
+// elsewhere (recurrent_state::begin_window).
+void begin_recurrent(std::span<const batch_segment> batch, bool host_slots = true);
 // After the last layer (before commit_batch): the states hold pos0 + rows positions.
 void end_recurrent(std::span<const batch_segment> batch);
 

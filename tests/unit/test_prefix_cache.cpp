@@ -53,6 +53,37 @@ bool rows_equal(const kv_cache& a, const kv_cache& b, int32_t n) {
     return true;
 }
 
+// The recurrent state's rollback: the checkpoint slots a window writes restore any of its rows;
+// with host_slots false (a model that keeps the state elsewhere) only the bookkeeping moves.
+TEST(recurrent_state, windows_roll_back_through_their_slots_or_their_bookkeeping) {
+    recurrent_shape sh{2, 3, 5, 16};   // 2 layers of 3 + 5 floats, up to 16 checkpointed rows
+    recurrent_state r(sh);
+    // A window of 4 rows at 0: each row checkpoints the state it starts from, then writes its
+    // position into every float.
+    r.begin_window(0, 4);
+    for (int32_t pos = 0; pos < 4; ++pos)
+        for (int l = 0; l < 2; ++l) {
+            r.checkpoint(l, pos);
+            std::fill(r.conv(l), r.conv(l) + 8, static_cast<float>(pos + 1));
+        }
+    r.end_window(4);
+    EXPECT_TRUE(r.can_rewind(2) && r.can_rewind(0) && !r.can_rewind(5));
+    r.rewind(2);   // the state after rows 0 and 1
+    EXPECT_EQ(r.length(), 2);
+    EXPECT_EQ(r.live()[0], 2.0f);
+    EXPECT_EQ(r.live()[15], 2.0f);
+    EXPECT_FALSE(r.can_rewind(3));   // slots past 2 describe a future that no longer exists
+    // Bookkeeping only: the same rules, live() untouched by a rollback.
+    r.begin_window(2, 3, /*host_slots=*/false);
+    std::fill(r.conv(0), r.conv(0) + 16, 9.0f);
+    r.end_window(5);
+    EXPECT_TRUE(r.can_rewind(3) && r.can_rewind(2) && !r.can_rewind(1));
+    r.rewind(3);
+    EXPECT_EQ(r.length(), 3);
+    EXPECT_EQ(r.live()[0], 9.0f);
+    EXPECT_THROW(r.rewind(1), std::exception);
+}
+
 // The release hook a model that keeps its own copy of a cache sets (the CUDA model's VRAM copy):
 // it runs once when this address stops holding the rows, never for a copy.
 TEST(kv_cache, release_hook_runs_once_when_the_rows_leave_the_address) {
