@@ -1,6 +1,6 @@
-// The whole model on one CUDA device: llama, qwen3, qwen3moe and qwen2moe with every weight
-// uploaded once, the forward run by the kernels of src/kernels/cuda, and each sequence's KV
-// cache in VRAM. Where every weight is quantised (or F32 router/norm vectors), the logits are
+// The whole model on one CUDA device: llama, qwen3, qwen3moe, qwen2moe and the hybrids
+// qwen3next and qwen35moe, with every weight uploaded once, the forward run by the kernels of
+// src/kernels/cuda, and each sequence's KV cache (and a hybrid's recurrent state) in VRAM. Where every weight is quantised (or F32 router/norm vectors), the logits are
 // the CPU model's bits (E3: the same int8 activation blocks, the same per-block float terms in
 // the same order, the same exp/SiLU); F16/BF16 matrices follow the same 16-lane FMA rule.
 #pragma once
@@ -19,7 +19,7 @@ namespace sluice {
 // True when this build has the CUDA backend and at least one device is visible.
 bool cuda_available();
 // True when load_model_cuda has a forward for general.architecture `arch` (llama, qwen3,
-// qwen3moe, qwen2moe; in any build).
+// qwen3moe, qwen2moe, qwen3next, qwen35moe; in any build).
 bool cuda_model_supports(const std::string& arch);
 
 // Loads f onto CUDA device `device`. The returned model's forward_batch keeps, per kv_cache
