@@ -23,6 +23,8 @@ srcs=$(ls src/core/*.cpp src/io/*.cpp src/quant/*.cpp src/kernels/cpu/*.cpp src/
 # The placement layer the split model uses (cache, planner, metrics); not calibration.cpp, which
 # needs the tokenizer layer this build does not compile.
 srcs="$srcs $(ls src/placement/*.cpp 2>/dev/null | grep -v calibration)"
+# The decoder, sampler and drafters mtp_parity runs (no tokenizer, no server).
+srcs="$srcs src/runtime/generate.cpp src/runtime/sampler.cpp src/runtime/token_sha.cpp $(ls src/spec/*.cpp)"
 cus=$(ls src/kernels/cuda/*.cu)
 # INCREMENTAL=1 skips objects newer than their source (local iteration; headers not tracked).
 stale() { [ "${INCREMENTAL:-0}" != 1 ] || [ ! -e "$2" ] || [ "$1" -nt "$2" ]; }
@@ -44,6 +46,11 @@ nvflags=${nvflags/-std=c++17/-std=c++20}
   for f in tests/gpu/*.cu; do
     n=$(basename "$f" .cu)
     echo "$nvcc $nvflags $f $objs -o $out/$n -lpthread"
+  done
+  # Host-only tests (tests/gpu/*.cpp): g++, then linked by nvcc (the CUDA runtime).
+  for f in tests/gpu/*.cpp; do
+    n=$(basename "$f" .cpp)
+    echo "g++ $cxxflags -c $f -o $out/obj_$n.o && $nvcc -arch=sm_$arch $out/obj_$n.o $objs -o $out/$n -lpthread"
   done
   for f in bench/gpu/*.cu; do
     n=$(basename "$f" .cu)

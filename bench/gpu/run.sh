@@ -158,6 +158,11 @@ if [ -n "$hy_pid" ]; then
 fi
 run_step model_parity "$OUT/model_parity.h200.log" "${T_TEST:-150}" "$R_BENCH" \
   "$B/model_parity" tests/golden/fixtures $(ls models/*.gguf 2>/dev/null) "${hy_files[@]}"
+# The hybrids' MTP head on the GPU against the CPU's, and drafted = serial; appended to
+# model_parity's log.
+run_step mtp_parity "$OUT/mtp_parity.log" 120 "$R_BENCH" "$B/mtp_parity"
+{ echo "---- $B/mtp_parity"; cat "$OUT/mtp_parity.log"; } >> "$OUT/model_parity.h200.log" 2>/dev/null
+rm -f "$OUT/mtp_parity.log"
 
 # Experts split between VRAM and the CPU lane (issue 10): the qwen3moe / qwen2moe fixtures at
 # budgets 0, 2 experts a layer, half (profiled) and everything, against the CPU model's bits.

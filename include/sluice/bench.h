@@ -10,6 +10,9 @@
 //                model's own greedy continuation, each draft replaced by a wrong token with
 //                probability 1 - accept, so the acceptance is set, not hoped for; its tokens
 //                must equal serial decoding's (checked, reported as same_tokens).
+//   spec+mtp T@dD  the same windows with a model's MTP head drafting (models that carry one):
+//                its proposals are computed and paid for, then replaced by the oracle's, so the
+//                time includes drafting at the oracle's acceptance.
 // Every result carries the roofline ceiling and its fraction of it: the smaller of the memory
 // bound (bandwidth measured at start / bytes per token from `inspect`'s groups) and the compute
 // bound (the CPU's measured int8 dot-kernel rate, or the GPU's tensor-core peak, / 2 x multiply-

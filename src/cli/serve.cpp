@@ -125,8 +125,6 @@ void serve(const serve_args& a) {
     try {
         std::unique_ptr<serving_engine> eng = serving_engine::open(opt);
         mtp = eng->mtp_summary();
-        if (so.drafter == drafter_kind::mtp && mtp.empty() && a.gpu >= 0)
-            fail("serve: --spec mtp: the MTP drafter runs with the CPU model only for now (drop --gpu)");
         if (so.drafter == drafter_kind::mtp && mtp.empty())
             fail("serve: --spec mtp: the model ({}) has no MTP (nextn) layers (use --spec for prompt lookup, or "
                  "--draft-model)",

@@ -143,6 +143,7 @@ cuda_model::cuda_model(const model_file& f, const load_options&, int device, con
             layers_[il].down_exps = upload_mat(*banks[il].down);
         }
     }
+    if (spec_.hybrid && hy_.n_nextn > 0) mtp_host_ = bind_mtp(b, hp_, hp_.n_layer);   // uploaded by a head
     ck(cudaStreamSynchronize(stream_), "weight upload");
 }
 
@@ -202,7 +203,12 @@ void cuda_model::forward_batch(std::span<const batch_segment> batch, forward_scr
         end_recurrent(batch);
     }
     for (const batch_segment& g : batch) g.kv->set_n_pos(g.pos0 + static_cast<int32_t>(g.tokens.size()));
-    copy_logits(logits, m);
+    // Once an MTP head exists, every row's last residual goes to s.x, as the CPU model leaves
+    // it: the drafter's input (8 KiB a row for n_embd 2,048), through the pinned embedding rows.
+    const size_t res_bytes = static_cast<size_t>(n * hp_.n_embd) * 4;
+    if (mtp_) ck(cudaMemcpyAsync(h_x_, x_, res_bytes, cudaMemcpyDeviceToHost, stream_), "residual rows");
+    copy_logits(logits, m);   // waits for the stream
+    if (mtp_) std::memcpy(s.x.data(), h_x_, res_bytes);
     if (lanes_) lanes_->end_forward();
 }
 
@@ -350,7 +356,7 @@ void cuda_model::ensure_scratch(int max_rows) {
     logits_ = salloc<float>(R * static_cast<size_t>(hp_.n_vocab));
     // int8 activation rows: at most 292 bytes per 256 values (act_block256) or 36 per 32.
     const size_t vd = spec_.hybrid ? static_cast<size_t>(hy_.dn.value_dim()) : 0;
-    const size_t widest = std::max({E, nq, ff, vd});
+    const size_t widest = std::max({E, nq, ff, vd, mtp_host_ ? 2 * E : 0});   // the MTP's eh_proj reads 2*n_embd
     act_ = salloc<std::byte>(RK * (widest / 32 + 1) * 37);
     if (spec_.hybrid) {
         const size_t C = static_cast<size_t>(hy_.dn.conv_channels()), nv = static_cast<size_t>(hy_.dn.n_v_heads);
@@ -391,10 +397,14 @@ void cuda_model::enqueue(std::span<const batch_segment> batch, const std::vector
     const int64_t E = hp_.n_embd;
     ck(cudaMemcpyAsync(x_, h_x_, static_cast<size_t>(n * E) * 4, cudaMemcpyHostToDevice, stream_), "embeddings");
     if (pos_dev) ck(cudaMemcpyAsync(d_pos_, h_pos_, 4, cudaMemcpyHostToDevice, stream_), "position");
+    attn_rows_.clear();
+    for (size_t i = 0; i < batch.size(); ++i)
+        attn_rows_.push_back({batch[i].pos0, static_cast<int64_t>(batch[i].tokens.size()), batch[i].kv->shape().n_ctx,
+                              kv_bufs[i]});
     for (int il = 0; il < hp_.n_layer; ++il) {
         const dlayer& l = layers_[static_cast<size_t>(il)];
         if (l.recurrent) delta_net_block(l, batch, n);
-        else attention_block(l, il, batch, kv_bufs, n, pos_dev);
+        else attention_block(l, il, attn_rows_, n, pos_dev);
         if (spec_.moe) moe_block(l, il, n);
         else dense_block(l, n);
     }
@@ -496,8 +506,8 @@ bool cuda_model::norm(const float* x, const float* w, float* out, int64_t n, qua
     return true;
 }
 
-void cuda_model::attention_block(const dlayer& l, int il, std::span<const batch_segment> batch,
-                                 const std::vector<float*>& kv_bufs, int64_t n, const int32_t* pos_dev) {
+void cuda_model::attention_block(const dlayer& l, int il, std::span<const attn_rows> segs, int64_t n,
+                                 const int32_t* pos_dev) {
     const int64_t hd = hp_.head_dim;
     const int64_t nq = hp_.n_head * hd, nkv = hp_.n_kv_head * hd;
     // The norm quantises for wq; k and v reuse those rows when their format takes the same.
@@ -526,11 +536,10 @@ void cuda_model::attention_block(const dlayer& l, int il, std::span<const batch_
     ap.head_dim = hp_.head_dim;
     ap.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hp_.head_dim)));
     int64_t row0 = 0;
-    for (size_t i = 0; i < batch.size(); ++i) {
-        const batch_segment& g = batch[i];
-        const int64_t rows = static_cast<int64_t>(g.tokens.size());
-        const size_t layer_floats = static_cast<size_t>(g.kv->shape().n_ctx) * static_cast<size_t>(nkv);
-        float* kc = kv_bufs[i] + (2 * static_cast<size_t>(il)) * layer_floats;
+    for (const attn_rows& g : segs) {
+        const int64_t rows = g.rows;
+        const size_t layer_floats = static_cast<size_t>(g.n_ctx) * static_cast<size_t>(nkv);
+        float* kc = g.kv + (2 * static_cast<size_t>(il)) * layer_floats;
         float* vc = kc + layer_floats;
         // q/k head norms (qwen3*), RoPE, and k, v into the cache: one launch.
         cuda::qk_norm_rope_store(hp_.rope, rope_, g.pos0, q_ + row0 * nq, k_ + row0 * nkv, v_ + row0 * nkv, l.q_norm,

@@ -16,6 +16,9 @@
 
 namespace sluice {
 
+struct mtp_head;         // spec/mtp.h
+struct mtp_draft_rows;   // models/hybrid_mtp.h
+
 // True when this build has the CUDA backend and at least one device is visible.
 bool cuda_available();
 // True when load_model_cuda has a forward for general.architecture `arch` (llama, qwen3,
@@ -94,6 +97,19 @@ cuda_placement_info cuda_placement_of(const model& m);
 // nullopt for a model whose experts are all in VRAM. Fails for a model not made by load_model_cuda.
 std::optional<placement::placement_metrics> cuda_placement_metrics(const model& m);
 void reset_cuda_placement_metrics(model& m);
+// The MTP (nextn) head of a hybrid model made by load_model_cuda whose file carries the block
+// (hybrid_mtp.h's contract and bits: the same host steps, then the block on m's device and
+// stream; the first head uploads it, every routed expert of it in VRAM whatever the budget, and
+// from then on m's forwards leave their residual rows in scratch.x); null for any other
+// model. draft_rows as make_mtp_head's. m must outlive the head, and the head runs on the thread
+// that runs m's forwards (it uses m's stream and scratch). make_mtp_head (hybrid_mtp.h) calls it.
+std::unique_ptr<mtp_head> make_cuda_mtp_head(model& m, int n_ctx, int max_rows,
+                                             std::shared_ptr<const mtp_draft_rows> draft_rows = nullptr);
+// That head's output matrix (host view: nextn.shared_head_head, or output), null without one.
+const tensor_view* cuda_mtp_output(const model& m);
+// VRAM of that block's own weights, uploaded by the first head (0 before, or without one):
+// outside the routed experts' budget.
+uint64_t cuda_mtp_bytes(const model& m);
 // Turns the decode-step graphs of a model made by load_model_cuda on or off (benchmarks compare
 // both); fails for any other model.
 void set_cuda_graphs(model& m, bool on);

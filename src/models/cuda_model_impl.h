@@ -2,8 +2,8 @@
 // by its source files: cuda_model.cpp (loading, per-forward buffers, the forward, its attention
 // and dense blocks, graphs), cuda_model_moe.cpp (the MoE block: routing, then the routed experts
 // all in VRAM, split between the lanes of cuda_expert_lanes.h, or streamed), cuda_model_kv.cpp
-// (the device copies of the KV caches) and cuda_model_hybrid.cpp (the hybrid Qwen MoEs' DeltaNet
-// layers and recurrent state). CUDA builds only.
+// (the device copies of the KV caches), cuda_model_hybrid.cpp (the hybrid Qwen MoEs' DeltaNet
+// layers and recurrent state) and cuda_model_mtp.cpp (their MTP head). CUDA builds only.
 #pragma once
 
 #ifdef SLUICE_HAVE_CUDA
@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -84,6 +85,40 @@ struct dkv {
     int64_t ck_first = 0;        // the running window's first checkpointed row
 };
 
+// One sequence's rows for the attention block: where they start and its K/V in VRAM.
+struct attn_rows {
+    int32_t pos0 = 0;
+    int64_t rows = 0;
+    int n_ctx = 0;         // positions the cache holds
+    float* kv = nullptr;   // per layer K then V, each [n_ctx, n_kv_head, head_dim]
+};
+
+// The MTP (nextn) block of a hybrid file on the device: run by cuda_mtp_head (cuda_model_mtp.cpp),
+// never by forward_batch; uploaded when the first head is made (a run without MTP drafting
+// spends no VRAM on it). Every routed expert of the block is in VRAM, outside the routed
+// experts' budget, so drafting never waits on the CPU lane.
+struct dmtp {
+    dlayer block;               // gated attention + the MoE FFN with the shared expert, experts in VRAM
+    dmat eh_proj;               // [2*n_embd, n_embd]
+    float* head_norm = nullptr; // [n_embd] shared_head_norm, or output_norm
+    dmat head;                  // [n_embd, n_vocab] shared_head_head, or output
+    uint64_t bytes = 0;         // VRAM of the block's own weights
+};
+
+// One forward of the MTP head (cuda_model::mtp_forward); the buffers are the head's.
+struct mtp_pass {
+    const float* h_cat = nullptr;   // pinned [n, 2*n_embd]: enorm(embed(t)) | hnorm(h), made on the host
+    float* d_cat = nullptr;         // device [n, 2*n_embd]
+    int64_t n = 0;                  // rows
+    int32_t pos0 = 0;               // the first row's position
+    int n_ctx = 0;                  // positions the head's cache holds
+    float* kv = nullptr;            // device: the head's K then V [n_ctx, n_kv_head * head_dim] each
+    float* d_hout = nullptr;        // device [n, n_embd] h' = head_norm(x')
+    float* h_hout = nullptr;        // pinned [n, n_embd] its copy
+    const dmat* logits = nullptr;   // null: no logits; else the output matrix (the head's, or its draft rows) ...
+    float* h_logits = nullptr;      // ... whose [logits->n_out] products with the last row's h' land here (pinned)
+};
+
 struct arch_spec {
     kernels::rope_mode rope;
     bool bias, qk_norm, moe, shexp, default_norm;
@@ -103,6 +138,20 @@ public:
     const model_hparams& hparams() const override { return hp_; }
 
     void forward_batch(std::span<const batch_segment> batch, forward_scratch& s, float* logits) override;
+
+    // The file's MTP block: its bound host views (null: the file has none); on the device once
+    // upload_mtp has run (null before); one forward of it (waits for its copies).
+    const mtp_weights* mtp_host() const { return mtp_host_ ? &*mtp_host_ : nullptr; }
+    const dmtp* mtp() const { return mtp_ ? &*mtp_ : nullptr; }
+    const dmtp& upload_mtp();
+    const output_weights& output() const { return out_; }   // host views and the output norm
+    void mtp_forward(const mtp_pass& p);
+    int device() const { return dev_; }
+
+    // t read from data on the device (its shape; checked for a CUDA matmul), or a bank of cache
+    // slots read as an expert tensor: slot s where the file has expert s. data: the device copy,
+    // or the slots' buffer (null when the layer has none).
+    static dmat slot_mat(const tensor_view& t, const std::byte* data);
 
     // The device copy of kv to and from its host arrays (model.h).
     void sync_kv_to_host(kv_cache& kv) override;
@@ -124,11 +173,6 @@ private:
     float* upload_vec(const std::vector<float>& v);
 
     dmat upload_mat(const tensor_view& t);
-
-    // t read from data on the device (its shape; checked for a CUDA matmul), or a bank of cache
-    // slots read as an expert tensor: slot s where the file has expert s. data: the device copy,
-    // or the slots' buffer (null when the layer has none).
-    static dmat slot_mat(const tensor_view& t, const std::byte* data);
 
     // ---- per-forward buffers ----------------------------------------------------------------
     void free_scratch();
@@ -199,8 +243,9 @@ private:
     // in the same launch (returns true), else act_ is untouched (false).
     bool norm(const float* x, const float* w, float* out, int64_t n, quant::act_format f, std::byte* act);
 
-    void attention_block(const dlayer& l, int il, std::span<const batch_segment> batch, const std::vector<float*>& kv_bufs,
-                         int64_t n, const int32_t* pos_dev);
+    // x += attention(rmsnorm(x)) against KV layer il of each sequence's cache (segs: the rows in
+    // order).
+    void attention_block(const dlayer& l, int il, std::span<const attn_rows> segs, int64_t n, const int32_t* pos_dev);
 
     // SwiGLU of gate_ and up_ ([rows, width]) as the down projection's input: quantised straight
     // into act_ when `down` takes int8 rows (returns true: reuse them), else in place in gate_.
@@ -216,6 +261,8 @@ private:
     // layer of a split one, or a streamed layer's buffer).
     void all_experts(const dlayer& l, int64_t n, bool g_act);
 
+    // il: the trunk layer (the split model's lanes know it), or -1 for the MTP block (every
+    // expert in VRAM).
     void moe_block(const dlayer& l, int il, int64_t n);
 
     // ---- hybrid models (cuda_model_hybrid.cpp) ----------------------------------------------
@@ -243,6 +290,9 @@ private:
     float* output_norm_ = nullptr;
     dmat output_;
     std::vector<dlayer> layers_;
+    std::optional<mtp_weights> mtp_host_;   // hybrid files with a nextn block: bound at load
+    std::optional<dmtp> mtp_;               // ... and uploaded by the first MTP head
+    std::vector<attn_rows> attn_rows_;   // the forward's sequences for attention_block (capacity kept)
     std::vector<void*> allocs_;
     std::unordered_map<const tensor_view*, dmat> uploaded_;
     std::unordered_map<const kv_cache*, dkv> kvs_;

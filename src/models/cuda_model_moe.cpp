@@ -52,7 +52,8 @@ void cuda_model::moe_block(const dlayer& l, int il, int64_t n) {
     rp.renormalize = hp_.expert_weights_norm;
     cuda::router_topk(mm_args_for(l.router, xn_, n, router_, g_act && fr == fg), rp, ids_, ew_, route_arrivals_, stream_);
     if (fr != quant::act_format::f32 && fr != fg) g_act = false;   // act_ was overwritten
-    if (lanes_ && lanes_->streaming() && !lanes_->whole_layer(il)) {
+    const bool split = lanes_ && il >= 0 && !lanes_->whole_layer(il);   // il -1: the MTP block, all in VRAM
+    if (split && lanes_->streaming()) {
         // A streamed split layer (prefill): its experts copied whole into a layer buffer in
         // expert order, computed as a whole layer once the copies land.
         const cuda_expert_lanes::layer_slots& buf = lanes_->stream_acquire(il);
@@ -64,7 +65,7 @@ void cuda_model::moe_block(const dlayer& l, int il, int64_t n) {
         all_experts(streamed, n, g_act);
         lanes_->gpu_end(il);
         lanes_->stream_release(il);
-    } else if (lanes_ && !lanes_->whole_layer(il)) {
+    } else if (split) {
         // A split layer: the ids go to the host, the GPU computes the pairs of resident experts
         // (slot ids; grouped, CPU pairs skipped) while the CPU lane computes the rest, whose
         // rows join ey_ before the combine: every pair's row has the same bits either way (E3).

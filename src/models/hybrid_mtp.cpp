@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/ops.h"
+#include "models/cuda_model.h"
 
 #include <algorithm>
 #include <cstring>
@@ -106,15 +107,20 @@ private:
 
 }  // namespace
 
-bool has_mtp_head(const model& m) {
-    const auto* h = dynamic_cast<const hybrid_model*>(&m);
-    return h && h->mtp();
+namespace {
+// The head's output matrix of a CPU or CUDA hybrid model with an MTP block, else null.
+const tensor_view* mtp_output_of(const model& m) {
+    if (const auto* h = dynamic_cast<const hybrid_model*>(&m); h && h->mtp()) return &head_matrix_of(*h);
+    return cuda_mtp_output(m);
 }
+}  // namespace
+
+bool has_mtp_head(const model& m) { return mtp_output_of(m) != nullptr; }
 
 std::shared_ptr<const mtp_draft_rows> gather_mtp_draft_rows(const model& m, const draft_vocab& v) {
-    const auto* h = dynamic_cast<const hybrid_model*>(&m);
-    if (!h || !h->mtp()) return nullptr;
-    const tensor_view& w = head_matrix_of(*h);
+    const tensor_view* out = mtp_output_of(m);
+    if (!out) return nullptr;
+    const tensor_view& w = *out;
     if (v.n_vocab != w.ne[1] || v.ids.empty())
         fail("mtp head: a draft vocabulary of {} ids out of {}, but the head's output '{}' {} has {} rows", v.ids.size(),
              v.n_vocab, w.name, w.shape_string(), w.ne[1]);
@@ -135,10 +141,10 @@ std::shared_ptr<const mtp_draft_rows> gather_mtp_draft_rows(const model& m, cons
     return r;
 }
 
-std::unique_ptr<mtp_head> make_mtp_head(const model& m, thread_pool& pool, int n_ctx, int max_rows,
+std::unique_ptr<mtp_head> make_mtp_head(model& m, thread_pool& pool, int n_ctx, int max_rows,
                                         std::shared_ptr<const mtp_draft_rows> draft_rows) {
     const auto* h = dynamic_cast<const hybrid_model*>(&m);
-    if (!h || !h->mtp()) return nullptr;
+    if (!h || !h->mtp()) return make_cuda_mtp_head(m, n_ctx, max_rows, std::move(draft_rows));
     if (n_ctx < 1 || max_rows < 1) fail("mtp head: n_ctx {} and max_rows {}: expected >= 1", n_ctx, max_rows);
     if (draft_rows && draft_rows->matrix.ne[0] != head_matrix_of(*h).ne[0])
         fail("mtp head: draft rows {} wide, the head's output {}", draft_rows->matrix.ne[0], head_matrix_of(*h).ne[0]);

@@ -26,16 +26,19 @@ struct mtp_draft_rows {
 // Null when m has no MTP head. Throws when the vocabulary's n_vocab is not the model's.
 std::shared_ptr<const mtp_draft_rows> gather_mtp_draft_rows(const model& m, const draft_vocab& v);
 
-// True when m is a hybrid model whose file carries an MTP (nextn) block (make_mtp_head gives a head).
+// True when m is a hybrid model (the CPU's, or load_model_cuda's) whose file carries an MTP
+// (nextn) block (make_mtp_head gives a head).
 bool has_mtp_head(const model& m);
 
-// The MTP head of `m`, or null when m is not a hybrid model or its file has no nextn block.
+// The MTP head of `m`, or null when m is not a hybrid model or its file has no nextn block. A
+// CUDA model's head runs on its device (models/cuda_model.h: make_cuda_mtp_head), in the bits of
+// the CPU's.
 // n_ctx: positions its cache holds (the session's); max_rows: rows per forward (>= 1).
 // draft_rows (optional, from gather_mtp_draft_rows(m, ...)): logits() then holds the listed ids'
 // logits, each the bits the whole projection gives it (a column's dot product never depends on
 // the others, E1/E2), and -inf for every other id, so no pick can land outside the list.
 // `m` and `pool` must outlive the head.
-std::unique_ptr<mtp_head> make_mtp_head(const model& m, thread_pool& pool, int n_ctx, int max_rows,
+std::unique_ptr<mtp_head> make_mtp_head(model& m, thread_pool& pool, int n_ctx, int max_rows,
                                         std::shared_ptr<const mtp_draft_rows> draft_rows = nullptr);
 
 }  // namespace sluice

@@ -14,7 +14,9 @@
 #include "runtime/roofline.h"
 #include "runtime/sampler.h"
 #include "sluice/inspect.h"
+#include "models/hybrid_mtp.h"
 #include "spec/drafter.h"
+#include "spec/mtp_drafter.h"
 #include "spec/session_target.h"
 #include "spec/verifier.h"
 
@@ -28,6 +30,7 @@
 #endif
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -79,6 +82,27 @@ private:
     int32_t n_vocab_;
     uint64_t seed_;
     std::mt19937_64 rng_;
+};
+
+// The oracle's drafts at the MTP head's cost: the head folds in every committed row and proposes
+// as in a real run (spec/mtp_drafter.h), then the oracle's tokens replace its proposals. So the
+// acceptance is the oracle's and the time includes drafting: what a run whose MTP head is
+// accepted at that rate would cost (a synthetic model's random head drafts nothing worth keeping).
+class mtp_paced_oracle final : public drafter {
+public:
+    mtp_paced_oracle(mtp_drafter& head, oracle_drafter& oracle) : head_(head), oracle_(oracle) {}
+    std::string_view name() const override { return "oracle at the MTP head's cost"; }
+    void reset() override { oracle_.reset(); }
+    int32_t propose(std::span<const int32_t> context, int32_t max_n, std::span<int32_t> out) override {
+        ++stats_.calls;
+        std::array<int32_t, 16> paid{};
+        head_.propose(context, std::min<int32_t>(max_n, int32_t(paid.size())), paid);
+        return oracle_.propose(context, max_n, out);
+    }
+
+private:
+    mtp_drafter& head_;
+    oracle_drafter& oracle_;
 };
 
 void validate(const bench_options& o) {
@@ -441,41 +465,74 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
         fill_to(wlen - 1);
         const decode_result tape = decode_serial(wlen, spec_n, nullptr, 1);
         back_to(wlen - 1);
-        for (int t : o.spec_windows) {
-            bench_result r;
-            r.test = fmt::format("spec {}@d{}", t, window_depth);
-            r.kind = "spec";
-            r.n_gen = spec_n;
-            r.depth = window_depth;
-            r.rows = t;
-            r.accept = o.accept;
-            int64_t steps = 0, emitted = 0, proposed = 0, kept = 0;
-            for (int i = 0; i < o.spec_reps; ++i) {
-                oracle_drafter od(tape.tokens, size_t(wlen), o.accept, n_vocab,
-                                  o.seed * 1000003u + uint64_t(t) * 1009u + uint64_t(i));
-                const auto t0 = clock_type::now();
-                decode_result res = decode_serial(wlen, spec_n, t > 1 ? &od : nullptr, t);
-                r.seconds.push_back(seconds_since(t0));
-                back_to(wlen - 1);
-                r.same_tokens = r.same_tokens && res.token_sha == tape.token_sha;
-                steps += res.stats.steps;
-                emitted += res.stats.tokens;
-                proposed += res.stats.drafts_proposed;
-                kept += res.stats.drafts_accepted;
+        // Each window size with the oracle's drafts, then (models that carry an MTP head) again
+        // with the head paying for its drafts.
+        std::unique_ptr<mtp_head> head;
+        if (has_mtp_head(*net)) head = make_mtp_head(*net, s.pool(), n_ctx, o.chunk, nullptr);
+        // One timed run of windows of t rows; the caller goes back to wlen - 1 positions.
+        auto oracle_run = [&](int t, uint64_t seed) {
+            oracle_drafter od(tape.tokens, size_t(wlen), o.accept, n_vocab, seed);
+            return decode_serial(wlen, spec_n, t > 1 ? &od : nullptr, t);
+        };
+        auto mtp_paced_run = [&](int t, uint64_t seed, double& secs) {
+            // The head sees every prompt row: the prompt again, through the drafter (untimed).
+            s.truncate(0);
+            mtp_drafter_params mp;
+            mp.max_draft = t - 1;
+            mtp_drafter md(s, *head, sampling_params::greedy(), mp);
+            md.prefill(span_of(0, size_t(wlen - 1)));
+            oracle_drafter od(tape.tokens, size_t(wlen), o.accept, n_vocab, seed);
+            mtp_paced_oracle pd(md, od);
+            speculative_decoder dec(md.target(), greedy, &pd, nullptr);
+            decode_options opt;
+            opt.max_tokens = spec_n;
+            opt.max_window = t;
+            opt.prefill_chunk = o.chunk;
+            opt.calibrate_policy = false;
+            const auto t0 = clock_type::now();
+            decode_result res = dec.generate(span_of(0, size_t(wlen)), opt);
+            secs = seconds_since(t0);
+            return res;
+        };
+        for (const bool paced : {false, true}) {
+            if (paced && !head) break;
+            for (int t : o.spec_windows) {
+                if (paced && t < 2) continue;
+                bench_result r;
+                r.test = fmt::format("{} {}@d{}", paced ? "spec+mtp" : "spec", t, window_depth);
+                r.kind = "spec";
+                r.n_gen = spec_n;
+                r.depth = window_depth;
+                r.rows = t;
+                r.accept = o.accept;
+                int64_t steps = 0, emitted = 0, proposed = 0, kept = 0;
+                for (int i = 0; i < o.spec_reps; ++i) {
+                    const uint64_t seed = o.seed * 1000003u + uint64_t(t) * 1009u + uint64_t(i);
+                    double secs = 0;
+                    const auto t0 = clock_type::now();
+                    decode_result res = paced ? mtp_paced_run(t, seed, secs) : oracle_run(t, seed);
+                    r.seconds.push_back(paced ? secs : seconds_since(t0));
+                    back_to(wlen - 1);
+                    r.same_tokens = r.same_tokens && res.token_sha == tape.token_sha;
+                    steps += res.stats.steps;
+                    emitted += res.stats.tokens;
+                    proposed += res.stats.drafts_proposed;
+                    kept += res.stats.drafts_accepted;
+                }
+                finish(r, spec_n);
+                r.reps = o.spec_reps;
+                r.tokens_per_step = steps > 0 ? double(emitted) / double(steps) : 0.0;
+                r.acceptance = proposed > 0 ? double(kept) / double(proposed) : 0.0;
+                r.expected_tokens_per_step = expected_window_tokens(t > 1 ? o.accept : 0.0, t);
+                // A window reads forward_bytes(T, ~mid-run depth) and yields tokens_per_step tokens.
+                const double window_bytes = forward_bytes(tm, t, wlen - 1 + spec_n / 2);
+                const double window_ops = forward_ops(cm, t, wlen - 1 + spec_n / 2);
+                set_ceiling(r, rep.bandwidth_gb_s, r.tokens_per_step > 0 ? window_bytes / r.tokens_per_step : 0.0,
+                            rep.peak_ops_s, r.tokens_per_step > 0 ? window_ops / r.tokens_per_step : 0.0);
+                say(fmt::format("{}: {:.2f} tok/s, {:.2f} tokens per window{}{}", r.test, r.tok_s, r.tokens_per_step,
+                                paced ? " (the MTP head drafting)" : "", r.same_tokens ? "" : ", TOKENS DIFFER FROM SERIAL"));
+                rep.results.push_back(std::move(r));
             }
-            finish(r, spec_n);
-            r.reps = o.spec_reps;
-            r.tokens_per_step = steps > 0 ? double(emitted) / double(steps) : 0.0;
-            r.acceptance = proposed > 0 ? double(kept) / double(proposed) : 0.0;
-            r.expected_tokens_per_step = expected_window_tokens(t > 1 ? o.accept : 0.0, t);
-            // A window reads forward_bytes(T, ~mid-run depth) and yields tokens_per_step tokens.
-            const double window_bytes = forward_bytes(tm, t, wlen - 1 + spec_n / 2);
-            const double window_ops = forward_ops(cm, t, wlen - 1 + spec_n / 2);
-            set_ceiling(r, rep.bandwidth_gb_s, r.tokens_per_step > 0 ? window_bytes / r.tokens_per_step : 0.0,
-                        rep.peak_ops_s, r.tokens_per_step > 0 ? window_ops / r.tokens_per_step : 0.0);
-            say(fmt::format("{}: {:.2f} tok/s, {:.2f} tokens per window{}", r.test, r.tok_s, r.tokens_per_step,
-                            r.same_tokens ? "" : ", TOKENS DIFFER FROM SERIAL"));
-            rep.results.push_back(std::move(r));
         }
     }
 

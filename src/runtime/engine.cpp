@@ -122,8 +122,7 @@ std::unique_ptr<engine> engine::open(const engine_options& o) {
     if (const auto vp = !o.draft_vocab_path.empty() ? o.draft_vocab_path : default_draft_vocab_path(p->target.path);
         !o.draft_vocab_path.empty() || std::filesystem::exists(vp)) {
         if (!has_mtp_head(*p->target.net))
-            fail("draft vocabulary {}: the model has no MTP head to use it{}", vp.string(),
-                 o.gpu >= 0 ? " (the MTP drafter runs with the CPU model only for now)" : "");
+            fail("draft vocabulary {}: the model has no MTP head to use it", vp.string());
         p->draft_rows = gather_mtp_draft_rows(*p->target.net, read_draft_vocab(vp, hp.n_vocab));
     }
     return std::unique_ptr<engine>(new engine(std::move(p)));
@@ -188,8 +187,6 @@ generate_stats engine::generate(std::string_view prompt, const generate_params& 
     if (p.drafter == drafter_kind::mtp) {
         head = make_mtp_head(net, s.pool(), so.n_ctx, k_session_rows, p_->draft_rows);
         const std::string& arch = net.hparams().arch;
-        if (!head && p_->target.file->meta().get_int(arch + ".nextn_predict_layers").value_or(0) > 0)
-            fail("run: --spec mtp: the MTP drafter runs with the CPU model only for now (drop --gpu)");
         if (!head)
             fail("run: --spec mtp: the model ({}) has no MTP (nextn) layers: {}.nextn_predict_layers is 0 or absent "
                  "(use --spec for prompt lookup, or --draft-model)",

@@ -40,7 +40,8 @@ public:
     const model& get_model() const { return model_; }
     thread_pool& pool() { return pool_; }
     // The last forward's rows after the model's last layer, before output_norm [rows, n_embd]
-    // (the residual stream every model leaves in its scratch): the MTP drafter's input.
+    // (the residual stream the CPU models leave in their scratch, and a CUDA model once it has
+    // an MTP head): the MTP drafter's input.
     const float* residual_rows() const { return scratch_.x.data(); }
     int32_t max_rows() const { return scratch_.max_rows; }
 

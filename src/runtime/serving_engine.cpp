@@ -138,8 +138,7 @@ std::unique_ptr<serving_engine> serving_engine::open(const serving_options& o) {
             p->mtp_summary = fmt::format("MTP head, whole vocabulary ({} ids)", hp.n_vocab);
         }
     } else if (!eo.draft_vocab_path.empty()) {
-        fail("draft vocabulary {}: the model has no MTP head to use it{}", eo.draft_vocab_path.string(),
-             eo.gpu >= 0 ? " (the MTP drafter runs with the CPU model only for now)" : "");
+        fail("draft vocabulary {}: the model has no MTP head to use it", eo.draft_vocab_path.string());
     }
 
     const int threads = eo.n_threads > 0 ? eo.n_threads : usable_cpus();

@@ -16,6 +16,8 @@
 #include "spec/mtp_drafter.h"
 #include "spec/verifier.h"
 
+#include "mtp_recording.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -241,62 +243,12 @@ TEST_P(hybrid_mtp, head_computes_the_equations_of_a_scalar_reference) {
     EXPECT_EQ(out[1], argmax(chain_logits));
 }
 
-// Records every proposal of the MTP drafter it wraps, with the head's logits after it.
-class recording_drafter final : public drafter {
-public:
-    struct call {
-        std::vector<int32_t> context, drafts;
-        int32_t max_n = 0;
-        std::vector<float> logits;
-    };
-    recording_drafter(mtp_drafter& d, const mtp_head& h) : d_(d), h_(h) {}
-    std::string_view name() const override { return d_.name(); }
-    void reset() override { d_.reset(); }
-    int32_t propose(std::span<const int32_t> ctx, int32_t max_n, std::span<int32_t> out) override {
-        const int32_t n = d_.propose(ctx, max_n, out);
-        calls.push_back({{ctx.begin(), ctx.end()}, {out.begin(), out.begin() + n}, max_n,
-                         {h_.logits(), h_.logits() + h_.n_vocab()}});
-        return n;
-    }
-    void observe(int32_t a, int32_t p) override {
-        d_.observe(a, p);
-        drafter::observe(a, p);
-    }
-    std::vector<call> calls;
-
-private:
-    mtp_drafter& d_;
-    const mtp_head& h_;
-};
-
-struct run_result {
-    decode_result res;
-    std::vector<recording_drafter::call> calls;
-};
+using run_result = mtp_generation;
 
 // A generation through the MTP drafter (max_window 1: serial, the drafter unused).
 run_result generate(model& m, const std::vector<int32_t>& prompt, const sampling_params& sp, int max_window,
                     int max_tokens, int stop_after = -1) {
-    session_options so;
-    so.n_ctx = k_ctx;
-    so.prefill_chunk = k_rows;
-    session s(m, so);
-    auto head = make_mtp_head(m, s.pool(), k_ctx, k_rows);
-    mtp_drafter_params mp;
-    mp.max_draft = 4;
-    mtp_drafter d(s, *head, sp, mp);
-    recording_drafter rec(d, *head);
-    keyed_sampler sampler(m.hparams().n_vocab, sp);
-    decode_options opt;
-    opt.max_tokens = max_tokens;
-    opt.max_window = max_window;
-    opt.prefill_chunk = 5;   // the prompt in several forwards, all folded into the head
-    if (stop_after > 0)
-        opt.stop = [stop_after](std::span<const int32_t> g) { return int(g.size()) >= stop_after; };
-    speculative_decoder dec(d.target(), sampler, max_window > 1 ? &rec : nullptr, nullptr);
-    run_result r{dec.generate(prompt, opt), {}};
-    r.calls = std::move(rec.calls);
-    return r;
+    return generate_with_mtp(m, prompt, sp, max_window, max_tokens, k_ctx, k_rows, stop_after);
 }
 
 TEST_P(hybrid_mtp, drafts_are_a_function_of_the_committed_context) {
@@ -327,16 +279,7 @@ TEST_P(hybrid_mtp, drafts_are_a_function_of_the_committed_context) {
 TEST_P(hybrid_mtp, drafted_equals_serial) {
     auto f = model_file::open(fixture(GetParam()));
     auto m = load_model(*f, {});
-    sampling_params hot;
-    hot.temperature = 0.9f;
-    hot.top_k = 0;
-    hot.top_p = 1.0f;
-    hot.min_p = 0.0f;
-    std::vector<sampling_params> modes = {sampling_params::greedy()};
-    for (uint64_t seed : {1ull, 7ull, 12345ull}) {
-        hot.seed = seed;
-        modes.push_back(hot);
-    }
+    const std::vector<sampling_params> modes = greedy_and_sampled();
     int64_t proposed = 0;
     for (size_t mi = 0; mi < modes.size(); ++mi)
         for (int salt = 0; salt < 3; ++salt) {
