@@ -18,6 +18,8 @@
 #     stall reasons of NCU_COUNT (4) launches of the kernels NCU_KERNELS names (default
 #     regex:attention_kernel|route_topk) under Nsight Compute, kernel_bench running each kernel
 #     3 + NCU_REPS (3) times.
+#   WINDOW_BENCH=1: time a verify window's dense products on both matmul kernels, 1..16 rows
+#     (bench/gpu/window_bench.cu).
 # Needs: .peers/gpu-bench/include (bench/run_gpu.sh --prepare) and the gguf package (.gpudeps/py).
 # bench/gpu/session.sh is the one-call form for the lead (budget 420 s, sm_90, all cores).
 set -uo pipefail
@@ -132,6 +134,10 @@ run_step delta_net_parity "$OUT/delta_net_parity.log" 60 $(rs $(( R_BENCH + 100 
 { echo "---- $B/delta_net_parity"; cat "$OUT/delta_net_parity.log"; } >> "$OUT/ops_parity.h200.log" 2>/dev/null
 rm -f "$OUT/delta_net_parity.log"
 run_step matmul_parity "$OUT/matmul_parity.h200.log" "${T_TEST:-150}" $(rs $(( R_BENCH + 60 ))) "$B/matmul_parity"
+# A window's dense products, dp4a against tensor cores, 1..16 rows (WINDOW_BENCH=1).
+if [ "${WINDOW_BENCH:-0}" = 1 ]; then
+  run_step window_bench "$OUT/window_bench.h200.log" 60 $(rs $(( R_BENCH + 60 ))) "$B/window_bench" 30
+fi
 
 # The decode step's kernels one at a time (bench/gpu/kernel_bench.cu; KERNEL_BENCH=0 skips), and
 # with NCU=1 (default) the warp stall reasons of the small ones under Nsight Compute, appended.

@@ -471,7 +471,8 @@ void matmul(const mm_args& a, void* stream) {
     default: {
         // Many rows (a prefill chunk, or grouped pairs in tiles of 64): the tensor-core kernel;
         // windows, one-row and one-pair launches: the dp4a kernel. The same bits either way.
-        const bool mma = a.tiles ? a.tile_rows == k_tile_rows_mma : !a.ids && a.n_rows > k_tile_rows_window;
+        const int64_t mma_from = a.mma_from_rows > 0 ? a.mma_from_rows : k_tile_rows_window + 1;
+        const bool mma = a.tiles ? a.tile_rows == k_tile_rows_mma : !a.ids && a.n_rows >= mma_from;
         with_int8_format(a.type, [&](auto fmt) {
             constexpr dtype T = decltype(fmt)::value;
             if (mma) launch_mma<T>(a, s);

@@ -64,6 +64,10 @@ struct mm_args {
     const int32_t* n_tiles = nullptr; // device [1]
     int64_t max_tiles = 0;            // group_tiles_max(n_rows, n_expert, tile_rows): the launch's grid rows
     int tile_rows = 16;               // k_tile_rows_window or k_tile_rows_mma, as group_pairs made them
+    // Plain int8 matrices: the tensor-core kernel from this many rows (0: more than
+    // k_tile_rows_window, the default), the dp4a kernel below; the same bits either way
+    // (bench/gpu/window_bench.cu times both).
+    int mma_from_rows = 0;
 };
 
 // Rows a block of the dp4a kernel takes (a verify window; grouped tiles for it), and rows a block

@@ -1,0 +1,141 @@
+// window_bench: a verify window's dense matrix products, dp4a kernel against tensor-core kernel,
+// at the shapes of the synthetic Qwen3.6-35B-A3B file (n_embd 2048; DeltaNet qkv 8192, gate
+// 4096, out 4096 -> 2048; gated attention q+gate 8192, k/v 512, out 4096 -> 2048; shared expert
+// 512; vocabulary 248320; F32 router of 256 experts), for windows of 1..16 rows. Both kernels
+// give the same bits (tests/gpu/matmul_parity.cu); the figures say from how many rows the
+// tensor-core kernel is the faster (mm_args::mma_from_rows). Each launch reads its weights from
+// HBM (copies rotated past the 50 MB L2). Microseconds per launch, launch overhead included.
+//   window_bench [REPS]
+#include "core/dtype.h"
+#include "kernels/cuda/act_quant.cuh"
+#include "kernels/cuda/matmul.cuh"
+#include "quant/act.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <vector>
+
+using namespace sluice;
+
+namespace {
+
+void ck(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) {
+        std::printf("FAIL: %s: %s\n", what, cudaGetErrorString(e));
+        std::exit(1);
+    }
+}
+
+std::byte* dev_random(size_t bytes, uint32_t seed) {
+    std::vector<uint8_t> h(bytes);
+    std::mt19937 g(seed);
+    for (auto& b : h) b = static_cast<uint8_t>(g() & 0x3f);   // small bytes: finite scales
+    void* d = nullptr;
+    ck(cudaMalloc(&d, bytes), "cudaMalloc");
+    ck(cudaMemcpy(d, h.data(), bytes, cudaMemcpyHostToDevice), "upload");
+    return static_cast<std::byte*>(d);
+}
+
+double time_us(cudaStream_t s, int reps, const std::function<void(int)>& launch) {
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    for (int i = 0; i < 3; ++i) launch(i);
+    cudaEventRecord(a, s);
+    for (int i = 0; i < reps; ++i) launch(i);
+    cudaEventRecord(b, s);
+    ck(cudaEventSynchronize(b), "kernel run");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return 1e3 * ms / reps;
+}
+
+struct shape {
+    const char* name;
+    dtype type;
+    int64_t n_in, n_out;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);
+    int n_dev = 0;
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+        std::printf("SKIP: no CUDA device\n");
+        return 77;
+    }
+    const int reps = argc > 1 ? std::atoi(argv[1]) : 50;
+    cuda::upload_tables();
+    cudaStream_t s;
+    ck(cudaStreamCreate(&s), "stream");
+    const shape shapes[] = {
+        {"dn qkv", dtype::q4_k, 2048, 8192},    {"dn gate z", dtype::q4_k, 2048, 4096},
+        {"dn out", dtype::q4_k, 4096, 2048},    {"attn q+gate", dtype::q4_k, 2048, 8192},
+        {"attn k", dtype::q4_k, 2048, 512},     {"attn out", dtype::q4_k, 4096, 2048},
+        {"shexp gate", dtype::q4_k, 2048, 512}, {"shexp down", dtype::q6_k, 512, 2048},
+        {"lm head", dtype::q6_k, 2048, 248320}, {"dn qkv q8_0", dtype::q8_0, 2048, 8192},
+        {"router f32", dtype::f32, 2048, 256},
+    };
+    const int rows_list[] = {1, 2, 3, 4, 6, 8, 12, 16};
+    const int64_t max_in = 4096, max_rows = 16;
+    std::vector<float> hx(static_cast<size_t>(max_in * max_rows));
+    std::mt19937 g(7);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (auto& v : hx) v = nd(g);
+    float* x = nullptr;
+    ck(cudaMalloc(&x, hx.size() * 4), "x");
+    ck(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice), "x");
+    std::byte* act = nullptr;
+    ck(cudaMalloc(&act, static_cast<size_t>(max_in * max_rows) * 4 + 4096), "act");
+    float* y = nullptr;
+    ck(cudaMalloc(&y, static_cast<size_t>(248320) * max_rows * 4), "y");
+    std::printf("%-14s %-6s %6s %6s %4s %10s %10s  %s\n", "matrix", "type", "n_in", "n_out", "rows", "dp4a us",
+                "mma us", "faster");
+    for (const shape& sh : shapes) {
+        const size_t rb = static_cast<size_t>(*bytes_for(sh.type, static_cast<uint64_t>(sh.n_in)));
+        const size_t bytes = rb * static_cast<size_t>(sh.n_out);
+        const int copies = static_cast<int>(std::clamp<size_t>((size_t{160} << 20) / bytes + 1, 1, 64));
+        std::vector<std::byte*> w;
+        for (int c = 0; c < copies; ++c) w.push_back(dev_random(bytes, 100u + static_cast<uint32_t>(c)));
+        const quant::act_format f = quant::act_format_for(sh.type);
+        const bool is_float = f == quant::act_format::f32;
+        for (int rows : rows_list) {
+            if (!is_float) cuda::quantize_act_rows(f, x, rows, sh.n_in, act, s);
+            cuda::mm_args a;
+            a.type = sh.type;
+            a.row_bytes = rb;
+            a.n_in = sh.n_in;
+            a.n_out = sh.n_out;
+            a.act = is_float ? reinterpret_cast<const std::byte*>(x) : act;
+            a.act_stride = is_float ? static_cast<size_t>(sh.n_in) * 4 : quant::act_row_bytes(f, sh.n_in);
+            a.n_rows = rows;
+            a.y = y;
+            a.y_stride = sh.n_out;
+            double us[2] = {0, 0};
+            for (int k = 0; k < (is_float ? 1 : 2); ++k) {
+                a.mma_from_rows = k == 0 ? 1 << 20 : 1;
+                us[k] = time_us(s, reps, [&](int i) {
+                    a.w = w[static_cast<size_t>(i % copies)];
+                    cuda::matmul(a, s);
+                });
+            }
+            if (is_float)
+                std::printf("%-14s %-6s %6lld %6lld %4d %10.2f %10s\n", sh.name, std::string(name(sh.type)).c_str(),
+                            static_cast<long long>(sh.n_in), static_cast<long long>(sh.n_out), rows, us[0], "-");
+            else
+                std::printf("%-14s %-6s %6lld %6lld %4d %10.2f %10.2f  %s\n", sh.name, std::string(name(sh.type)).c_str(),
+                            static_cast<long long>(sh.n_in), static_cast<long long>(sh.n_out), rows, us[0], us[1],
+                            us[1] < us[0] ? "mma" : "dp4a");
+        }
+        for (std::byte* p : w) cudaFree(p);
+    }
+    return 0;
+}
