@@ -26,7 +26,10 @@
 #   their real layer count unless --layers), --vram-budgets LIST (default 0,2G,4G,8G: each against
 #   the llama.cpp -ncmoe whose VRAM experts fit it, bench/ncmoe_for_budget.py), --split-prompts
 #   LIST (the budget runs' prompt lengths, default 512,4096), --spec-accept A (the budget runs
-#   also decode by oracle-tape windows of 1 and 4 rows at acceptance A).
+#   also decode by oracle-tape windows of 1 and 4 rows at acceptance A, and, for a file with an MTP
+#   head, the same windows with the head drafting: sluice bench's spec+mtp rows), --split-reps N
+#   (repetitions of the budget runs, default 2: 1 leaves time for a 32K prompt), --no-whole (skip
+#   the whole-model-in-VRAM pair of the placement runs).
 #
 # On the GPU machine, in this order (the llama.cpp CUDA build, ~5.4 min on 16 cores, is the long
 # pole; sluice's build and the model file are made beside it; nothing is timed while anything
@@ -49,7 +52,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bundle=$root/.peers/gpu-bench
 mode=run layers="" threads=$(nproc) skew=0 locality=0 budget=585 record=0 prebuilt="" placement_runs=0
-shape=qwen3-30b-a3b vram_budgets=0,2G,4G,8G split_prompts="" spec_accept=""
+shape=qwen3-30b-a3b vram_budgets=0,2G,4G,8G split_prompts="" spec_accept="" split_reps=2 whole_runs=1
 die() { echo "run_gpu.sh: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -68,6 +71,8 @@ while [ $# -gt 0 ]; do
     --vram-budgets) vram_budgets=$2; shift ;;
     --split-prompts) split_prompts=$2; shift ;;
     --spec-accept) spec_accept=$2; shift ;;
+    --split-reps) split_reps=$2; shift ;;
+    --no-whole) whole_runs=0 ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
@@ -449,27 +454,34 @@ if [ $placement_runs = 1 ]; then
   # engines in 512-row pieces (llama-bench's default ubatch, sluice bench's GPU chunk).
   p_split=$p
   [ $mode = local ] || p_split=${split_prompts:-$p,4096}
-  sluice_split=(-t "$threads" -p "$p_split" -n "$n" -r 2 --ctx 0 --windows 0 --spec-windows 0 --json)
+  sluice_split=(-t "$threads" -p "$p_split" -n "$n" -r "$split_reps" --ctx 0 --windows 0 --spec-windows 0 --json)
   # --spec-accept A: the budget runs also decode by oracle-tape windows of 1 and 4 rows at that
   # acceptance (0.87 gives ~3.3 tokens a 4-row window, as an MTP head does), after 512 positions.
-  [ -n "$spec_accept" ] && sluice_split=(-t "$threads" -p "$p_split" -n "$n" -r 2 --ctx 0 --windows 0 \
+  [ -n "$spec_accept" ] && sluice_split=(-t "$threads" -p "$p_split" -n "$n" -r "$split_reps" --ctx 0 --windows 0 \
     --spec-windows 1,4 --accept "$spec_accept" --spec-n "$n" --window-depth "$p" --json)
-  llama_run "llama.cpp GPU -ngl 99" llama_gpu.json gpu "$(cap 60 170)" --gpu -p "$p" -n "$n" -r 2
-  sluice_run "sluice GPU" sluice_gpu.json gpu "$(cap 60 160)" "$sluice_gpu" "${sluice_main[@]}" --gpu 0
-  [ -f "$out/sluice_gpu.json" ] && [ -f "$out/llama_gpu.json" ] && \
-    "${rec[@]}" compare "$manifest" "sluice GPU" "llama.cpp GPU -ngl 99"
+  if [ $whole_runs = 1 ]; then
+    llama_run "llama.cpp GPU -ngl 99" llama_gpu.json gpu "$(cap 60 170)" --gpu -p "$p" -n "$n" -r 2
+    sluice_run "sluice GPU" sluice_gpu.json gpu "$(cap 60 160)" "$sluice_gpu" "${sluice_main[@]}" --gpu 0
+    [ -f "$out/sluice_gpu.json" ] && [ -f "$out/llama_gpu.json" ] && \
+      "${rec[@]}" compare "$manifest" "sluice GPU" "llama.cpp GPU -ngl 99"
+  fi
   # Each budget's llama.cpp peer: -ncmoe N keeps the routed experts of layers N.. in VRAM; N is
   # the smallest whose experts fit the budget (the file's own tensor sizes: ncmoe_for_budget).
   # gen_model's gguf package: the image's, or the wheel it unpacked into /tmp/sluice-site.
+  # Each budget run's cap grows with its prompts: llama.cpp at 300 tok/s, sluice at 1,000 (a
+  # 32K prompt at 12 GiB of a 35B: ~520 and ~1,500 tok/s measured), times the repetitions.
+  ptoks=0
+  for pp in ${p_split//,/ }; do ptoks=$(( ptoks + pp )); done
+  llama_cap=$(( 30 + ptoks * split_reps / 300 )) sluice_cap=$(( 90 + ptoks * split_reps / 1000 ))
   read -r -a pairs < <(PYTHONPATH=/tmp/sluice-site${PYTHONPATH:+:$PYTHONPATH} python3 "$root/bench/ncmoe_for_budget.py" \
     "$model" ${vram_budgets//,/ } || echo)
   say "budgets and their llama.cpp -ncmoe: ${pairs[*]}"
   left=${#pairs[@]}
   for pair in "${pairs[@]}"; do
     b=${pair%%:*} nc=${pair##*:}
-    llama_run "llama.cpp -ngl 99 -ncmoe $nc" "llama_ncmoe$nc.json" three-lane "$(cap 30 $(( left * 40 - 10 )))" \
-      --ncmoe "$nc" -p "$p_split" -n "$n" -r 2
-    sluice_run "sluice GPU --vram-budget $b" "sluice_gpu_$b.json" three-lane "$(cap 90 $(( left * 40 - 40 )))" \
+    llama_run "llama.cpp -ngl 99 -ncmoe $nc" "llama_ncmoe$nc.json" three-lane "$(cap $llama_cap $(( left * 40 - 10 )))" \
+      --ncmoe "$nc" -p "$p_split" -n "$n" -r "$split_reps"
+    sluice_run "sluice GPU --vram-budget $b" "sluice_gpu_$b.json" three-lane "$(cap $sluice_cap $(( left * 40 - 40 )))" \
       "$sluice_gpu" "${sluice_split[@]}" --gpu 0 --vram-budget "$b"
     [ -f "$out/sluice_gpu_$b.json" ] && [ -f "$out/llama_ncmoe$nc.json" ] && \
       "${rec[@]}" compare "$manifest" "sluice GPU --vram-budget $b" "llama.cpp -ngl 99 -ncmoe $nc"
