@@ -156,6 +156,31 @@ TEST(bench_run, oracle_tape_sets_the_acceptance_and_keeps_serial_tokens) {
     EXPECT_DOUBLE_EQ(r.results[0].expected_tokens_per_step, 1.0);
 }
 
+TEST(bench_run, mtp_paced_oracle_runs_keep_the_oracles_acceptance_and_serial_tokens) {
+    // A hybrid file with an MTP block: each window size runs again with the head drafting (its
+    // proposals paid for, then replaced by the oracle's).
+    bench_options o = tiny_options();
+    o.model_path = std::filesystem::path(SLUICE_SOURCE_DIR) / "tests/golden/fixtures/qwen35moe_e4_k2_mtp/converted-F32.gguf";
+    o.n_prompt.clear();
+    o.n_gen = 0;
+    o.depths = {8};
+    o.windows.clear();
+    o.spec_windows = {1, 4};
+    o.spec_n = 12;
+    o.accept = 1.0;
+    const bench_report r = run_bench(o);
+    std::vector<std::string> names;
+    for (const auto& x : r.results) names.push_back(x.test);
+    EXPECT_EQ(names, (std::vector<std::string>{"spec 1@d8", "spec 4@d8", "spec+mtp 4@d8"}));
+    ASSERT_EQ(r.results.size(), 3u);
+    const bench_result& paced = r.results[2];
+    EXPECT_EQ(paced.kind, "spec");
+    EXPECT_TRUE(paced.same_tokens);
+    EXPECT_DOUBLE_EQ(paced.acceptance, 1.0);
+    EXPECT_DOUBLE_EQ(paced.tokens_per_step, 4.0);
+    EXPECT_GT(paced.tok_s, 0.0);
+}
+
 TEST(bench_run, bad_options_are_rejected_with_the_flag_name) {
     bench_options o = tiny_options();
     o.accept = 1.5;

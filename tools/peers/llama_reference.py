@@ -173,10 +173,11 @@ def check_tokenizer(llm, tok, texts: list[str]) -> dict:
 
 def fixture_refs(name: str, seq: list[int], tmp: pathlib.Path, tok) -> dict:
     m = json.loads((FIXTURES / name / "manifest.json").read_text())
-    n_ctx_train = m["hparams"].get("rope", {}).get("original_max_position_embeddings")
+    n_ctx_train = m.get("hparams", {}).get("rope", {}).get("original_max_position_embeddings")
     n_pos = min(N_TEACHER, 256 if n_ctx_train else N_TEACHER)  # the YaRN fixture's context is 256
     res = {"n_teacher": n_pos, "files": {}}
-    ggufs = {q: FIXTURES / name / g["file"] for q, g in m["gguf"].items()}
+    # The hybrid fixtures (tools/make_hybrid_golden.py) have one GGUF, llama.cpp's own converter's.
+    ggufs = {q: FIXTURES / name / g["file"] for q, g in (m.get("gguf") or m["hybrid_gguf"]).items()}
     if "F32" not in ggufs:
         ggufs = {"F32": rebuild_f32_gguf(name, m, tmp), **ggufs}
         res["f32_rebuilt_from_hf"] = True
