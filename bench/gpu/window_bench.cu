@@ -137,5 +137,68 @@ int main(int argc, char** argv) {
         }
         for (std::byte* p : w) cudaFree(p);
     }
+
+    // A window's routed experts (gate of the 35B shape: 256 experts of 512 x 2048 Q4_K, top 8):
+    // one pair at a time (what a window runs now) against pairs grouped by expert in tiles of 16
+    // (the dp4a kernel) or 64 (tensor cores), for rows routed to the same 8 experts (decode_bench's
+    // window of one token repeated) and to distinct experts (8 x rows of 256).
+    {
+        const int64_t X = 256, F = 512, Kx = 8;
+        const size_t rb = static_cast<size_t>(*bytes_for(dtype::q4_k, 2048));
+        const size_t bank = rb * static_cast<size_t>(F) * static_cast<size_t>(X);   // 151 MB: past L2
+        std::byte* w = dev_random(bank, 900);
+        int32_t *ids = nullptr, *perm = nullptr, *tiles = nullptr, *n_tiles = nullptr;
+        ck(cudaMalloc(&ids, 16 * Kx * 4), "ids");
+        ck(cudaMalloc(&perm, 16 * Kx * 4), "perm");
+        ck(cudaMalloc(&tiles, static_cast<size_t>(3 * cuda::group_tiles_max(16 * Kx, X, cuda::k_tile_rows_window)) * 4), "tiles");
+        ck(cudaMalloc(&n_tiles, 4), "n_tiles");
+        std::printf("\n%-28s %4s %10s %10s %10s\n", "routed experts (gate 512)", "rows", "per pair", "grouped16", "grouped64");
+        for (const bool same : {true, false}) {
+            for (int rows : {2, 4, 8, 16}) {
+                const int64_t pairs = rows * Kx;
+                std::vector<int32_t> h(static_cast<size_t>(pairs));
+                std::mt19937 rg(static_cast<uint32_t>(rows));
+                std::vector<int32_t> all(static_cast<size_t>(X));
+                for (int64_t e = 0; e < X; ++e) all[static_cast<size_t>(e)] = static_cast<int32_t>(e);
+                std::shuffle(all.begin(), all.end(), rg);
+                for (int64_t p = 0; p < pairs; ++p)
+                    h[static_cast<size_t>(p)] = same ? all[static_cast<size_t>(p % Kx)] : all[static_cast<size_t>(p % X)];
+                ck(cudaMemcpy(ids, h.data(), h.size() * 4, cudaMemcpyHostToDevice), "ids");
+                cuda::quantize_act_rows(quant::act_format::q8_256, x, rows, 2048, act, s);
+                cuda::mm_args a;
+                a.type = dtype::q4_k;
+                a.w = w;
+                a.row_bytes = rb;
+                a.n_in = 2048;
+                a.n_out = F;
+                a.ids = ids;
+                a.expert_stride = rb * static_cast<size_t>(F);
+                a.act = act;
+                a.act_stride = quant::act_row_bytes(quant::act_format::q8_256, 2048);
+                a.act_div = static_cast<int>(Kx);
+                a.n_rows = pairs;
+                a.y = y;
+                a.y_stride = F;
+                const double per_pair = time_us(s, reps, [&](int) { cuda::matmul(a, s); });
+                double grouped[2] = {0, 0};
+                for (int k = 0; k < 2; ++k) {
+                    const int tr = k == 0 ? cuda::k_tile_rows_window : cuda::k_tile_rows_mma;
+                    cuda::mm_args g = a;
+                    g.perm = perm;
+                    g.tiles = tiles;
+                    g.n_tiles = n_tiles;
+                    g.max_tiles = cuda::group_tiles_max(pairs, static_cast<int>(X), tr);
+                    g.tile_rows = tr;
+                    grouped[k] = time_us(s, reps, [&](int) {   // the grouping launch counted too
+                        cuda::group_pairs(ids, pairs, static_cast<int>(X), tr, perm, tiles, n_tiles, s);
+                        cuda::matmul(g, s);
+                    });
+                }
+                std::printf("%-28s %4d %10.2f %10.2f %10.2f\n", same ? "same 8 experts a row" : "distinct experts",
+                            rows, per_pair, grouped[0], grouped[1]);
+            }
+        }
+        cudaFree(w);
+    }
     return 0;
 }
