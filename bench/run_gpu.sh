@@ -26,7 +26,7 @@
 #   their real layer count unless --layers), --vram-budgets LIST (default 0,2G,4G,8G: each against
 #   the llama.cpp -ncmoe whose VRAM experts fit it, bench/ncmoe_for_budget.py), --split-prompts
 #   LIST (the budget runs' prompt lengths, default 512,4096), --spec-accept A (the budget runs
-#   also decode by oracle-tape windows of 1 and 4 rows at acceptance A, and, for a file with an MTP
+#   also decode by oracle-tape windows of 1 and 4 rows at acceptance A (a list: one run each), and, for a file with an MTP
 #   head, the same windows with the head drafting: sluice bench's spec+mtp rows), --split-reps N
 #   (repetitions of the budget runs, default 2: 1 leaves time for a 32K prompt), --no-whole (skip
 #   the whole-model-in-VRAM pair of the placement runs).
@@ -457,8 +457,11 @@ if [ $placement_runs = 1 ]; then
   sluice_split=(-t "$threads" -p "$p_split" -n "$n" -r "$split_reps" --ctx 0 --windows 0 --spec-windows 0 --json)
   # --spec-accept A: the budget runs also decode by oracle-tape windows of 1 and 4 rows at that
   # acceptance (0.87 gives ~3.3 tokens a 4-row window, as an MTP head does), after 512 positions.
+  # A list (0.87,0.6): the first in that run, each other in a run of its own (oracle runs only).
+  accept_first=${spec_accept%%,*} accept_more=""
+  [ "$spec_accept" != "$accept_first" ] && accept_more=${spec_accept#*,}
   [ -n "$spec_accept" ] && sluice_split=(-t "$threads" -p "$p_split" -n "$n" -r "$split_reps" --ctx 0 --windows 0 \
-    --spec-windows 1,4 --accept "$spec_accept" --spec-n "$n" --window-depth "$p" --json)
+    --spec-windows 1,4 --accept "$accept_first" --spec-n "$n" --window-depth "$p" --json)
   if [ $whole_runs = 1 ]; then
     llama_run "llama.cpp GPU -ngl 99" llama_gpu.json gpu "$(cap 60 170)" --gpu -p "$p" -n "$n" -r 2
     sluice_run "sluice GPU" sluice_gpu.json gpu "$(cap 60 160)" "$sluice_gpu" "${sluice_main[@]}" --gpu 0
@@ -485,6 +488,11 @@ if [ $placement_runs = 1 ]; then
       "$sluice_gpu" "${sluice_split[@]}" --gpu 0 --vram-budget "$b"
     [ -f "$out/sluice_gpu_$b.json" ] && [ -f "$out/llama_ncmoe$nc.json" ] && \
       "${rec[@]}" compare "$manifest" "sluice GPU --vram-budget $b" "llama.cpp -ngl 99 -ncmoe $nc"
+    for a in ${accept_more//,/ }; do
+      sluice_run "sluice GPU --vram-budget $b, accept $a" "sluice_gpu_${b}_a$a.json" three-lane "$(cap 60 $(( left * 40 - 40 )))" \
+        "$sluice_gpu" -t "$threads" -p 0 -n 0 --ctx 0 --windows 0 --spec-windows 1,4 --accept "$a" --spec-n "$n" \
+        --window-depth "$p" --json --gpu 0 --vram-budget "$b"
+    done
     left=$(( left - 1 ))
   done
 else

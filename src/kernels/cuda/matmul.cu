@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(k_warps_max * 32, MAXR == 1 ? 4 : 3)
     using ss = stage_sizes<T>;
     constexpr int L = tr::qk / 8 / P;   // lanes per block (each decodes P consecutive pieces)
     constexpr int BPW = 32 / L;         // blocks per warp step
-    static_assert(P == 1 || MAXR == 1, "several pieces a lane: one-row launches only");
+    static_assert(P == 1 || MAXR <= 8, "several pieces a lane: one-row launches and small windows only");
     static_assert(L >= 1 && ss::blocks % BPW == 0, "a chunk is whole warp steps");
     constexpr int AB = tr::act_bytes;   // bytes per activation block
     constexpr int BB = tr::block_bytes;
@@ -329,6 +329,33 @@ auto one_row_kernel(int64_t nb) {
     return mm_quant_kernel<T, 1, 1>;
 }
 
+// Windows of 2..8 rows: the one-row kernel's pieces a lane (4 at most past 4 rows: registers)
+// with an accumulator a row; each row's terms are the one-row kernel's, so the same bits. The
+// 16-row kernel at a piece a lane cost 2.2x a one-row launch at 2 rows and 4.9x at 8 (a 2048 x
+// 8192 Q4_K matrix on the H200: 9.8 us one row, 22.1 at 2, 48.2 at 8; bench/gpu/window_bench).
+template <dtype T>
+auto window_kernel(int64_t nb, int rows) {
+    if constexpr (fmt_traits<T>::qk == 256) {
+        if (rows <= 4) {
+            // 8 pieces a lane with 4 accumulators spill for Q3_K, IQ4_XS and the IQ grid formats
+            // (8-36 bytes, ptxas for sm_90): 4 for them.
+            constexpr bool heavy = T == dtype::q3_k || T == dtype::iq4_xs || T == dtype::iq2_xxs ||
+                                   T == dtype::iq2_xs || T == dtype::iq3_xxs || T == dtype::iq3_s || T == dtype::iq2_s;
+            if constexpr (!heavy)
+                if (nb >= 6) return mm_quant_kernel<T, 4, 8>;
+            if (nb >= 3) return mm_quant_kernel<T, 4, 4>;
+        } else if (rows <= 8 && nb >= 3) {
+            return mm_quant_kernel<T, 8, 4>;
+        }
+    } else if (nb >= 16) {
+        if (rows <= 4) return mm_quant_kernel<T, 4, 4>;
+        // IQ4_NL and MXFP4 (table lookups) spill 16 bytes with 8 accumulators.
+        if constexpr (T != dtype::iq4_nl && T != dtype::mxfp4)
+            if (rows <= 8) return mm_quant_kernel<T, 8, 4>;
+    }
+    return mm_quant_kernel<T, k_max_rows, 1>;
+}
+
 template <dtype T>
 void launch_quant(const mm_args& a, dim3 grid, cudaStream_t s) {
     const int64_t nb = a.n_in / fmt_traits<T>::qk;
@@ -345,7 +372,7 @@ void launch_quant(const mm_args& a, dim3 grid, cudaStream_t s) {
     const int warps = rows == 1 && (cols / k_warps_max) * static_cast<int64_t>(grid.y) >= 4 * 132 ? k_warps_max : k_warps;
     const int64_t cb1 = (a.n_out + warps - 1) / warps, cb2 = a.w2 ? (a.n_out2 + warps - 1) / warps : 0;
     grid.x = static_cast<unsigned>(cb1 + cb2);
-    auto kernel = rows == 1 ? one_row_kernel<T>(nb) : mm_quant_kernel<T, k_max_rows, 1>;
+    auto kernel = rows == 1 ? one_row_kernel<T>(nb) : a.tiles ? mm_quant_kernel<T, k_max_rows, 1> : window_kernel<T>(nb, rows);
     launch(kernel, dim3(grid), dim3(warps * 32), quant_smem_bytes<T>(rows, warps), s,
            reinterpret_cast<const uint8_t*>(a.w), a.row_bytes, nb, a.n_out, a.ids, a.expert_stride,
            reinterpret_cast<const uint8_t*>(a.act), a.act_stride, a.act_div, a.n_rows, a.y, a.y_stride, a.accumulate,
