@@ -29,7 +29,9 @@
 #   also decode by oracle-tape windows of 1 and 4 rows at acceptance A (a list: one run each), and, for a file with an MTP
 #   head, the same windows with the head drafting: sluice bench's spec+mtp rows), --split-reps N
 #   (repetitions of the budget runs, default 2: 1 leaves time for a 32K prompt), --no-whole (skip
-#   the whole-model-in-VRAM pair of the placement runs).
+#   the whole-model-in-VRAM pair of the placement runs), --long-prompt N (after every budget's
+#   runs, a prefill of N tokens alone for each engine, once: a run that runs out of time loses
+#   only that figure).
 #
 # On the GPU machine, in this order (the llama.cpp CUDA build, ~5.4 min on 16 cores, is the long
 # pole; sluice's build and the model file are made beside it; nothing is timed while anything
@@ -52,7 +54,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bundle=$root/.peers/gpu-bench
 mode=run layers="" threads=$(nproc) skew=0 locality=0 budget=585 record=0 prebuilt="" placement_runs=0
-shape=qwen3-30b-a3b vram_budgets=0,2G,4G,8G split_prompts="" spec_accept="" split_reps=2 whole_runs=1
+shape=qwen3-30b-a3b vram_budgets=0,2G,4G,8G split_prompts="" spec_accept="" split_reps=2 whole_runs=1 long_prompt=""
 die() { echo "run_gpu.sh: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -73,6 +75,7 @@ while [ $# -gt 0 ]; do
     --spec-accept) spec_accept=$2; shift ;;
     --split-reps) split_reps=$2; shift ;;
     --no-whole) whole_runs=0 ;;
+    --long-prompt) long_prompt=$2; shift ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
@@ -489,10 +492,20 @@ if [ $placement_runs = 1 ]; then
     [ -f "$out/sluice_gpu_$b.json" ] && [ -f "$out/llama_ncmoe$nc.json" ] && \
       "${rec[@]}" compare "$manifest" "sluice GPU --vram-budget $b" "llama.cpp -ngl 99 -ncmoe $nc"
     for a in ${accept_more//,/ }; do
+      [ $(left) -gt 60 ] || break
       sluice_run "sluice GPU --vram-budget $b, accept $a" "sluice_gpu_${b}_a$a.json" three-lane "$(cap 60 $(( left * 40 - 40 )))" \
         "$sluice_gpu" -t "$threads" -p 0 -n 0 --ctx 0 --windows 0 --spec-windows 1,4 --accept "$a" --spec-n "$n" \
         --window-depth "$p" --json --gpu 0 --vram-budget "$b"
     done
+    if [ -n "$long_prompt" ]; then
+      llama_run "llama.cpp -ngl 99 -ncmoe $nc, pp$long_prompt" "llama_ncmoe${nc}_p$long_prompt.json" three-lane \
+        "$(cap $(( 30 + long_prompt / 150 )) $(( left * 40 - 30 )))" --ncmoe "$nc" -p "$long_prompt" -n 0 -r 1
+      sluice_run "sluice GPU --vram-budget $b, pp$long_prompt" "sluice_gpu_${b}_p$long_prompt.json" three-lane \
+        "$(cap $(( 60 + long_prompt / 400 )) $(( left * 40 - 40 )))" "$sluice_gpu" -t "$threads" -p "$long_prompt" -n 0 -r 1 \
+        --ctx 0 --windows 0 --spec-windows 0 --json --gpu 0 --vram-budget "$b"
+      [ -f "$out/sluice_gpu_${b}_p$long_prompt.json" ] && [ -f "$out/llama_ncmoe${nc}_p$long_prompt.json" ] && \
+        "${rec[@]}" compare "$manifest" "sluice GPU --vram-budget $b, pp$long_prompt" "llama.cpp -ngl 99 -ncmoe $nc, pp$long_prompt"
+    fi
     left=$(( left - 1 ))
   done
 else

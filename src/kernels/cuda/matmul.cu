@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(k_warps_max * 32, MAXR == 1 ? 4 : 3)
     using ss = stage_sizes<T>;
     constexpr int L = tr::qk / 8 / P;   // lanes per block (each decodes P consecutive pieces)
     constexpr int BPW = 32 / L;         // blocks per warp step
-    static_assert(P == 1 || MAXR <= 8, "several pieces a lane: one-row launches and small windows only");
+    static_assert(P == 1 || MAXR <= 4, "several pieces a lane: one-row launches and windows of 4 rows only");
     static_assert(L >= 1 && ss::blocks % BPW == 0, "a chunk is whole warp steps");
     constexpr int AB = tr::act_bytes;   // bytes per activation block
     constexpr int BB = tr::block_bytes;
@@ -329,29 +329,19 @@ auto one_row_kernel(int64_t nb) {
     return mm_quant_kernel<T, 1, 1>;
 }
 
-// Windows of 2..8 rows: the one-row kernel's pieces a lane (4 at most past 4 rows: registers)
-// with an accumulator a row; each row's terms are the one-row kernel's, so the same bits. The
-// 16-row kernel at a piece a lane cost 2.2x a one-row launch at 2 rows and 4.9x at 8 (a 2048 x
-// 8192 Q4_K matrix on the H200: 9.8 us one row, 22.1 at 2, 48.2 at 8; bench/gpu/window_bench).
+// Windows of 2..4 rows of Q4_K or Q8_0: the one-row kernel's pieces a lane with an
+// accumulator a row (each piece decoded again for each row); each row's terms are the one-row
+// kernel's, so the same bits. Measured on the H200 (bench/gpu/window_bench, 2026-12-03), against
+// the 16-row kernel at a piece a lane, 4 rows: 2048 x 8192 Q4_K 30.6 -> 28.8 us, 4096 x 2048 Q4_K
+// 25.6 -> 20.3, 2048 x 8192 Q8_0 41.2 -> 38.1. Not for Q6_K (the 2048 x 248320 head: 604 -> 729
+// us at 4 rows: its decode is the dearer part), not past 4 rows (8 accumulators at 4 pieces: 48
+// -> 69 us at 8 rows), and not for the formats nobody timed.
 template <dtype T>
 auto window_kernel(int64_t nb, int rows) {
-    if constexpr (fmt_traits<T>::qk == 256) {
-        if (rows <= 4) {
-            // 8 pieces a lane with 4 accumulators spill for Q3_K, IQ4_XS and the IQ grid formats
-            // (8-36 bytes, ptxas for sm_90): 4 for them.
-            constexpr bool heavy = T == dtype::q3_k || T == dtype::iq4_xs || T == dtype::iq2_xxs ||
-                                   T == dtype::iq2_xs || T == dtype::iq3_xxs || T == dtype::iq3_s || T == dtype::iq2_s;
-            if constexpr (!heavy)
-                if (nb >= 6) return mm_quant_kernel<T, 4, 8>;
-            if (nb >= 3) return mm_quant_kernel<T, 4, 4>;
-        } else if (rows <= 8 && nb >= 3) {
-            return mm_quant_kernel<T, 8, 4>;
-        }
-    } else if (nb >= 16) {
-        if (rows <= 4) return mm_quant_kernel<T, 4, 4>;
-        // IQ4_NL and MXFP4 (table lookups) spill 16 bytes with 8 accumulators.
-        if constexpr (T != dtype::iq4_nl && T != dtype::mxfp4)
-            if (rows <= 8) return mm_quant_kernel<T, 8, 4>;
+    if constexpr (T == dtype::q4_k) {
+        if (rows <= 4 && nb >= 6) return mm_quant_kernel<T, 4, 8>;
+    } else if constexpr (T == dtype::q8_0) {
+        if (rows <= 4 && nb >= 16) return mm_quant_kernel<T, 4, 4>;
     }
     return mm_quant_kernel<T, k_max_rows, 1>;
 }
