@@ -42,17 +42,20 @@ dlayer cuda_model::load_hybrid_layer(const model_file& f, const weight_binder& b
         l.ssm_norm = upload_vec(w.out_norm);
         l.wo = upload_mat(*w.wo);
     } else {
-        const gated_attn_weights a = bind_gated_attention(b, hp_, il);
-        l.attn_norm = upload_vec(a.norm);
-        l.wq = upload_mat(*a.wq);
-        l.wk = upload_mat(*a.wk);
-        l.wv = upload_mat(*a.wv);
-        l.wo = upload_mat(*a.wo);
-        l.q_norm = upload_vec(a.q_norm);
-        l.k_norm = upload_vec(a.k_norm);
+        upload_gated_attention(bind_gated_attention(b, hp_, il), l);
     }
     l.ffn_norm = upload_vec(b.vec(blk(il, "post_attention_norm.weight"), hp_.n_embd));
     return l;
+}
+
+void cuda_model::upload_gated_attention(const gated_attn_weights& a, dlayer& l) {
+    l.attn_norm = upload_vec(a.norm);
+    l.wq = upload_mat(*a.wq);
+    l.wk = upload_mat(*a.wk);
+    l.wv = upload_mat(*a.wv);
+    l.wo = upload_mat(*a.wo);
+    l.q_norm = upload_vec(a.q_norm);
+    l.k_norm = upload_vec(a.k_norm);
 }
 
 void cuda_model::rewind_recurrent_device(dkv& d, int32_t n, size_t live_floats) {

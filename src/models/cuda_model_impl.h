@@ -268,6 +268,8 @@ private:
     // ---- hybrid models (cuda_model_hybrid.cpp) ----------------------------------------------
     // Binds and uploads layer il of a hybrid file (its MoE FFN as the other MoE models do).
     dlayer load_hybrid_layer(const model_file& f, const weight_binder& b, int il, const hybrid_variant& v);
+    // A gated attention block's weights into l (a trunk layer's, or the MTP block's).
+    void upload_gated_attention(const gated_attn_weights& a, dlayer& l);
     // Device recurrent state for every segment's cache: rolled back to pos0 (from the window
     // checkpoints, or zeroed at 0) and set up for the window's checkpoints, as begin_recurrent
     // does on the host; end_recurrent_device after the forward.

@@ -29,34 +29,27 @@ const dmtp& cuda_model::upload_mtp() {
     ck(cudaSetDevice(dev_), "cudaSetDevice");
     const mtp_weights& w = *mtp_host_;
     dmtp m;
-    const auto mat = [&](const tensor_view& t) {
-        m.bytes += t.nbytes;
-        return upload_mat(t);
-    };
-    const auto vec = [&](const std::vector<float>& v) {
-        m.bytes += v.size() * 4;
-        return upload_vec(v);
-    };
     dlayer& l = m.block;
-    l.attn_norm = vec(w.attn.norm);
-    l.wq = mat(*w.attn.wq);
-    l.wk = mat(*w.attn.wk);
-    l.wv = mat(*w.attn.wv);
-    l.wo = mat(*w.attn.wo);
-    l.q_norm = vec(w.attn.q_norm);
-    l.k_norm = vec(w.attn.k_norm);
-    l.ffn_norm = vec(w.post_norm);
-    l.router = mat(*w.moe.router);
-    l.gate_exps = mat(*w.moe.gate_exps);
-    l.up_exps = mat(*w.moe.up_exps);
-    l.down_exps = mat(*w.moe.down_exps);
-    l.sh_gate = mat(*w.moe.shexp.gate);
-    l.sh_up = mat(*w.moe.shexp.up);
-    l.sh_down = mat(*w.moe.shexp.down);
-    l.sh_inp = mat(*w.moe.shexp_gate);
-    m.eh_proj = mat(*w.eh_proj);
-    m.head_norm = w.head_norm.empty() ? output_norm_ : vec(w.head_norm);
-    m.head = w.head ? mat(*w.head) : output_;   // shared_head_head, else the trunk's copy
+    upload_gated_attention(w.attn, l);
+    l.ffn_norm = upload_vec(w.post_norm);
+    l.router = upload_mat(*w.moe.router);
+    l.gate_exps = upload_mat(*w.moe.gate_exps);
+    l.up_exps = upload_mat(*w.moe.up_exps);
+    l.down_exps = upload_mat(*w.moe.down_exps);
+    l.sh_gate = upload_mat(*w.moe.shexp.gate);
+    l.sh_up = upload_mat(*w.moe.shexp.up);
+    l.sh_down = upload_mat(*w.moe.shexp.down);
+    l.sh_inp = upload_mat(*w.moe.shexp_gate);
+    m.eh_proj = upload_mat(*w.eh_proj);
+    m.head_norm = w.head_norm.empty() ? output_norm_ : upload_vec(w.head_norm);
+    m.head = w.head ? upload_mat(*w.head) : output_;   // shared_head_head, else the trunk's copy
+    // Its VRAM: the block's own tensors (a head shared with the trunk's output costs nothing).
+    for (const tensor_view* t : {w.attn.wq, w.attn.wk, w.attn.wv, w.attn.wo, w.moe.router, w.moe.gate_exps,
+                                 w.moe.up_exps, w.moe.down_exps, w.moe.shexp.gate, w.moe.shexp.up, w.moe.shexp.down,
+                                 w.moe.shexp_gate, w.eh_proj, w.head})
+        if (t) m.bytes += t->nbytes;
+    for (const std::vector<float>* v : {&w.attn.norm, &w.attn.q_norm, &w.attn.k_norm, &w.post_norm, &w.head_norm})
+        m.bytes += v->size() * 4;
     mtp_ = std::move(m);
     return *mtp_;
 }
