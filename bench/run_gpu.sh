@@ -31,7 +31,9 @@
 #   (repetitions of the budget runs, default 2: 1 leaves time for a 32K prompt), --no-whole (skip
 #   the whole-model-in-VRAM pair of the placement runs), --long-prompt N (after every budget's
 #   runs, a prefill of N tokens alone for each engine, once: a run that runs out of time loses
-#   only that figure).
+#   only that figure), --no-peer (no llama.cpp build or runs: sluice alone, for a call that
+#   measures a change of ours), --sluice-chunk N (sluice's budget and long-prompt runs prefill in
+#   N-row forwards instead of its default; llama.cpp keeps its own).
 #
 # On the GPU machine, in this order (the llama.cpp CUDA build, ~5.4 min on 16 cores, is the long
 # pole; sluice's build and the model file are made beside it; nothing is timed while anything
@@ -55,6 +57,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 bundle=$root/.peers/gpu-bench
 mode=run layers="" threads=$(nproc) skew=0 locality=0 budget=585 record=0 prebuilt="" placement_runs=0
 shape=qwen3-30b-a3b vram_budgets=0,2G,4G,8G split_prompts="" spec_accept="" split_reps=2 whole_runs=1 long_prompt=""
+no_peer=0 sluice_chunk=""
 die() { echo "run_gpu.sh: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -76,6 +79,8 @@ while [ $# -gt 0 ]; do
     --split-reps) split_reps=$2; shift ;;
     --no-whole) whole_runs=0 ;;
     --long-prompt) long_prompt=$2; shift ;;
+    --no-peer) no_peer=1 ;;
+    --sluice-chunk) sluice_chunk=$2; shift ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
@@ -294,7 +299,9 @@ if [ $mode = local ]; then
   llama_bin=$(ls -d "$root"/.peers/llama.cpp-py*-cpu/bin 2>/dev/null | tail -n1 || true)
 else
   llama_bin=$root/.peers/llama.cpp-py0.3.36-cuda/bin
-  if [ -x "$llama_bin/llama-bench" ]; then
+  if [ $no_peer = 1 ]; then
+    say "--no-peer: no llama.cpp"
+  elif [ -x "$llama_bin/llama-bench" ] && "$llama_bin/llama-bench" --help > /dev/null 2>&1; then
     say "llama.cpp CUDA build exists: $llama_bin"
   else
     lb_limit=$(cap 460 90)
@@ -394,7 +401,7 @@ if [ -n "$llama_pid" ]; then
 fi
 [ $mode = dry ] || [ -f "$model" ] || say "no model file: every run below will fail"
 have_llama=0
-{ [ $mode = dry ] || [ -x "$llama_bin/llama-bench" ]; } && have_llama=1
+{ [ $mode = dry ] || [ -x "$llama_bin/llama-bench" ]; } && [ $no_peer = 0 ] && have_llama=1
 [ $have_llama = 1 ] || say "no llama-bench: llama.cpp runs skipped"
 
 # 2. The runs, one at a time, most important first. The manifest names each file relative to $out.
@@ -425,6 +432,8 @@ sluice_extra=(-t "$threads" -p 0 -n "$n" -r 2 --ctx "$p" --window-depth "$p" --w
 sluice_run() {  # sluice_run NAME FILE PLACEMENT TIMEOUT BINARY ARGS...
   local name=$1 file=$2 placement=$3 limit=$4 bin=$5; shift 5
   [ -n "$bin" ] || return 0
+  # --sluice-chunk: the runs of a split model (the placement runs) prefill in that many rows.
+  [ -n "$sluice_chunk" ] && [[ " $* " == *" --vram-budget "* ]] && set -- "$@" --chunk "$sluice_chunk"
   if run "$name" "$limit" "$bin" bench "$model" "$@" > "$out/$file"; then
     [ $mode = dry ] || "${rec[@]}" add "$manifest" --name "$name" --engine sluice --file "$file" \
       --placement "$placement" --command "sluice bench MODEL $*"

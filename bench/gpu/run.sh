@@ -20,6 +20,10 @@
 #     3 + NCU_REPS (3) times.
 #   WINDOW_BENCH=1: time a verify window's dense products on both matmul kernels, 1..16 rows
 #     (bench/gpu/window_bench.cu).
+#   DECODE_BENCH=0: skip decode_bench on the synthetic file (the whole model in VRAM).
+#   SPLIT_BENCH=GIB: time the synthetic file's decode with its routed experts under that VRAM
+#     budget: the cost model's split of the misses, no PCIe lane, and 0.6 of them over PCIe
+#     (bench/gpu/split_decode_bench.cu; SPLIT_GEN tokens, SPLIT_ROUNDS rounds).
 # Needs: .peers/gpu-bench/include (bench/run_gpu.sh --prepare) and the gguf package (.gpudeps/py).
 # bench/gpu/session.sh is the one-call form for the lead (budget 420 s, sm_90, all cores).
 set -uo pipefail
@@ -190,10 +194,19 @@ if [ -n "$synth_pid" ]; then
   note "make_synthetic: $(tail -1 "$OUT/make_synthetic.log")"
   cat "$OUT/make_synthetic.log" >> "$run_log" && rm -f "$OUT/make_synthetic.log"   # in run.log: one file fewer to return
   if [ -s "$f" ]; then
-    run_step decode_bench "$OUT/decode_bench.h200.log" "${T_BENCH:-200}" "$R_END" \
-      "$B/decode_bench" "$f" "${N_PROMPT:-512}" "${N_GEN:-128}"
-    cat "$OUT/decode_bench.h200.log" >> "$run_log" 2>/dev/null
-    grep '^{' "$OUT/decode_bench.h200.log" >> "$summary" 2>/dev/null
+    if [ "${DECODE_BENCH:-1}" = 1 ]; then
+      run_step decode_bench "$OUT/decode_bench.h200.log" "${T_BENCH:-200}" "$R_END" \
+        "$B/decode_bench" "$f" "${N_PROMPT:-512}" "${N_GEN:-128}"
+      cat "$OUT/decode_bench.h200.log" >> "$run_log" 2>/dev/null
+      grep '^{' "$OUT/decode_bench.h200.log" >> "$summary" 2>/dev/null
+    fi
+    # SPLIT_BENCH=GIB: the file's decode with its routed experts under that budget, three
+    # placements (split_decode_bench.cu).
+    if [ -n "${SPLIT_BENCH:-}" ]; then
+      run_step split_decode_bench "$OUT/split_decode_bench.h200.log" "${T_BENCH:-200}" "$R_END" \
+        "$B/split_decode_bench" "$f" "$SPLIT_BENCH" "${N_PROMPT:-512}" "${SPLIT_GEN:-32}" "${SPLIT_ROUNDS:-3}"
+      grep '^{' "$OUT/split_decode_bench.h200.log" >> "$summary" 2>/dev/null
+    fi
     # The synthetic file split at budgets 0, PLACEMENT_BUDGETS and everything (PLACEMENT_SYNTH=0
     # skips it): bits against the CPU model, hit rate, per-lane times and decode tok/s of each.
     if [ "${PLACEMENT_SYNTH:-1}" = 1 ]; then

@@ -41,7 +41,7 @@ struct bench_options {
     int n_gen = 64;                     // tokens per decode test; 0: no decode tests
     std::vector<int> depths{512, 4096}; // decode after prompts of these many tokens (0: one token)
     int repetitions = 3;                // each test runs this many times: mean and stddev
-    int chunk = k_cpu_prefill_rows;     // rows per prefill forward (the engine's chunk)
+    int chunk = 0;                      // rows per prefill forward; 0: the engine's for the model and backend
     std::vector<int> windows{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};  // cost curve; empty: none
     int window_depth = -1;              // depth of the cost curve and spec runs; -1: the first depth
     double accept = 0.7;                // oracle tape: probability a draft is the model's own token

@@ -19,6 +19,14 @@ inline constexpr int k_cpu_prefill_rows = 512;
 // experts streamed over PCIe (a split model's prefill) each layer's copy serves 4x the rows of a
 // 128-row chunk (H200, 48-layer Qwen3-30B-A3B shape, budget 0: streaming is ~7 ms a layer).
 inline constexpr int k_gpu_prefill_rows = 512;
+// With --gpu and a --vram-budget that splits the routed experts and streams them for prefill
+// (models/cuda_model.h: cuda_placement::prefill_stream_rows), each forward copies every split
+// layer's missing experts over PCIe once, whatever its rows: 2048 rows share each copy 4x more
+// than 512. H200, synthetic Qwen3-Next-80B-A3B shape at a 12 GiB budget (35 of 48 layers split,
+// ~1 GB of experts a layer): pp2048 695 tok/s in 512-row forwards, 1,688 in one 2048-row forward
+// (2026-12-03). The cost: scratch for 2048 rows (the logits rows are the largest part: 1.2 GB at
+// a 151,936-token vocabulary).
+inline constexpr int k_gpu_stream_prefill_rows = 2048;
 
 struct engine_options {
     std::filesystem::path model_path;  // GGUF file or Hugging Face directory; empty: the default model

@@ -31,11 +31,6 @@ struct bench_args {
     bool chunk_given = false;   // --chunk on the command line (else the backend's default)
 };
 
-// Rows per prefill forward when --chunk is not given: what `sluice run` uses on the CPU
-// (k_cpu_prefill_rows) and on a GPU (k_gpu_prefill_rows, include/sluice/engine.h says why).
-constexpr int k_cpu_chunk = k_cpu_prefill_rows;
-constexpr int k_gpu_chunk = k_gpu_prefill_rows;
-
 // "0" alone means an empty list (llama-bench's -p 0: no prefill test).
 std::vector<int> zero_is_none(std::vector<int> v) {
     v.erase(std::remove(v.begin(), v.end(), 0), v.end());
@@ -52,7 +47,9 @@ void run(bench_args a) {
             fmt::print(stderr, "{}\n", note);
     }
     a.o.mmap = !a.no_mmap;
-    if (!a.chunk_given) a.o.chunk = a.o.gpu >= 0 ? k_gpu_chunk : k_cpu_chunk;
+    // Without --chunk: what `sluice run` uses for the model on its backend (runtime/loaded_model.h:
+    // default_prefill_rows), resolved once the model is loaded.
+    if (!a.chunk_given) a.o.chunk = 0;
     a.o.model_path = a.model.empty() ? engine::default_model_path() : std::filesystem::path(a.model);
     a.o.n_prompt = zero_is_none(a.o.n_prompt);
     a.o.windows = zero_is_none(a.o.windows);
@@ -87,7 +84,8 @@ void add_bench_command(CLI::App& app) {
         ->default_str("512,4096");
     cmd->add_option("-r,--repetitions", a->o.repetitions, "Repetitions of each test")->default_str("3");
     cmd->add_option("--chunk,--ubatch-size", a->o.chunk,
-                    "Rows per prefill forward (default: 512, as `sluice run`)")
+                    "Rows per prefill forward (default: as `sluice run`: 512, or 2048 with --gpu and a "
+                    "--vram-budget whose split experts stream for prefill)")
         ->each([a](const std::string&) { a->chunk_given = true; });
     cmd->add_option("--windows", a->o.windows, "Cost curve: window sizes 1..16 (comma-separated; 0: none)")
         ->delimiter(',')

@@ -277,6 +277,7 @@ void cuda_expert_lanes::calibrate(thread_pool& pool) {
     planner_.set_costs(costs_);
 }
 
+
 cuda_expert_lanes::~cuda_expert_lanes() {
     cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
     if (copy_stream_) {
@@ -329,11 +330,16 @@ cuda_expert_lanes::routed cuda_expert_lanes::route(int il, int64_t n, const int3
     auto s = static_cast<cudaStream_t>(stream_);
     const int64_t K = hp_.n_expert_used, P = n * K;
     if (n > max_rows_) fail("cuda expert lanes: {} rows, buffers for {}", n, max_rows_);
+    using clock = std::chrono::steady_clock;
+    const clock::time_point t0 = clock::now();
+    if (joined_at_ != clock::time_point{}) metrics_.host.between += std::chrono::duration<double>(t0 - joined_at_).count();
     ck(cudaMemcpyAsync(h_ids_, d_ids, static_cast<size_t>(P) * 4, cudaMemcpyDeviceToHost, s), "ids to host");
     ck(cudaMemcpyAsync(h_xn_, d_xn, static_cast<size_t>(n * hp_.n_embd) * 4, cudaMemcpyDeviceToHost, s), "input to host");
     // The one host wait of the layer (the doorbell, a kernel writing the ids to mapped memory
     // inside a graph, replaces it next).
     ck(cudaStreamSynchronize(s), "routed ids");
+    synced_at_ = clock::now();
+    metrics_.host.routing_wait += std::chrono::duration<double>(synced_at_ - t0).count();
     planner_.plan_layer(il, std::span<const int32_t>(h_ids_, static_cast<size_t>(P)), &cache_, plan_);
     metrics_.add(plan_);
     if (plan_.n_pcie > 0) copy_staged(il);   // first: the copies start while the rest is set up
@@ -412,15 +418,16 @@ void cuda_expert_lanes::gpu_end(int il) {
 }
 
 void cuda_expert_lanes::run_cpu(int64_t n, thread_pool& pool, int il) {
-    if (cpu_pairs_ == 0) return;
     const auto t0 = std::chrono::steady_clock::now();
+    metrics_.host.launch += std::chrono::duration<double>(t0 - synced_at_).count();
+    if (cpu_pairs_ == 0) return;
     moe::run_expert_pairs(pool, banks_[static_cast<size_t>(il)], h_xn_, cpu_ids_.data(), n, scratch_, h_ey_, hp_.n_embd);
     metrics_.add_measured(0, 0, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 void cuda_expert_lanes::join(int64_t n, float* d_ey) {
-    if (cpu_pairs_ == 0) return;
-    cuda::copy_cpu_pair_rows(d_ey, d_ey_host_, d_slot_, n * hp_.n_expert_used, hp_.n_embd, stream_);
+    if (cpu_pairs_ > 0) cuda::copy_cpu_pair_rows(d_ey, d_ey_host_, d_slot_, n * hp_.n_expert_used, hp_.n_embd, stream_);
+    joined_at_ = std::chrono::steady_clock::now();
 }
 
 namespace {
@@ -441,6 +448,7 @@ double elapsed_s(const std::vector<void*>& events, std::vector<uint8_t>& recorde
 
 void cuda_expert_lanes::abandon_forward() noexcept {
     streaming_ = false;
+    joined_at_ = {};
     cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
     if (copy_stream_) cudaStreamSynchronize(static_cast<cudaStream_t>(copy_stream_));
     cudaGetLastError();
@@ -449,14 +457,19 @@ void cuda_expert_lanes::abandon_forward() noexcept {
 }
 
 void cuda_expert_lanes::end_forward() {
+    // A streaming forward's copy-stream events time whole layers' copies (copy_layer), the
+    // others' the staging slots' (copy_staged): they go to different lanes.
+    const bool streamed = streaming_;
     streaming_ = false;
+    joined_at_ = {};   // the next forward's first split layer has no layer before it
     const double gpu_s = elapsed_s(events_, recorded_);
     double pcie_s = 0;
     if (copy_stream_) {
         ck(cudaStreamSynchronize(static_cast<cudaStream_t>(copy_stream_)), "copy stream");
         pcie_s = elapsed_s(pcie_events_, pcie_recorded_);
     }
-    metrics_.add_measured(gpu_s, pcie_s, 0);
+    metrics_.add_measured(gpu_s, streamed ? 0 : pcie_s, 0);
+    if (streamed) metrics_.add_stream_measured(pcie_s);
 }
 
 }  // namespace sluice

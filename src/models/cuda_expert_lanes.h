@@ -21,6 +21,7 @@
 #include "placement/metrics.h"
 #include "placement/plan.h"
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -159,6 +160,9 @@ private:
     std::vector<uint8_t> pcie_recorded_;  // [n_layer]
     std::vector<int32_t> stage_of_;       // [n_expert] this layer's staging slot per expert, or -1
     bool calibrated_ = false;             // the CPU figure has been measured
+    // Host phase clocks of the current forward (metrics_.host): the last sync's end, the last
+    // join's end (none yet: time_point{}).
+    std::chrono::steady_clock::time_point synced_at_{}, joined_at_{};
     // Prefill streaming (stream_buf_[0].n_slots > 0 when open).
     int stream_rows_ = 0;                 // cuda_placement::prefill_stream_rows
     std::vector<int> split_layers_;       // layers that are not whole, ascending

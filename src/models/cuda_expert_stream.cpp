@@ -145,8 +145,7 @@ void cuda_expert_lanes::copy_layer(size_t k) {
     ck(cudaEventRecord(static_cast<cudaEvent_t>(pcie_events_[2 * static_cast<size_t>(il) + 1]), cs), "cudaEventRecord");
     pcie_recorded_[static_cast<size_t>(il)] = 1;
     ck(cudaEventRecord(static_cast<cudaEvent_t>(stream_landed_[buf]), cs), "cudaEventRecord");
-    ++metrics_.streamed_layers;
-    metrics_.streamed_bytes += host_bytes;
+    metrics_.add_streamed(host_bytes, static_cast<double>(host_bytes) / (costs_.pcie_gb_s * 1e9));
 }
 
 const cuda_expert_lanes::layer_slots& cuda_expert_lanes::stream_acquire(int il) {

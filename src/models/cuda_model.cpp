@@ -331,8 +331,13 @@ void cuda_model::ensure_scratch(int max_rows) {
     const size_t nq = static_cast<size_t>(hp_.n_head) * static_cast<size_t>(hp_.head_dim);
     const size_t nkv = static_cast<size_t>(hp_.n_kv_head) * static_cast<size_t>(hp_.head_dim);
     const size_t K = static_cast<size_t>(std::max(hp_.n_expert_used, 1));
-    const size_t ff = static_cast<size_t>(std::max({hp_.n_ff, hp_.n_ff_exp, hp_.n_ff_shexp, 1}));
     const size_t RK = R * K;   // (row, expert) pairs
+    // gate_ / up_ hold a dense FFN's rows [R, n_ff], the routed pairs' [RK, n_ff_exp] or the
+    // shared expert's [R, n_ff_shexp]: the largest of the three, not RK x the widest (for the 80B
+    // hybrid at 2048 rows that was 2 x 0.84 GB against 2 x 0.08).
+    const auto width = [](int v) { return static_cast<size_t>(std::max(v, 0)); };
+    const size_t ffn_elems = std::max({R * width(hp_.n_ff), RK * width(hp_.n_ff_exp), R * width(hp_.n_ff_shexp), size_t{1}});
+    const size_t ff = std::max({width(hp_.n_ff), width(hp_.n_ff_exp), width(hp_.n_ff_shexp), size_t{1}});
     x_ = salloc<float>(R * E);
     xn_ = salloc<float>(R * E);
     q_ = salloc<float>(R * nq);
@@ -340,8 +345,8 @@ void cuda_model::ensure_scratch(int max_rows) {
     v_ = salloc<float>(R * nkv);
     attn_ = salloc<float>(R * nq);
     out_buf_ = salloc<float>(R * E);
-    gate_ = salloc<float>(RK * ff);
-    up_ = salloc<float>(RK * ff);
+    gate_ = salloc<float>(ffn_elems);
+    up_ = salloc<float>(ffn_elems);
     ey_ = salloc<float>(RK * E);
     shexp_ = salloc<float>(R * E);
     router_ = salloc<float>(R * static_cast<size_t>(std::max(hp_.n_expert, 1)));

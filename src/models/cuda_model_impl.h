@@ -261,6 +261,10 @@ private:
     // layer of a split one, or a streamed layer's buffer).
     void all_experts(const dlayer& l, int64_t n, bool g_act);
 
+    // The gated shared expert's product and gate logit (none without sh_inp) into shexp_
+    // [n, n_embd] and shgate_ [n, 1], from xn_; the combine adds them.
+    void shared_expert(const dlayer& l, int64_t n);
+
     // il: the trunk layer (the split model's lanes know it), or -1 for the MTP block (every
     // expert in VRAM).
     void moe_block(const dlayer& l, int il, int64_t n);

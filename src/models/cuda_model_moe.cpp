@@ -53,6 +53,7 @@ void cuda_model::moe_block(const dlayer& l, int il, int64_t n) {
     cuda::router_topk(mm_args_for(l.router, xn_, n, router_, g_act && fr == fg), rp, ids_, ew_, route_arrivals_, stream_);
     if (fr != quant::act_format::f32 && fr != fg) g_act = false;   // act_ was overwritten
     const bool split = lanes_ && il >= 0 && !lanes_->whole_layer(il);   // il -1: the MTP block, all in VRAM
+    bool shared_done = false;   // the split path enqueues the shared expert before its CPU lane
     if (split && lanes_->streaming()) {
         // A streamed split layer (prefill): its experts copied whole into a layer buffer in
         // expert order, computed as a whole layer once the copies land.
@@ -95,11 +96,16 @@ void cuda_model::moe_block(const dlayer& l, int il, int64_t n) {
             lanes_->staged_end();
         }
         if (r.gpu_pairs + r.pcie_pairs > 0) lanes_->gpu_end(il);
+        // Enqueued before the CPU lane runs, so the GPU computes it while the CPU computes its
+        // experts instead of after the join (it reads xn_ only).
+        shared_expert(l, n);
+        shared_done = true;
         lanes_->run_cpu(n, *pool_, il);
         lanes_->join(n, ey_);
     } else {
         all_experts(l, n, g_act);
     }
+    if (!shared_done) shared_expert(l, n);
     grouped_ = false;
     const int64_t E = hp_.n_embd;
     if (!l.sh_inp) {
@@ -107,14 +113,20 @@ void cuda_model::moe_block(const dlayer& l, int il, int64_t n) {
         return;
     }
     cuda::moe_combine(ey_, ew_, static_cast<int>(K), n, E, out_buf_, stream_);
+    cuda::add_gated(out_buf_, shexp_, shgate_, n, E, stream_);
+    cuda::add(x_, out_buf_, n * E, stream_);
+}
+
+void cuda_model::shared_expert(const dlayer& l, int64_t n) {
+    if (!l.sh_inp) return;
+    // After the routed experts' launches: gate_ and up_ are theirs until the down projection
+    // has read them (the stream orders it). The bits do not depend on where it is enqueued.
     const int64_t S = hp_.n_ff_shexp;
     mm(l.sh_gate, xn_, n, gate_, false);
     mm(l.sh_up, xn_, n, up_, l.sh_up.type == l.sh_gate.type);
     cuda::swiglu(gate_, up_, gate_, n * S, stream_);
-    mm(l.sh_down, gate_, n, shexp_, false);
-    mm(l.sh_inp, xn_, n, shgate_, false);
-    cuda::add_gated(out_buf_, shexp_, shgate_, n, E, stream_);
-    cuda::add(x_, out_buf_, n * E, stream_);
+    mm(l.sh_down, gate_, n, shexp_, false);   // [n, E]
+    mm(l.sh_inp, xn_, n, shgate_, false);     // [n, 1]
 }
 
 }  // namespace sluice::cuda_impl

@@ -26,6 +26,12 @@ void placement_metrics::add_measured(double gpu_s, double pcie_s, double cpu_s) 
     cpu_lane.measured += cpu_s;
 }
 
+void placement_metrics::add_streamed(uint64_t bytes, double predicted_s) {
+    ++streamed_layers;
+    streamed_bytes += bytes;
+    stream_lane.predicted += predicted_s;
+}
+
 void placement_metrics::merge(const placement_metrics& o) {
     layer_plans += o.layer_plans;
     experts += o.experts;
@@ -38,10 +44,14 @@ void placement_metrics::merge(const placement_metrics& o) {
     swaps += o.swaps;
     streamed_layers += o.streamed_layers;
     streamed_bytes += o.streamed_bytes;
-    for (auto [a, b] : {std::pair{&gpu_lane, &o.gpu_lane}, std::pair{&pcie_lane, &o.pcie_lane}, std::pair{&cpu_lane, &o.cpu_lane}}) {
+    for (auto [a, b] : {std::pair{&gpu_lane, &o.gpu_lane}, std::pair{&pcie_lane, &o.pcie_lane}, std::pair{&cpu_lane, &o.cpu_lane},
+                        std::pair{&stream_lane, &o.stream_lane}}) {
         a->predicted += b->predicted;
         a->measured += b->measured;
     }
+    host.routing_wait += o.host.routing_wait;
+    host.launch += o.host.launch;
+    host.between += o.host.between;
     makespan_predicted += o.makespan_predicted;
 }
 
@@ -62,7 +72,9 @@ nlohmann::json placement_metrics::to_json() const {
             {"streamed_layers", streamed_layers},
             {"streamed_bytes", streamed_bytes},
             {"cpu_expert_seconds", cpu_lane.measured},
-            {"lanes", {{"gpu", lane_j(gpu_lane)}, {"pcie", lane_j(pcie_lane)}, {"cpu", lane_j(cpu_lane)}}},
+            {"lanes",
+             {{"gpu", lane_j(gpu_lane)}, {"pcie", lane_j(pcie_lane)}, {"cpu", lane_j(cpu_lane)}, {"stream", lane_j(stream_lane)}}},
+            {"host_s", {{"routing_wait", host.routing_wait}, {"launch", host.launch}, {"between", host.between}}},
             {"makespan_predicted_s", makespan_predicted}};
 }
 
@@ -88,10 +100,16 @@ std::string placement_metrics::to_prometheus() const {
     gauge("sluice_expert_pcie_share", "PCIe experts over misses.", pcie_share());
     s += "# HELP sluice_expert_lane_seconds_total Seconds per lane, predicted by the cost model and measured.\n"
          "# TYPE sluice_expert_lane_seconds_total counter\n";
-    for (auto [name, l] : {std::pair{"gpu", &gpu_lane}, std::pair{"pcie", &pcie_lane}, std::pair{"cpu", &cpu_lane}}) {
+    for (auto [name, l] : {std::pair{"gpu", &gpu_lane}, std::pair{"pcie", &pcie_lane}, std::pair{"cpu", &cpu_lane},
+                           std::pair{"stream", &stream_lane}}) {
         s += fmt::format("sluice_expert_lane_seconds_total{{lane=\"{}\",kind=\"predicted\"}} {}\n", name, l->predicted);
         s += fmt::format("sluice_expert_lane_seconds_total{{lane=\"{}\",kind=\"measured\"}} {}\n", name, l->measured);
     }
+    s += "# HELP sluice_expert_host_seconds_total Host time of the split layers by phase.\n"
+         "# TYPE sluice_expert_host_seconds_total counter\n";
+    for (auto [name, v] : {std::pair{"routing_wait", host.routing_wait}, std::pair{"launch", host.launch},
+                           std::pair{"between", host.between}})
+        s += fmt::format("sluice_expert_host_seconds_total{{phase=\"{}\"}} {}\n", name, v);
     return s;
 }
 

@@ -28,6 +28,22 @@ struct placement_metrics {
     uint64_t streamed_layers = 0;  // split layers whose experts were streamed whole (prefill)
     uint64_t streamed_bytes = 0;   // ... the bytes those copies moved over PCIe
     lane_seconds gpu_lane, pcie_lane, cpu_lane;
+    // Prefill streaming's copies (whole split layers over PCIe, predicted at the calibrated PCIe
+    // rate). Kept apart from pcie_lane, the staging slots' copies of a plan: a run that prefills
+    // with streaming moves far more bytes this way (session 15's 80B run: 509 GB streamed
+    // against 107 GB staged), and summing the two made the staged copies look 5x slower than
+    // the cost model said.
+    lane_seconds stream_lane;
+    // Where the host thread spends a split layer (steady clock, summed over split layers):
+    //   routing_wait - blocked until the layer's routed ids reach the host (the stream's sync);
+    //   launch       - from then until the CPU lane starts: the plan, the PCIe copies' and the
+    //                  GPU lane's launches (the CPU lane waits for them);
+    //   between      - from one split layer's join to the next one's routing in the same
+    //                  forward: the launches of the layers in between (the GPU is idle until
+    //                  they reach it).
+    struct host_seconds {
+        double routing_wait = 0.0, launch = 0.0, between = 0.0;
+    } host;
     double makespan_predicted = 0.0;
 
     uint64_t misses() const { return pcie + cpu; }
@@ -39,6 +55,9 @@ struct placement_metrics {
     void add(const layer_plan& p);
     // Adds measured seconds of each lane for one layer.
     void add_measured(double gpu_s, double pcie_s, double cpu_s);
+    // Adds one streamed layer's host bytes and the copy time the cost model predicts for them.
+    void add_streamed(uint64_t bytes, double predicted_s);
+    void add_stream_measured(double s) { stream_lane.measured += s; }
     void merge(const placement_metrics& o);
 
     nlohmann::json to_json() const;

@@ -115,12 +115,14 @@ void validate(const bench_options& o) {
         if (!in(d, 0, 1 << 22)) fail("bench: --ctx: expected depths 0..4194304, got {}", d);
     if (!in(o.repetitions, 1, 1000)) fail("bench: -r/--repetitions: expected 1..1000, got {}", o.repetitions);
     if (!in(o.spec_reps, 1, 1000)) fail("bench: --spec-reps: expected 1..1000, got {}", o.spec_reps);
-    if (!in(o.chunk, 1, 4096)) fail("bench: --chunk: expected 1..4096 rows, got {}", o.chunk);
+    if (!in(o.chunk, 0, 4096)) fail("bench: --chunk: expected 1..4096 rows (0: the backend's default), got {}", o.chunk);
+    // Every backend's default is at least 512 rows (default_prefill_rows).
+    const int chunk = o.chunk > 0 ? o.chunk : k_cpu_prefill_rows;
     for (int t : o.windows)
-        if (!in(t, 1, 16) || t > o.chunk)
+        if (!in(t, 1, 16) || t > chunk)
             fail("bench: --windows: expected 1..16 rows and at most --chunk ({}), got {}", o.chunk, t);
     for (int t : o.spec_windows)
-        if (!in(t, 1, 16) || t > o.chunk)
+        if (!in(t, 1, 16) || t > chunk)
             fail("bench: --spec-windows: expected 1..16 rows and at most --chunk ({}), got {}", o.chunk, t);
     if (o.gpu < -1) fail("bench: --gpu: expected a device index >= 0, got {}", o.gpu);
     if (o.window_depth < -1) fail("bench: --window-depth: expected >= 0 (or -1: the first depth), got {}", o.window_depth);
@@ -238,6 +240,8 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
     }
     const model_hparams& hp = net->hparams();
     const kv_shape ks = net->kv_shape_for(1);
+    // Rows per prefill forward: --chunk, or what `sluice run` uses for this model on this backend.
+    const int chunk = o.chunk > 0 ? o.chunk : default_prefill_rows(*net, o.gpu);
 
     rep.model_path = o.model_path.string();
     rep.model = fmt::format("{}: {} layers, {} wide, {} heads ({} KV) of {}, {} vocab", hp.arch, hp.n_layer, hp.n_embd,
@@ -246,7 +250,7 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
     rep.machine = machine_description();
     rep.backend = o.gpu >= 0 ? fmt::format("cuda:{}", o.gpu) : "cpu";
     rep.threads = o.n_threads > 0 ? o.n_threads : usable_cpus();
-    rep.chunk = o.chunk;
+    rep.chunk = chunk;
     rep.file_bytes = ir.total_bytes;
 
     traffic_model tm;
@@ -278,10 +282,10 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
     session_options so;
     so.n_ctx = n_ctx;
     so.n_threads = rep.threads;
-    so.prefill_chunk = o.chunk;
+    so.prefill_chunk = chunk;
     so.pool.numa = numa.topology;
     session s(*net, so);
-    session_target target(s, o.chunk);
+    session_target target(s, chunk);
     const int32_t n_vocab = hp.n_vocab;
 
     // Bandwidth, measured with the threads the model runs on.
@@ -366,7 +370,7 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
 
     // Warm-up: one chunk touches the embeddings, every dense weight and most experts (mapped
     // pages come in from the page cache on first touch).
-    s.prefill(span_of(0, size_t(std::min(o.chunk, longest))));
+    s.prefill(span_of(0, size_t(std::min(chunk, longest))));
     s.truncate(0);
 
     // Prefill from an empty cache.
@@ -375,7 +379,7 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
         r.test = fmt::format("pp{}", p);
         r.kind = "prefill";
         r.n_prompt = p;
-        r.rows = std::min(o.chunk, p);
+        r.rows = std::min(chunk, p);
         for (int i = 0; i < o.repetitions; ++i) {
             s.truncate(0);
             const auto t0 = clock_type::now();
@@ -383,7 +387,7 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
             r.seconds.push_back(seconds_since(t0));
         }
         finish(r, p);
-        set_ceiling(r, rep.bandwidth_gb_s, prefill_bytes_per_token(tm, p, o.chunk), rep.peak_ops_s,
+        set_ceiling(r, rep.bandwidth_gb_s, prefill_bytes_per_token(tm, p, chunk), rep.peak_ops_s,
                     prefill_ops_per_token(cm, p));
         say(fmt::format("{}: {:.2f} tok/s", r.test, r.tok_s));
         rep.results.push_back(std::move(r));
@@ -396,7 +400,7 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
         decode_options opt;
         opt.max_tokens = n;
         opt.max_window = window;
-        opt.prefill_chunk = o.chunk;
+        opt.prefill_chunk = chunk;
         opt.calibrate_policy = false;
         return dec.generate(span_of(0, size_t(len)), opt);
     };
@@ -468,7 +472,7 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
         // Each window size with the oracle's drafts, then (models that carry an MTP head) again
         // with the head paying for its drafts.
         std::unique_ptr<mtp_head> head;
-        if (has_mtp_head(*net)) head = make_mtp_head(*net, s.pool(), n_ctx, o.chunk, nullptr);
+        if (has_mtp_head(*net)) head = make_mtp_head(*net, s.pool(), n_ctx, chunk, nullptr);
         // One timed run of windows of t rows; the caller goes back to wlen - 1 positions.
         auto oracle_run = [&](int t, uint64_t seed) {
             oracle_drafter od(tape.tokens, size_t(wlen), o.accept, n_vocab, seed);
@@ -487,7 +491,7 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
             decode_options opt;
             opt.max_tokens = spec_n;
             opt.max_window = t;
-            opt.prefill_chunk = o.chunk;
+            opt.prefill_chunk = chunk;
             opt.calibrate_policy = false;
             const auto t0 = clock_type::now();
             decode_result res = dec.generate(span_of(0, size_t(wlen)), opt);
@@ -568,20 +572,23 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
                 "routed experts split: {} of {} (layer, expert) pairs in VRAM ({:.2f} of {:.2f} GB; {} whole layers, run "
                 "without a host round trip), the rest copied over PCIe or computed by the CPU lane ({}); over the whole "
                 "run, in the split layers: hit rate {:.3f} ({} hits, {} PCIe, {} CPU "
-                "misses; PCIe share {:.3f}, {:.2f} GB copied), GPU lane {:.3f} s, PCIe {:.3f} s, CPU lane {:.3f} s "
-                "measured; {}; ceilings below assume the whole model in VRAM",
+                "misses; PCIe share {:.3f}, {:.2f} GB copied), GPU lane {:.3f} s, PCIe {:.3f} s (predicted {:.3f}), CPU lane "
+                "{:.3f} s measured; host: {:.3f} s waiting for routing, {:.3f} s launching before the CPU lane, "
+                "{:.3f} s between split layers; {}; ceilings below assume the whole model in VRAM",
                 pi.resident, pi.total, double(pi.resident_bytes) / 1e9, double(pi.total_bytes) / 1e9, pi.whole_layers,
                 pi.pcie_lane ? fmt::format("PCIe lane: {} staging slots, {:.1f} GB/s calibrated; CPU {:.1f} GB/s",
                                            pi.staging_slots, pi.pcie_gb_s, pi.cpu_gb_s)
                              : "no PCIe lane: " + pi.pcie_note,
                 m->hit_rate(), m->hits, m->pcie, m->cpu, m->pcie_share(), double(m->pcie_bytes) / 1e9,
-                m->gpu_lane.measured, m->pcie_lane.measured, m->cpu_lane.measured,
+                m->gpu_lane.measured, m->pcie_lane.measured, m->pcie_lane.predicted, m->cpu_lane.measured,
+                m->host.routing_wait, m->host.launch, m->host.between,
                 pi.prefill_stream
                     ? fmt::format("prefill streaming for windows of {} ({:.2f} GB of layer buffers): {} layer "
-                                  "forwards streamed, {:.2f} GB",
+                                  "forwards streamed, {:.2f} GB in {:.3f} s (predicted {:.3f})",
                                   pi.stream_rows >= placement::k_never_streams ? std::string("no size (the cost model never streams here)")
                                                                         : fmt::format(">= {} rows", pi.stream_rows),
-                                  double(pi.stream_bytes) / 1e9, m->streamed_layers, double(m->streamed_bytes) / 1e9)
+                                  double(pi.stream_bytes) / 1e9, m->streamed_layers, double(m->streamed_bytes) / 1e9,
+                                  m->stream_lane.measured, m->stream_lane.predicted)
                     : "no prefill streaming: " + pi.stream_note);
         }
 #endif

@@ -63,7 +63,7 @@ struct engine::impl {
     int n_ctx = 0;
     int n_threads = 1;
     numa_setup numa;   // the pools' topology; the target's experts placed per node at open
-    int prefill_rows = k_session_rows;   // the target's rows per forward (k_gpu_prefill_rows with --gpu)
+    int prefill_rows = k_session_rows;   // the target's rows per forward (default_prefill_rows)
     // Window costs measured once per engine (calibration times windows of 1..16 rows); the
     // acceptance estimate restarts with every request.
     depth_policy policy;
@@ -109,7 +109,7 @@ std::unique_ptr<engine> engine::open(const engine_options& o) {
     const model_hparams& hp = p->target.net->hparams();
     p->n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(hp.n_ctx_train, 4096);
     p->n_threads = o.n_threads > 0 ? o.n_threads : usable_cpus();
-    p->prefill_rows = o.gpu >= 0 ? k_gpu_prefill_rows : k_session_rows;
+    p->prefill_rows = default_prefill_rows(*p->target.net, o.gpu);
     p->numa = setup_numa(o.numa, p->n_threads, *p->target.file);
     if (!o.draft_model_path.empty()) {
         p->draft = std::make_unique<loaded_model>(loaded_model::open(o.draft_model_path, o.n_ctx, -1, UINT64_MAX, access));
@@ -185,7 +185,7 @@ generate_stats engine::generate(std::string_view prompt, const generate_params& 
     std::unique_ptr<mtp_head> head;       // drafter_kind::mtp: the model's MTP head
     mtp_drafter* mtp = nullptr;           // then drafts.get(), whose target() the decoder runs
     if (p.drafter == drafter_kind::mtp) {
-        head = make_mtp_head(net, s.pool(), so.n_ctx, k_session_rows, p_->draft_rows);
+        head = make_mtp_head(net, s.pool(), so.n_ctx, p_->prefill_rows, p_->draft_rows);   // the trunk's forwards' rows
         const std::string& arch = net.hparams().arch;
         if (!head)
             fail("run: --spec mtp: the model ({}) has no MTP (nextn) layers: {}.nextn_predict_layers is 0 or absent "

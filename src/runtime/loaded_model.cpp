@@ -29,6 +29,16 @@ std::unique_ptr<model> load_model_on(const std::filesystem::path& path, const mo
 #endif
 }
 
+int default_prefill_rows(const model& net, int gpu) {
+    if (gpu < 0) return k_cpu_prefill_rows;
+#ifdef SLUICE_HAVE_CUDA
+    if (cuda_placement_of(net).prefill_stream) return k_gpu_stream_prefill_rows;
+#else
+    (void)net;
+#endif
+    return k_gpu_prefill_rows;
+}
+
 loaded_model loaded_model::open(const std::filesystem::path& path, int n_ctx, int gpu, uint64_t vram_budget,
                                 file_access access, int prefill_stream_rows) {
     loaded_model m;

@@ -39,6 +39,11 @@ struct loaded_model {
 std::unique_ptr<model> load_model_on(const std::filesystem::path& path, const model_file& f, int n_ctx, int gpu,
                                      uint64_t vram_budget, int prefill_stream_rows = -1);
 
+// Rows per prefill forward for net on that backend (gpu < 0: the CPU): k_cpu_prefill_rows,
+// k_gpu_prefill_rows, or k_gpu_stream_prefill_rows for a CUDA model whose split experts stream
+// for prefill (sluice/engine.h says why). Any value gives the same bits (E1).
+int default_prefill_rows(const model& net, int gpu);
+
 // The keyed sampler's parameters of a request (logit_bias left empty: the serving API carries
 // it beside the parameters). Shared by both engines so they sample alike.
 sampling_params sampling_params_of(const generate_params& p);

@@ -201,10 +201,11 @@ int run_file(const fs::path& path, thread_pool& pool) {
                 const bool split_residents = info.resident > info.whole_layers * hp.n_expert;
                 if (share == k_stream && info.prefill_stream) {
                     placed = placed && info.split && m->layer_plans == 0 &&
-                             m->streamed_layers == forwards * static_cast<uint64_t>(split_layers) && m->streamed_bytes > 0;
+                             m->streamed_layers == forwards * static_cast<uint64_t>(split_layers) && m->streamed_bytes > 0 &&
+                             m->stream_lane.measured > 0 && m->pcie_lane.measured == 0;
                 } else if (share >= 0 || !info.prefill_stream) {
                     placed = placed && info.split && m->experts > 0 && (split_residents ? m->hits > 0 : m->hits == 0) &&
-                             m->streamed_layers == 0;
+                             m->streamed_layers == 0 && m->stream_lane.measured == 0;
                 } else {   // the cost model: what was planned hit as above, the rest streamed whole
                     placed = placed && info.split && (m->experts > 0 || m->streamed_layers > 0) &&
                              (m->experts == 0 || (split_residents ? m->hits > 0 : m->hits == 0)) &&

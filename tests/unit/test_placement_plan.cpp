@@ -229,6 +229,29 @@ TEST(placement_plan, metrics_add_up_the_plans) {
     const std::string prom = mt.to_prometheus();
     EXPECT_NE(prom.find("sluice_expert_hits_total 2"), std::string::npos) << prom;
     EXPECT_NE(prom.find("lane=\"cpu\",kind=\"predicted\""), std::string::npos);
+
+    // Streamed layers count on their own lane: the staged copies' PCIe figures do not move.
+    const lane_seconds pcie_before = mt.pcie_lane;
+    mt.add_streamed(4000, 2e-3);
+    mt.add_streamed(6000, 3e-3);
+    mt.add_stream_measured(6e-3);
+    EXPECT_EQ(mt.streamed_layers, 2u);
+    EXPECT_EQ(mt.streamed_bytes, 10000u);
+    EXPECT_DOUBLE_EQ(mt.stream_lane.predicted, 5e-3);
+    EXPECT_DOUBLE_EQ(mt.stream_lane.measured, 6e-3);
+    EXPECT_EQ(mt.pcie_lane.predicted, pcie_before.predicted);
+    EXPECT_EQ(mt.pcie_lane.measured, pcie_before.measured);
+    placement_metrics sum;
+    sum.merge(mt);
+    sum.merge(mt);
+    EXPECT_DOUBLE_EQ(sum.stream_lane.measured, 12e-3);
+    EXPECT_DOUBLE_EQ(mt.to_json()["lanes"]["stream"]["predicted_s"].get<double>(), 5e-3);
+    EXPECT_NE(mt.to_prometheus().find("lane=\"stream\",kind=\"measured\"} 0.006"), std::string::npos);
+    mt.host.launch = 0.25;
+    sum.merge(mt);
+    EXPECT_DOUBLE_EQ(sum.host.launch, 0.25);
+    EXPECT_DOUBLE_EQ(mt.to_json()["host_s"]["launch"].get<double>(), 0.25);
+    EXPECT_NE(mt.to_prometheus().find("phase=\"launch\"} 0.25"), std::string::npos);
 }
 
 TEST(placement_plan, cpu_expert_rate_is_measured_on_the_pool) {

@@ -458,11 +458,14 @@ TEST(server_http, metrics_count_requests_by_status) {
     s.post("/v1/chat/completions", chat_body().dump());
     s.post("/v1/chat/completions", chat_body().dump());
     s.post("/v1/chat/completions", "[]");
-    // A request is counted once its reply is written, which may be just after the client read it.
+    // A request is counted once its reply is written, which may be just after the client read it
+    // (each on its own server thread, so the last reply's count can land before an earlier one's):
+    // wait for all three.
     std::string text;
-    for (int i = 0; i < 200; ++i) {
+    for (int i = 0; i < 400; ++i) {
         text = s.client()->Get("/metrics")->body;
-        if (text.find("status=\"400\"} 1\n") != std::string::npos) break;
+        if (text.find("status=\"400\"} 1\n") != std::string::npos && text.find("status=\"200\"} 2\n") != std::string::npos)
+            break;
         std::this_thread::sleep_for(5ms);
     }
     EXPECT_NE(text.find("sluice_requests_total{path=\"/v1/chat/completions\",status=\"200\"} 2\n"), std::string::npos)

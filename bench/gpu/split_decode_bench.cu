@@ -1,0 +1,148 @@
+// split_decode_bench MODEL BUDGET_GIB [N_PROMPT] [N_GEN] [ROUNDS]: a split model's decode (routed
+// experts under a VRAM budget: the VRAM cache, the PCIe lane and the CPU lane) under three
+// placements, each loaded afresh: the cost model's split of each layer's misses (the default),
+// no PCIe lane for decode (PCIe share 0: every miss on the CPU), and 0.6 of each layer's misses
+// over PCIe (more than the cost model sends on the H200 machine).
+// ROUNDS rounds, the order reversed every other round, so that the machine's drift does not decide
+// the comparison. For each: decode tok/s (batch 1, greedy, from the same prompt), a 4-row verify
+// window's time, the calibrated figures, the PCIe share and where the host spent each split layer
+// (placement_metrics::host). The tokens of every run must be equal (exit 1 otherwise): the
+// placement changes no bit. Prints one line per figure and a JSON line at the end.
+#include "models/cuda_model.h"
+
+#include "core/thread_pool.h"
+#include "io/model_file.h"
+#include "kernels/cpu/ops.h"
+#include "kv/kv_cache.h"
+#include "models/model.h"
+#include "placement/metrics.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace sluice;
+
+namespace {
+
+double now_s() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int argmax(const float* x, int n) { return static_cast<int>(kernels::argmax_first(x, n)); }
+
+// One placement's totals over the rounds.
+struct config_totals {
+    const char* name;
+    double pcie_share;   // cuda_placement::pcie_share (< 0: the cost model)
+    double decode_s = 0, window_s = 0;
+    int tokens = 0, windows = 0;
+    double pcie_gb_s = 0, cpu_gb_s = 0;
+    placement::placement_metrics m;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);
+    if (argc < 3) {
+        std::fprintf(stderr, "usage: split_decode_bench MODEL BUDGET_GIB [N_PROMPT] [N_GEN] [ROUNDS]\n");
+        return 2;
+    }
+    const double budget_gib = std::atof(argv[2]);
+    const int n_prompt = argc > 3 ? std::atoi(argv[3]) : 512;
+    const int n_gen = argc > 4 ? std::atoi(argv[4]) : 32;
+    const int rounds = argc > 5 ? std::atoi(argv[5]) : 3;
+    try {
+        if (!cuda_available()) {
+            std::printf("SKIP: no CUDA device\n");
+            return 77;
+        }
+        auto mf = model_file::open(argv[1]);
+        std::vector<token_id> prompt(static_cast<size_t>(n_prompt));
+        std::vector<config_totals> cfg{{"cost", -1.0}, {"cpu-only", 0.0}, {"pcie-0.6", 0.6}};
+        const int n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+        std::vector<token_id> reference;
+        bool equal = true;
+        for (int r = 0; r < rounds; ++r) {
+            for (size_t k = 0; k < cfg.size(); ++k) {
+                config_totals& c = cfg[r % 2 == 0 ? k : cfg.size() - 1 - k];
+                double t0 = now_s();
+                load_options o;
+                o.n_ctx = n_prompt + n_gen + 64;
+                cuda_placement p;
+                p.vram_budget = static_cast<uint64_t>(budget_gib * 1073741824.0);
+                p.pcie_share = c.pcie_share;
+                auto m = load_model_cuda(*mf, o, 0, p);
+                const model_hparams& hp = m->hparams();
+                if (r == 0 && k == 0) {
+                    const cuda_placement_info info = cuda_placement_of(*m);
+                    std::printf("model: %s, %d layers, %d of %d experts in VRAM (%d whole layers), PCIe lane %s; loaded in %.1f s\n",
+                                hp.arch.c_str(), hp.n_layer, info.resident, info.total, info.whole_layers,
+                                info.pcie_lane ? "on" : info.pcie_note.c_str(), now_s() - t0);
+                    for (int i = 0; i < n_prompt; ++i) prompt[static_cast<size_t>(i)] = (i * 7919 + 13) % hp.n_vocab;
+                }
+                thread_pool pool(n_threads);
+                forward_scratch s = m->make_scratch(n_prompt > 16 ? n_prompt : 16, pool);
+                s.last_row_logits_only = true;
+                std::vector<float> logits(static_cast<size_t>(hp.n_vocab) * 16);
+                kv_cache kv(m->kv_shape_for(o.n_ctx));
+                m->forward(prompt, 0, kv, s, logits.data());   // the first forward calibrates
+                const cuda_placement_info info = cuda_placement_of(*m);
+                c.pcie_gb_s = info.pcie_gb_s;
+                c.cpu_gb_s = info.cpu_gb_s;
+                reset_cuda_placement_metrics(*m);
+                std::vector<token_id> out;
+                token_id next = argmax(logits.data(), hp.n_vocab);
+                t0 = now_s();
+                for (int i = 0; i < n_gen; ++i) {
+                    m->forward(std::span<const token_id>(&next, 1), n_prompt + i, kv, s, logits.data());
+                    next = argmax(logits.data(), hp.n_vocab);
+                    out.push_back(next);
+                }
+                c.decode_s += now_s() - t0;
+                c.tokens += n_gen;
+                if (const auto pm = cuda_placement_metrics(*m)) c.m.merge(*pm);   // the decode's layers only
+                // Verify windows of 4 rows after the decoded tokens, rolled back each time.
+                s.last_row_logits_only = false;
+                const std::vector<token_id> win(4, out.front());
+                const int32_t pos = kv.n_pos();
+                t0 = now_s();
+                for (int w = 0; w < 3; ++w) {
+                    m->forward(win, pos, kv, s, logits.data());
+                    kv.truncate(pos);
+                }
+                c.window_s += now_s() - t0;
+                c.windows += 3;
+                if (reference.empty()) reference = out;
+                else if (out != reference) equal = false;
+            }
+        }
+        std::string json = "{\"budget_gib\": " + std::to_string(budget_gib) + ", \"n_prompt\": " + std::to_string(n_prompt) +
+                           ", \"n_gen\": " + std::to_string(n_gen) + ", \"rounds\": " + std::to_string(rounds);
+        for (const config_totals& c : cfg) {
+            const double plans = c.m.layer_plans ? static_cast<double>(c.m.layer_plans) : 1.0;
+            const double tok_s = c.tokens / c.decode_s, win_ms = 1e3 * c.window_s / c.windows;
+            std::printf("%-9s decode %.2f tok/s, window of 4 %.2f ms; calibrated PCIe %.1f GB/s, CPU %.1f GB/s; PCIe share "
+                        "%.3f; per split layer-forward (%llu): routing wait %.1f us, launch %.1f, CPU lane %.1f, between %.1f; "
+                        "PCIe lane %.1f us measured (%.1f predicted)\n",
+                        c.name, tok_s, win_ms, c.pcie_gb_s, c.cpu_gb_s, c.m.pcie_share(),
+                        static_cast<unsigned long long>(c.m.layer_plans), 1e6 * c.m.host.routing_wait / plans,
+                        1e6 * c.m.host.launch / plans, 1e6 * c.m.cpu_lane.measured / plans, 1e6 * c.m.host.between / plans,
+                        1e6 * c.m.pcie_lane.measured / plans, 1e6 * c.m.pcie_lane.predicted / plans);
+            json += std::string(", \"") + c.name + "\": {\"decode_tok_s\": " + std::to_string(tok_s) +
+                    ", \"window4_ms\": " + std::to_string(win_ms) + ", \"pcie_share\": " + std::to_string(c.m.pcie_share()) + "}";
+        }
+        std::printf("tokens of every run: %s\n", equal ? "identical" : "DIFFER");
+        std::printf("%s, \"tokens_equal\": %s}\n", json.c_str(), equal ? "true" : "false");
+        return equal ? 0 : 1;
+    } catch (const std::exception& e) {
+        std::printf("FAIL: %s\n", e.what());
+        return 1;
+    }
+}
