@@ -487,7 +487,10 @@ if [ $placement_runs = 1 ]; then
   # 32K prompt at 12 GiB of a 35B: ~520 and ~1,500 tok/s measured), times the repetitions.
   ptoks=0
   for pp in ${p_split//,/ }; do ptoks=$(( ptoks + pp )); done
-  llama_cap=$(( 30 + ptoks * split_reps / 300 )) sluice_cap=$(( 90 + ptoks * split_reps / 1000 ))
+  # llama-bench loads the file for each test: a second per GB on top (the 80B shape's 50 GB ran
+  # past a 43 s cap in session 15).
+  model_gb=$(( $(stat -c %s "$model" 2>/dev/null || echo 0) / 1000000000 ))
+  llama_cap=$(( 30 + model_gb + ptoks * split_reps / 300 )) sluice_cap=$(( 90 + ptoks * split_reps / 1000 ))
   read -r -a pairs < <(PYTHONPATH=/tmp/sluice-site${PYTHONPATH:+:$PYTHONPATH} python3 "$root/bench/ncmoe_for_budget.py" \
     "$model" ${vram_budgets//,/ } || echo)
   say "budgets and their llama.cpp -ncmoe: ${pairs[*]}"
@@ -507,11 +510,12 @@ if [ $placement_runs = 1 ]; then
         --window-depth "$p" --json --gpu 0 --vram-budget "$b"
     done
     if [ -n "$long_prompt" ]; then
-      llama_run "llama.cpp -ngl 99 -ncmoe $nc, pp$long_prompt" "llama_ncmoe${nc}_p$long_prompt.json" three-lane \
-        "$(cap $(( 30 + long_prompt / 150 )) $(( left * 40 - 30 )))" --ncmoe "$nc" -p "$long_prompt" -n 0 -r 1
+      # sluice first (the faster one): llama.cpp's run, the long pole, gets what is left.
       sluice_run "sluice GPU --vram-budget $b, pp$long_prompt" "sluice_gpu_${b}_p$long_prompt.json" three-lane \
-        "$(cap $(( 60 + long_prompt / 400 )) $(( left * 40 - 40 )))" "$sluice_gpu" -t "$threads" -p "$long_prompt" -n 0 -r 1 \
+        "$(cap $(( 60 + long_prompt / 400 )) $(( left * 40 - 10 )))" "$sluice_gpu" -t "$threads" -p "$long_prompt" -n 0 -r 1 \
         --ctx 0 --windows 0 --spec-windows 0 --json --gpu 0 --vram-budget "$b"
+      llama_run "llama.cpp -ngl 99 -ncmoe $nc, pp$long_prompt" "llama_ncmoe${nc}_p$long_prompt.json" three-lane \
+        "$(cap $(( 30 + model_gb + long_prompt / 150 )) $(( left * 40 - 40 )))" --ncmoe "$nc" -p "$long_prompt" -n 0 -r 1
       [ -f "$out/sluice_gpu_${b}_p$long_prompt.json" ] && [ -f "$out/llama_ncmoe${nc}_p$long_prompt.json" ] && \
         "${rec[@]}" compare "$manifest" "sluice GPU --vram-budget $b, pp$long_prompt" "llama.cpp -ngl 99 -ncmoe $nc, pp$long_prompt"
     fi
