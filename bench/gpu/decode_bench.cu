@@ -10,9 +10,10 @@
 // `ncu --profile-from-start off` (bench/gpu/profile.sh).
 #include "models/cuda_model.h"
 
+#include "decode_common.h"
+
 #include "core/thread_pool.h"
 #include "io/model_file.h"
-#include "kernels/cpu/ops.h"
 #include "kv/kv_cache.h"
 #include "models/model.h"
 
@@ -26,12 +27,10 @@
 #include <vector>
 
 using namespace sluice;
+using gpu_bench::argmax;
+using gpu_bench::now_s;
 
 namespace {
-
-double now_s() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Brackets one phase for the profiler when DECODE_BENCH_PROFILE names it (nothing otherwise).
 struct profile_scope {
@@ -46,9 +45,6 @@ struct profile_scope {
     }
 };
 
-// The greedy pick as the keyed sampler makes it (kernels::argmax_first, SIMD); the scalar scan
-// this benchmark used before cost 587-704 us a token on the GPU machine's host.
-int argmax(const float* x, int n) { return static_cast<int>(kernels::argmax_first(x, n)); }
 
 }  // namespace
 

@@ -10,9 +10,10 @@
 // placement changes no bit. Prints one line per figure and a JSON line at the end.
 #include "models/cuda_model.h"
 
+#include "decode_common.h"
+
 #include "core/thread_pool.h"
 #include "io/model_file.h"
-#include "kernels/cpu/ops.h"
 #include "kv/kv_cache.h"
 #include "models/model.h"
 #include "placement/metrics.h"
@@ -27,14 +28,10 @@
 #include <vector>
 
 using namespace sluice;
+using gpu_bench::argmax;
+using gpu_bench::now_s;
 
 namespace {
-
-double now_s() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-int argmax(const float* x, int n) { return static_cast<int>(kernels::argmax_first(x, n)); }
 
 // One placement's totals over the rounds.
 struct config_totals {

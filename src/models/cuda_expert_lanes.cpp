@@ -277,7 +277,6 @@ void cuda_expert_lanes::calibrate(thread_pool& pool) {
     planner_.set_costs(costs_);
 }
 
-
 cuda_expert_lanes::~cuda_expert_lanes() {
     cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
     if (copy_stream_) {
