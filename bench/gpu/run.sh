@@ -193,6 +193,9 @@ if [ -n "$synth_pid" ]; then
   wait "$synth_pid"
   note "make_synthetic: $(tail -1 "$OUT/make_synthetic.log")"
   cat "$OUT/make_synthetic.log" >> "$run_log" && rm -f "$OUT/make_synthetic.log"   # in run.log: one file fewer to return
+  # The file's dirty pages written out before anything is timed: the kernel's writeback of tens
+  # of GB competes with the CPU lane for cores and memory bandwidth.
+  t_sync=$(date +%s); sync; note "sync after make_synthetic: $(( $(date +%s) - t_sync )) s"
   if [ -s "$f" ]; then
     if [ "${DECODE_BENCH:-1}" = 1 ]; then
       run_step decode_bench "$OUT/decode_bench.h200.log" "${T_BENCH:-200}" "$R_END" \
@@ -200,8 +203,8 @@ if [ -n "$synth_pid" ]; then
       cat "$OUT/decode_bench.h200.log" >> "$run_log" 2>/dev/null
       grep '^{' "$OUT/decode_bench.h200.log" >> "$summary" 2>/dev/null
     fi
-    # SPLIT_BENCH=GIB: the file's decode with its routed experts under that budget, three
-    # placements (split_decode_bench.cu).
+    # SPLIT_BENCH=GIB: the file's decode with its routed experts under that budget, four
+    # configurations (split_decode_bench.cu).
     if [ -n "${SPLIT_BENCH:-}" ]; then
       run_step split_decode_bench "$OUT/split_decode_bench.h200.log" "${T_BENCH:-200}" "$R_END" \
         "$B/split_decode_bench" "$f" "$SPLIT_BENCH" "${N_PROMPT:-512}" "${SPLIT_GEN:-32}" "${SPLIT_ROUNDS:-3}"

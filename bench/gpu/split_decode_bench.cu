@@ -2,7 +2,8 @@
 // experts under a VRAM budget: the VRAM cache, the PCIe lane and the CPU lane) under three
 // placements, each loaded afresh: the cost model's split of each layer's misses (the default),
 // no PCIe lane for decode (PCIe share 0: every miss on the CPU), and 0.6 of each layer's misses
-// over PCIe (more than the cost model sends on the H200 machine).
+// over PCIe (more than the cost model sends on the H200 machine); and the cost model's split
+// without the decode step's graph segments (every launch made by the host, as before them).
 // ROUNDS rounds, the order reversed every other round, so that the machine's drift does not decide
 // the comparison. For each: decode tok/s (batch 1, greedy, from the same prompt), a 4-row verify
 // window's time, the calibrated figures, the PCIe share and where the host spent each split layer
@@ -37,6 +38,7 @@ namespace {
 struct config_totals {
     const char* name;
     double pcie_share;   // cuda_placement::pcie_share (< 0: the cost model)
+    bool graphs = true;  // the decode steps' graph segments (cuda_model_graphs.cpp)
     double decode_s = 0, window_s = 0;
     int tokens = 0, windows = 0;
     double pcie_gb_s = 0, cpu_gb_s = 0;
@@ -62,7 +64,7 @@ int main(int argc, char** argv) {
         }
         auto mf = model_file::open(argv[1]);
         std::vector<token_id> prompt(static_cast<size_t>(n_prompt));
-        std::vector<config_totals> cfg{{"cost", -1.0}, {"cpu-only", 0.0}, {"pcie-0.6", 0.6}};
+        std::vector<config_totals> cfg{{"cost", -1.0}, {"cpu-only", 0.0}, {"pcie-0.6", 0.6}, {"no-graphs", -1.0, false}};
         const int n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
         std::vector<token_id> reference;
         bool equal = true;
@@ -75,7 +77,7 @@ int main(int argc, char** argv) {
                 cuda_placement p;
                 p.vram_budget = static_cast<uint64_t>(budget_gib * 1073741824.0);
                 p.pcie_share = c.pcie_share;
-                auto m = load_model_cuda(*mf, o, 0, p);
+                auto m = load_model_cuda(*mf, o, 0, p, c.graphs);
                 const model_hparams& hp = m->hparams();
                 if (r == 0 && k == 0) {
                     const cuda_placement_info info = cuda_placement_of(*m);
@@ -101,9 +103,13 @@ int main(int argc, char** argv) {
                     m->forward(std::span<const token_id>(&next, 1), n_prompt + i, kv, s, logits.data());
                     next = argmax(logits.data(), hp.n_vocab);
                     out.push_back(next);
+                    if (i == 0) {   // the first step captures the graphs: not timed
+                        t0 = now_s();
+                        reset_cuda_placement_metrics(*m);
+                    }
                 }
                 c.decode_s += now_s() - t0;
-                c.tokens += n_gen;
+                c.tokens += n_gen - 1;
                 if (const auto pm = cuda_placement_metrics(*m)) c.m.merge(*pm);   // the decode's layers only
                 // Verify windows of 4 rows after the decoded tokens, rolled back each time.
                 s.last_row_logits_only = false;
@@ -126,11 +132,11 @@ int main(int argc, char** argv) {
             const double plans = c.m.layer_plans ? static_cast<double>(c.m.layer_plans) : 1.0;
             const double tok_s = c.tokens / c.decode_s, win_ms = 1e3 * c.window_s / c.windows;
             std::printf("%-9s decode %.2f tok/s, window of 4 %.2f ms; calibrated PCIe %.1f GB/s, CPU %.1f GB/s; PCIe share "
-                        "%.3f; per split layer-forward (%llu): routing wait %.1f us, launch %.1f, CPU lane %.1f, between %.1f; "
-                        "PCIe lane %.1f us measured (%.1f predicted)\n",
+                        "%.3f; per split layer-forward (%llu): routing wait %.1f us, launch %.1f, CPU lane %.1f, between %.1f "
+                        "(GPU between %.1f); PCIe lane %.1f us measured (%.1f predicted)\n",
                         c.name, tok_s, win_ms, c.pcie_gb_s, c.cpu_gb_s, c.m.pcie_share(),
                         static_cast<unsigned long long>(c.m.layer_plans), 1e6 * c.m.host.routing_wait / plans,
-                        1e6 * c.m.host.launch / plans, 1e6 * c.m.cpu_lane.measured / plans, 1e6 * c.m.host.between / plans,
+                        1e6 * c.m.host.launch / plans, 1e6 * c.m.cpu_lane.measured / plans, 1e6 * c.m.host.between / plans, 1e6 * c.m.gpu_between / plans,
                         1e6 * c.m.pcie_lane.measured / plans, 1e6 * c.m.pcie_lane.predicted / plans);
             json += std::string(", \"") + c.name + "\": {\"decode_tok_s\": " + std::to_string(tok_s) +
                     ", \"window4_ms\": " + std::to_string(win_ms) + ", \"pcie_share\": " + std::to_string(c.m.pcie_share()) + "}";

@@ -42,8 +42,8 @@ public:
     // Where one layer's window went.
     struct routed {
         const int32_t* mm_ids = nullptr;   // device [pairs]: the slot each pair's GPU matmul reads
-                                           // (grouped: -1 for a CPU pair, skipped; else 0, overwritten by join)
-        bool grouped = false;              // int8 experts: group_pairs over n_slots, CPU pairs skipped
+                                           // (-1: another lane's pair, skipped)
+        bool grouped = false;              // int8 experts: the grouped matmul may take the pairs
         const int32_t* stage_ids = nullptr;   // device [pairs]: the staging slot of a PCIe pair, else -1
         int gpu_pairs = 0, pcie_pairs = 0, cpu_pairs = 0;
     };
@@ -65,10 +65,26 @@ public:
     cuda_placement_info info() const { return info_; }
 
     // Pinned and host buffers for windows of up to max_rows rows (the stream must be idle).
-    void ensure(int max_rows);
-    // Copies the layer's routed ids [n * k_used] and normalised input [n, n_embd] (device) to the
-    // host, waits for them (the stream's sync), plans the window and uploads each pair's slot.
+    // True when it (re)allocated them: graphs holding the old addresses must go.
+    bool ensure(int max_rows);
+    // route = send_routing, plan_window, upload_slots. A split decode step's graphs
+    // (cuda_model_graphs.cpp) capture the first and the last, and call plan_window between them.
     routed route(int il, int64_t n, const int32_t* d_ids, const float* d_xn);
+    // Enqueues the copies of the layer's routed ids [n * k_used] and normalised input [n, n_embd]
+    // (device) to the host. captured: into a graph (no timing event then).
+    void send_routing(int64_t n, const int32_t* d_ids, const float* d_xn, bool captured = false);
+    // Waits for them (the stream's sync: the doorbell replaces it next), plans the window, enqueues
+    // the PCIe copies and fills each pair's slots on the host.
+    routed plan_window(int il, int64_t n);
+    // Enqueues the slots' upload (the current window's n * k_used pairs).
+    void upload_slots(int64_t n);
+    // Every expert format takes the grouped matmul (int8 formats).
+    bool groupable() const { return grouped_ok_; }
+    // Device [n * k_used] each: the slot of a pair on the resident lane, and on the PCIe lane
+    // (-1: another lane's pair), as plan_window and upload_slots left them (routed's pointers).
+    const int32_t* slot_ids(int64_t n) const { return d_slot_ + n * hp_.n_expert_used; }
+    const int32_t* stage_ids(int64_t n) const { return d_slot_ + 2 * n * hp_.n_expert_used; }
+    const std::vector<int>& split_layers() const { return split_layers_; }
     // The CPU figure of the cost model, measured on the forward's pool (once; route's plans
     // use it from then on).
     void calibrate(thread_pool& pool);
@@ -81,8 +97,15 @@ public:
     void staged_end();
     // The CPU lane: every pair whose expert is not resident, into pinned host rows.
     void run_cpu(int64_t n, thread_pool& pool, int il);
-    // Enqueues the copy of the CPU lane's rows into d_ey [n * k_used, n_embd] (device).
-    void join(int64_t n, float* d_ey);
+    // Enqueues the copy of the CPU lane's rows into d_ey [n * k_used, n_embd] (device). captured:
+    // into a graph, which serves every window, so the copy is made even when this one has no CPU
+    // rows (and no timing event is recorded).
+    void join(int64_t n, float* d_ey, bool captured = false);
+    // Events around the GPU's work from a split layer's join to the next one's routing
+    // (placement_metrics::gpu_between): join and send_routing record them, or the replay of a
+    // split decode step's graphs around each tail segment. An end without a begin is ignored.
+    void between_begin();
+    void between_end();
     // After the forward's last sync: adds the GPU lane's measured time to the metrics.
     void end_forward();
     // A forward that threw part way: waits for what it enqueued on both streams (so that no
@@ -159,10 +182,17 @@ private:
     std::vector<void*> pcie_events_;      // [2 * n_layer] cudaEvent_t around each layer's copies
     std::vector<uint8_t> pcie_recorded_;  // [n_layer]
     std::vector<int32_t> stage_of_;       // [n_expert] this layer's staging slot per expert, or -1
+    // copy_staged's copies (gate, up, down per staged expert; capacity 3 x staging slots).
+    std::vector<void*> copy_dst_;
+    std::vector<const void*> copy_src_;
+    std::vector<size_t> copy_bytes_;
     bool calibrated_ = false;             // the CPU figure has been measured
+    std::vector<void*> between_events_;   // [2 * (n_layer + 1)] cudaEvent_t, pairs in forward order
+    size_t between_done_ = 0;             // complete pairs this forward
+    bool between_open_ = false;           // a begin without its end yet
     // Host phase clocks of the current forward (metrics_.host): the last sync's end, the last
-    // join's end (none yet: time_point{}).
-    std::chrono::steady_clock::time_point synced_at_{}, joined_at_{};
+    // CPU lane's end (none yet: time_point{}).
+    std::chrono::steady_clock::time_point synced_at_{}, cpu_done_at_{};
     // Prefill streaming (stream_buf_[0].n_slots > 0 when open).
     int stream_rows_ = 0;                 // cuda_placement::prefill_stream_rows
     std::vector<int> split_layers_;       // layers that are not whole, ascending

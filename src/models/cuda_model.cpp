@@ -165,7 +165,7 @@ void cuda_model::forward_batch(std::span<const batch_segment> batch, forward_scr
     ck(cudaSetDevice(dev_), "cudaSetDevice");
     ensure_scratch(s.max_rows);
     if (lanes_) {
-        lanes_->ensure(s.max_rows);
+        if (lanes_->ensure(s.max_rows)) clear_graphs();   // the split graphs hold its buffers
         pool_ = s.pool;
         lanes_->calibrate(*pool_);   // once: the CPU lane's figure for the planner
     }
@@ -251,8 +251,10 @@ void cuda_model::copy_logits(float* dst, int64_t m) {
 }
 
 void cuda_model::enqueue_forward(std::span<const batch_segment> batch, const std::vector<float*>& kv_bufs, int64_t n) {
-    // A split model's host sits inside every MoE layer: no graphs there.
-    if (graphs_ && !lanes_ && batch.size() == 1 && n == 1) {
+    if (split_graphs_apply(batch, n)) {
+        *h_pos_ = batch[0].pos0;
+        enqueue_split_step(batch, kv_bufs, n);
+    } else if (graphs_ && !lanes_ && batch.size() == 1 && n == 1) {
         // A decode step: one captured graph per (cache, logits wanted), replayed with the
         // position read from device memory.
         *h_pos_ = batch[0].pos0;
@@ -454,6 +456,9 @@ cudaGraphExec_t cuda_model::capture(std::span<const batch_segment> batch, const 
 void cuda_model::clear_graphs() {
     for (auto& kv : graphs_cache_) cudaGraphExecDestroy(kv.second);
     graphs_cache_.clear();
+    for (split_graph& g : split_graphs_)
+        for (cudaGraphExec_t e : g.segments) cudaGraphExecDestroy(e);
+    split_graphs_.clear();
 }
 
 void cuda_model::mm(const dmat& w, const float* x, int64_t n_rows, float* y, bool reuse, const int32_t* ids, int act_div,

@@ -46,10 +46,11 @@ std::unique_ptr<model> load_model_cuda(const model_file& f, const load_options& 
 // while the CPU pool computes the others from host memory (moe/expert_pool.h: run_expert_pairs), and the GPU
 // combines each row in rank order: the logits of the all-GPU model and of the CPU model (E3).
 // A budget that holds every routed expert is the all-GPU model (CUDA graphs and all); a split
-// model runs without graphs (the host sits inside every layer). Misses the cost model sends
-// over PCIe are copied into staging slots and computed by the GPU after its hits (same kernels,
-// same bits). Not yet: the doorbell (ids through mapped memory inside a graph), adaptive swaps,
-// prefill streaming.
+// model's decode step runs as graph segments cut where the host works in each split layer
+// (cuda_model_graphs.cpp). Misses the cost model sends over PCIe are
+// copied into staging slots and computed by the GPU after its hits (same kernels, same bits).
+// Large prefill chunks stream each split layer's experts (prefill_stream_rows). Not yet: the
+// doorbell (the ids through mapped memory, polled by the host), adaptive swaps.
 struct cuda_placement {
     uint64_t vram_budget = UINT64_MAX;                   // bytes for routed experts' blobs
     std::optional<placement::routing_profile> profile;   // must match the model's shape when given

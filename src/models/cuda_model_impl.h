@@ -217,6 +217,33 @@ private:
     cudaGraphExec_t capture(std::span<const batch_segment> batch, const std::vector<float*>& kv_bufs, int64_t n,
                             const graph_key& key);
 
+    // ---- a split model's decode step as graphs (cuda_model_graphs.cpp) ----------------------
+    // The host sits inside every split layer (the routed ids come to it, it plans, its CPU lane
+    // computes), so the step is cut there into segments, each captured once and replayed:
+    //   head: the embedding .. the first split layer's router and the ids sent to the host;
+    //   per split layer: [plan] hits (the slots' upload, the resident experts, the shared
+    //   expert); staged (the PCIe lane's experts, after their copies land; with the lane
+    //   only); [the CPU lane] tail (the CPU rows joined, the combine .. the next split layer's
+    //   routing, or the logits).
+    // Replaying saves the host's launches on the step's serial path (~175 us of them per split
+    // layer of the 80B shape, session 16's split_decode_bench).
+    struct split_graph {
+        graph_key key;
+        std::vector<cudaGraphExec_t> segments;   // in the order above
+    };
+    bool split_graphs_apply(std::span<const batch_segment> batch, int64_t n) const;
+    // Runs the step: replays its graphs, or captures them while running it the first time.
+    void enqueue_split_step(std::span<const batch_segment> batch, const std::vector<float*>& kv_bufs, int64_t n);
+    void replay_split(const split_graph& g);
+    // The capture's cuts (segment_out_ non-null while capturing): segment_begin starts capturing
+    // on the stream; segment_cut ends it, keeps the graph and launches it.
+    void segment_begin();
+    void segment_cut();
+    // moe_block's split layer during a capture: the same launches as route()'s path, cut into
+    // the segments above (every launch made whatever the window routed: each lane's matmuls
+    // skip the other lanes' pairs on the device).
+    void captured_split_layer(const dlayer& l, int il, int64_t n, bool g_act);
+
     // Graphs hold buffer addresses: dropped whenever a buffer they use is reallocated.
     void clear_graphs();
 
@@ -260,6 +287,12 @@ private:
     // Every routed expert of the layer in VRAM, expert e at slot e (the all-GPU model, a whole
     // layer of a split one, or a streamed layer's buffer).
     void all_experts(const dlayer& l, int64_t n, bool g_act);
+
+    // A split layer's pairs on n_slots slots (resident, or the staging slots): ids [n * k_used],
+    // each pair's slot or -1 for another lane's pair (skipped).
+    void slot_experts(const dlayer& l, int n_slots, int64_t n, const int32_t* ids, bool g_act);
+    // ... on the PCIe lane's staging slots.
+    void staged_experts(const dlayer& l, int64_t n, const int32_t* ids, bool g_act);
 
     // The gated shared expert's product and gate logit (none without sh_inp) into shexp_
     // [n, n_embd] and shgate_ [n, 1], from xn_; the combine adds them.
@@ -343,6 +376,8 @@ private:
     unsigned* route_arrivals_ = nullptr;   // device [1]: the fused router's block counter (zero between launches)
     bool graphs_ = true;          // decode steps (one segment, one row) as CUDA graphs
     std::vector<std::pair<graph_key, cudaGraphExec_t>> graphs_cache_;
+    std::vector<split_graph> split_graphs_;                     // a split model's, per key
+    std::vector<cudaGraphExec_t>* segment_out_ = nullptr;       // the capture's segments (null: not capturing)
 };
 
 }  // namespace sluice::cuda_impl

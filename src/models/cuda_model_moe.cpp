@@ -66,33 +66,24 @@ void cuda_model::moe_block(const dlayer& l, int il, int64_t n) {
         all_experts(streamed, n, g_act);
         lanes_->gpu_end(il);
         lanes_->stream_release(il);
+    } else if (split && segment_out_) {
+        captured_split_layer(l, il, n, g_act);   // a split decode step's graphs being captured
+        shared_done = true;
     } else if (split) {
         // A split layer: the ids go to the host, the GPU computes the pairs of resident experts
-        // (slot ids; grouped, CPU pairs skipped) while the CPU lane computes the rest, whose
+        // (slot ids; the other lanes' pairs skipped) while the CPU lane computes the rest, whose
         // rows join ey_ before the combine: every pair's row has the same bits either way (E3).
         const cuda_expert_lanes::routed r = lanes_->route(il, n, ids_, xn_);
         if (r.gpu_pairs + r.pcie_pairs > 0) lanes_->gpu_begin(il);
         if (r.gpu_pairs > 0) {
-            group_experts_ = lanes_->slots(il).n_slots;
-            grouped_ = r.grouped;
-            if (grouped_)
-                cuda::group_pairs(r.mm_ids, n * K, group_experts_, cuda::k_tile_rows_mma, perm_, tiles_, n_tiles_, stream_);
-            routed_experts(l, n, r.mm_ids, g_act);
+            slot_experts(l, lanes_->slots(il).n_slots, n, r.mm_ids, g_act);
             g_act = false;   // act_ now holds the down projection's input
         }
         if (r.pcie_pairs > 0) {
             // The misses copied over PCIe: the same launches on the staging slots, once the
             // copies have landed (their pairs only: the others are -1, skipped).
             lanes_->staged_begin();
-            const cuda_expert_lanes::layer_slots& st = lanes_->staging();
-            dlayer staged = l;
-            staged.gate_exps.data = st.gate;
-            staged.up_exps.data = st.up;
-            staged.down_exps.data = st.down;
-            group_experts_ = st.n_slots;
-            grouped_ = true;
-            cuda::group_pairs(r.stage_ids, n * K, group_experts_, cuda::k_tile_rows_mma, perm_, tiles_, n_tiles_, stream_);
-            routed_experts(staged, n, r.stage_ids, g_act);
+            staged_experts(l, n, r.stage_ids, g_act);
             lanes_->staged_end();
         }
         if (r.gpu_pairs + r.pcie_pairs > 0) lanes_->gpu_end(il);
@@ -115,6 +106,27 @@ void cuda_model::moe_block(const dlayer& l, int il, int64_t n) {
     cuda::moe_combine(ey_, ew_, static_cast<int>(K), n, E, out_buf_, stream_);
     cuda::add_gated(out_buf_, shexp_, shgate_, n, E, stream_);
     cuda::add(x_, out_buf_, n * E, stream_);
+}
+
+void cuda_model::slot_experts(const dlayer& l, int n_slots, int64_t n, const int32_t* ids, bool g_act) {
+    const int64_t K = hp_.n_expert_used;
+    group_experts_ = n_slots;
+    // Grouped by slot when the window has many pairs a slot (a prefill chunk: the all-GPU
+    // model's rule); else a block a pair, another lane's pairs skipped by their -1 (a decode step
+    // or a verify window, where grouping costs more than it saves: 8 rows over 8 experts took
+    // 75.7 us grouped against 30.7, bench/gpu/window_bench.cu).
+    grouped_ = lanes_->groupable() && n * K >= 2 * static_cast<int64_t>(n_slots);
+    if (grouped_) cuda::group_pairs(ids, n * K, n_slots, cuda::k_tile_rows_mma, perm_, tiles_, n_tiles_, stream_);
+    routed_experts(l, n, ids, g_act);
+}
+
+void cuda_model::staged_experts(const dlayer& l, int64_t n, const int32_t* ids, bool g_act) {
+    const cuda_expert_lanes::layer_slots& st = lanes_->staging();
+    dlayer staged = l;
+    staged.gate_exps.data = st.gate;
+    staged.up_exps.data = st.up;
+    staged.down_exps.data = st.down;
+    slot_experts(staged, st.n_slots, n, ids, g_act);
 }
 
 void cuda_model::shared_expert(const dlayer& l, int64_t n) {

@@ -52,6 +52,7 @@ void placement_metrics::merge(const placement_metrics& o) {
     host.routing_wait += o.host.routing_wait;
     host.launch += o.host.launch;
     host.between += o.host.between;
+    gpu_between += o.gpu_between;
     makespan_predicted += o.makespan_predicted;
 }
 
@@ -75,6 +76,7 @@ nlohmann::json placement_metrics::to_json() const {
             {"lanes",
              {{"gpu", lane_j(gpu_lane)}, {"pcie", lane_j(pcie_lane)}, {"cpu", lane_j(cpu_lane)}, {"stream", lane_j(stream_lane)}}},
             {"host_s", {{"routing_wait", host.routing_wait}, {"launch", host.launch}, {"between", host.between}}},
+            {"gpu_between_s", gpu_between},
             {"makespan_predicted_s", makespan_predicted}};
 }
 
@@ -110,6 +112,9 @@ std::string placement_metrics::to_prometheus() const {
     for (auto [name, v] : {std::pair{"routing_wait", host.routing_wait}, std::pair{"launch", host.launch},
                            std::pair{"between", host.between}})
         s += fmt::format("sluice_expert_host_seconds_total{{phase=\"{}\"}} {}\n", name, v);
+    s += "# HELP sluice_expert_gpu_between_seconds_total GPU time from a split layer's join to the next one's routing.\n"
+         "# TYPE sluice_expert_gpu_between_seconds_total counter\n";
+    s += fmt::format("sluice_expert_gpu_between_seconds_total {}\n", gpu_between);
     return s;
 }
 

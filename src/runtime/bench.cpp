@@ -574,14 +574,14 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
                 "run, in the split layers: hit rate {:.3f} ({} hits, {} PCIe, {} CPU "
                 "misses; PCIe share {:.3f}, {:.2f} GB copied), GPU lane {:.3f} s, PCIe {:.3f} s (predicted {:.3f}), CPU lane "
                 "{:.3f} s measured; host: {:.3f} s waiting for routing, {:.3f} s launching before the CPU lane, "
-                "{:.3f} s between split layers; {}; ceilings below assume the whole model in VRAM",
+                "{:.3f} s between split layers (the GPU's time there {:.3f} s); {}; ceilings below assume the whole model in VRAM",
                 pi.resident, pi.total, double(pi.resident_bytes) / 1e9, double(pi.total_bytes) / 1e9, pi.whole_layers,
                 pi.pcie_lane ? fmt::format("PCIe lane: {} staging slots, {:.1f} GB/s calibrated; CPU {:.1f} GB/s",
                                            pi.staging_slots, pi.pcie_gb_s, pi.cpu_gb_s)
                              : "no PCIe lane: " + pi.pcie_note,
                 m->hit_rate(), m->hits, m->pcie, m->cpu, m->pcie_share(), double(m->pcie_bytes) / 1e9,
                 m->gpu_lane.measured, m->pcie_lane.measured, m->pcie_lane.predicted, m->cpu_lane.measured,
-                m->host.routing_wait, m->host.launch, m->host.between,
+                m->host.routing_wait, m->host.launch, m->host.between, m->gpu_between,
                 pi.prefill_stream
                     ? fmt::format("prefill streaming for windows of {} ({:.2f} GB of layer buffers): {} layer "
                                   "forwards streamed, {:.2f} GB in {:.3f} s (predicted {:.3f})",

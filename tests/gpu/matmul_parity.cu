@@ -318,6 +318,21 @@ int gpu_parity(dtype t, int64_t n_in) {
         for (int64_t j = 0; j < n_out; ++j)
             if (f2u(got[p * n_out + j]) != f2u(ref[(p / 2) * n_out + j]) && bad_exp++ == 0)
                 std::printf("  %s expert pair %d col %lld differs\n", std::string(name(t)).c_str(), p, static_cast<long long>(j));
+    // Again with every third pair's id -1 (another lane's pair in a split layer): those rows keep
+    // what the output held (0xff bytes), the others are computed as before.
+    for (int p = 0; p < n_pairs; p += 3) ids[static_cast<size_t>(p)] = -1;
+    CK(cudaMemcpy(dids.p, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dy.p, 0xff, static_cast<size_t>(n_pairs * n_out) * 4));
+    cuda::matmul(m, nullptr);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(got.data(), dy.p, static_cast<size_t>(n_pairs * n_out) * 4, cudaMemcpyDeviceToHost));
+    for (int p = 0; p < n_pairs; ++p)
+        for (int64_t j = 0; j < n_out; ++j) {
+            const uint32_t want = p % 3 == 0 ? 0xffffffffu : f2u(ref[(p / 2) * n_out + j]);
+            if (f2u(got[p * n_out + j]) != want && bad_exp++ == 0)
+                std::printf("  %s expert pair %d (id %d) col %lld differs\n", std::string(name(t)).c_str(), p,
+                            ids[static_cast<size_t>(p)], static_cast<long long>(j));
+        }
     // Grouped expert mode (int8 formats), for both tile sizes: 60 pairs over the 3 experts (20
     // each: tiles of 16 and 4 for the dp4a kernel, one of 20 for the tensor-core kernel), then 200
     // pairs over 2 experts (100 each: tiles of 64 and 36); grouped on the device by group_pairs;

@@ -252,6 +252,11 @@ TEST(placement_plan, metrics_add_up_the_plans) {
     EXPECT_DOUBLE_EQ(sum.host.launch, 0.25);
     EXPECT_DOUBLE_EQ(mt.to_json()["host_s"]["launch"].get<double>(), 0.25);
     EXPECT_NE(mt.to_prometheus().find("phase=\"launch\"} 0.25"), std::string::npos);
+    mt.gpu_between = 0.5;
+    sum.merge(mt);
+    EXPECT_DOUBLE_EQ(sum.gpu_between, 0.5);
+    EXPECT_DOUBLE_EQ(mt.to_json()["gpu_between_s"].get<double>(), 0.5);
+    EXPECT_NE(mt.to_prometheus().find("sluice_expert_gpu_between_seconds_total 0.5"), std::string::npos);
 }
 
 TEST(placement_plan, cpu_expert_rate_is_measured_on_the_pool) {

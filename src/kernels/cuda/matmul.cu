@@ -164,6 +164,7 @@ __global__ void __launch_bounds__(k_warps_max * 32, MAXR == 1 ? 4 : 3)
         nr = tiles[3 * t + 1];
         wrow = w + static_cast<size_t>(tiles[3 * t + 2]) * expert_stride + static_cast<size_t>(live ? j : 0) * row_bytes;
     } else {
+        if (ids && ids[blockIdx.y] < 0) return;   // another lane's pair: the whole block, before any barrier
         wrow = mm_detail::block_rows(w, ids, expert_stride, row_bytes, j, live, n_rows, r0, nr);
     }
     if (nr > MAXR) nr = MAXR;   // never: the launch picks MAXR >= the rows of a group

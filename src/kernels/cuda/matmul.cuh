@@ -34,7 +34,9 @@ struct mm_args {
     size_t row_bytes = 0;             // bytes per weight row (n_in elements of `type`)
     int64_t n_in = 0;                 // multiple of the format's block width
     int64_t n_out = 0;
-    // Expert mode (ids != nullptr): row r uses the matrix at w + ids[r] * expert_stride.
+    // Expert mode (ids != nullptr): row r uses the matrix at w + ids[r] * expert_stride. A
+    // negative id skips the row (its y row is left as it was): a split layer's pairs that another
+    // lane computes.
     const int32_t* ids = nullptr;     // device [n_rows], or nullptr for one plain matrix
     size_t expert_stride = 0;         // bytes between experts' matrices
     // Activations: row r reads activation row r / act_div (an expert pair (row, k) reads its

@@ -52,6 +52,7 @@ __global__ void __launch_bounds__(k_warps * 32)
     const bool live = j < n_out;   // every lane stays for the shuffles
     int64_t r0;
     int nr;
+    if (ids && ids[blockIdx.y] < 0) return;   // another lane's pair (the whole block: no barriers here)
     const uint8_t* wrow = mm_detail::block_rows(w, ids, expert_stride, row_bytes, j, live, n_rows, r0, nr);
     for (int r = 0; r < nr; ++r) {   // nr is uniform across the block
         float a = 0.0f;

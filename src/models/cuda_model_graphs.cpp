@@ -1,0 +1,119 @@
+// A split model's decode step as CUDA graphs (cuda_model_impl.h: split_graph): captured on the
+// step's first run for a (cache, logits) key, cut where the host works (the plan, the PCIe
+// copies, the CPU lane), and replayed from then on with the same host work between segments.
+// The graphs launch what the uncaptured step launches, with the same arguments, so the bits are
+// the same (tests/gpu/placement_parity decodes through them against the CPU model).
+#ifdef SLUICE_HAVE_CUDA
+
+#include "models/cuda_model_impl.h"
+
+#include "core/error.h"
+#include "kernels/cuda/matmul.cuh"
+
+namespace sluice::cuda_impl {
+
+bool cuda_model::split_graphs_apply(std::span<const batch_segment> batch, int64_t n) const {
+    // One row of one sequence (a decode step): its launches do not depend on the routing (each
+    // lane's matmuls skip the other lanes' pairs on the device). A streaming forward (prefill)
+    // never has one row.
+    return graphs_ && lanes_ && !lanes_->streaming() && batch.size() == 1 && n == 1;
+}
+
+void cuda_model::enqueue_split_step(std::span<const batch_segment> batch, const std::vector<float*>& kv_bufs, int64_t n) {
+    const graph_key key{kv_bufs[0], batch[0].kv->shape().n_ctx, batch[0].n_logits};
+    for (const split_graph& g : split_graphs_)
+        if (g.key == key) return replay_split(g);
+    if (split_graphs_.size() >= 16) clear_graphs();
+    split_graph g{key, {}};
+    segment_out_ = &g.segments;
+    try {
+        segment_begin();
+        enqueue(batch, kv_bufs, n, d_pos_);
+        segment_cut();
+    } catch (...) {
+        cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(stream_, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone) {
+            cudaGraph_t partial = nullptr;
+            cudaStreamEndCapture(stream_, &partial);
+            if (partial) cudaGraphDestroy(partial);
+        }
+        cudaGetLastError();
+        segment_out_ = nullptr;
+        for (cudaGraphExec_t e : g.segments) cudaGraphExecDestroy(e);
+        throw;
+    }
+    segment_out_ = nullptr;
+    split_graphs_.push_back(std::move(g));
+}
+
+void cuda_model::segment_begin() {
+    ck(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+}
+
+void cuda_model::segment_cut() {
+    cudaGraph_t g = nullptr;
+    ck(cudaStreamEndCapture(stream_, &g), "cudaStreamEndCapture");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
+    cudaGraphDestroy(g);
+    ck(e, "cudaGraphInstantiate");
+    segment_out_->push_back(exec);
+    ck(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
+}
+
+void cuda_model::captured_split_layer(const dlayer& l, int il, int64_t n, bool g_act) {
+    lanes_->send_routing(n, ids_, xn_, /*captured=*/true);
+    segment_cut();   // the segment up to this layer's routing
+    lanes_->plan_window(il, n);
+    lanes_->gpu_begin(il);
+    segment_begin();
+    lanes_->upload_slots(n);
+    const int n_resident = lanes_->slots(il).n_slots;
+    if (n_resident > 0) {
+        slot_experts(l, n_resident, n, lanes_->slot_ids(n), g_act);
+        g_act = false;   // act_ now holds the down projection's input
+    }
+    shared_expert(l, n);   // on the GPU while the CPU lane runs (it reads xn_ only)
+    g_act = false;         // its launches quantised their own rows into act_
+    segment_cut();         // hits
+    if (lanes_->staging().n_slots > 0) {
+        lanes_->staged_begin();   // the stream waits for this window's copies (outside the graph)
+        segment_begin();
+        staged_experts(l, n, lanes_->stage_ids(n), g_act);
+        segment_cut();            // staged
+        lanes_->staged_end();
+    }
+    lanes_->gpu_end(il);
+    lanes_->run_cpu(n, *pool_, il);
+    segment_begin();
+    lanes_->join(n, ey_, /*captured=*/true);   // the tail segment goes on from here
+}
+
+void cuda_model::replay_split(const split_graph& g) {
+    // The same host work, in the same order, as captured_split_layer between its cuts.
+    const bool staged = lanes_->staging().n_slots > 0;
+    const size_t want = 1 + lanes_->split_layers().size() * (staged ? 3 : 2);
+    if (g.segments.size() != want) fail("cuda model: a split decode step of {} graph segments, expected {}", g.segments.size(), want);
+    size_t k = 0;
+    ck(cudaGraphLaunch(g.segments[k++], stream_), "cudaGraphLaunch");   // head
+    const std::vector<int>& split = lanes_->split_layers();
+    for (int il : split) {
+        lanes_->plan_window(il, 1);
+        lanes_->gpu_begin(il);
+        ck(cudaGraphLaunch(g.segments[k++], stream_), "cudaGraphLaunch");   // hits
+        if (staged) {
+            lanes_->staged_begin();
+            ck(cudaGraphLaunch(g.segments[k++], stream_), "cudaGraphLaunch");
+            lanes_->staged_end();
+        }
+        lanes_->gpu_end(il);
+        lanes_->run_cpu(1, *pool_, il);
+        lanes_->between_begin();
+        ck(cudaGraphLaunch(g.segments[k++], stream_), "cudaGraphLaunch");   // tail
+        if (il != split.back()) lanes_->between_end();   // the last tail ends with the logits
+    }
+}
+
+}  // namespace sluice::cuda_impl
+
+#endif  // SLUICE_HAVE_CUDA
