@@ -329,7 +329,9 @@ if [ -f "$model" ]; then
 else
   say "synthetic file (background): $layers layers, q4_k_m, skew $skew, locality $locality -> $model"
   if [ $mode != dry ]; then
-    ( t0=$(date +%s); gen_model > /tmp/gen_model.log 2>&1; rc=$?; echo "rc=$rc in $(( $(date +%s) - t0 )) s" >> /tmp/gen_model.log ) &
+    # sync: the file's dirty pages are written out before anything is timed (the kernel's
+    # writeback of tens of GB competes with the CPU lane for cores and memory bandwidth).
+    ( t0=$(date +%s); gen_model > /tmp/gen_model.log 2>&1; rc=$?; sync; echo "rc=$rc in $(( $(date +%s) - t0 )) s" >> /tmp/gen_model.log ) &
     gen_pid=$!
   fi
 fi
