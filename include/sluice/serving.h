@@ -69,8 +69,12 @@ struct serving_options {
     int max_batch = 8;                 // requests decoding together
     int max_queue = 64;                // waiting requests; submit() refuses beyond it
     size_t prefix_cache_bytes = size_t(1) << 30;  // KV checkpoints kept (LRU)
-    int prefill_rows_per_step = 64;    // prompt rows one step carries, over all new requests, so
-                                       // that decoding requests keep getting a token every step
+    // Prompt rows one step carries, over all new requests (1..4096); 0: the model's prefill
+    // forward (runtime/loaded_model.h: default_prefill_rows, 512, or 2048 for a split GPU model
+    // that streams its experts), as llama.cpp's server fills its batch. Fewer keep the token
+    // latency of decoding requests lower while a long prompt arrives, at the prompt's expense
+    // (a split model copies each layer's missing experts once per forward, whatever its rows).
+    int prefill_rows_per_step = 0;
     // Draft depth (requests with a drafter and generate_params::adaptive_depth): the cost of
     // windows of 1..16 rows is measured once per engine, on the scheduler thread before the
     // first such request's first window (not counted as its time), and each request keeps its
@@ -115,6 +119,7 @@ public:
     std::string token_text(int32_t id) const;
     int32_t n_vocab() const;
     int32_t n_ctx() const;
+    int prefill_rows_per_step() const;   // serving_options' value, 0 resolved for the model
     bool is_eog(int32_t id) const;
     std::string chat_template() const;   // the model's tokenizer.chat_template ("" if none)
     std::string bos_text() const, eos_text() const;

@@ -47,6 +47,7 @@ struct serve_args {
     int grace_s = 20;
     std::string vram_budget;
     int prefill_stream = -1;
+    int prefill_rows = 0;   // --prefill-rows: prompt rows per step (0: the model's prefill forward)
     bool no_mmap = false;   // --no-mmap: the file read into memory (io/mmap.h)
     int gpu = -1;   // --gpu: CUDA device of the target model (-1: the CPU)
 };
@@ -116,15 +117,18 @@ void serve(const serve_args& a) {
     opt.engine.gpu = a.gpu;
     opt.engine.vram_budget = budget;
     opt.engine.prefill_stream_rows = a.prefill_stream;
+    opt.prefill_rows_per_step = a.prefill_rows;
     opt.engine.mmap = !a.no_mmap;
     opt.max_batch = a.parallel;
     opt.max_queue = a.queue;
     opt.prefix_cache_bytes = static_cast<size_t>(a.prefix_cache_mb) << 20;
     std::shared_ptr<serving_backend> backend;
     std::string mtp;
+    int prefill_rows = 0;
     try {
         std::unique_ptr<serving_engine> eng = serving_engine::open(opt);
         mtp = eng->mtp_summary();
+        prefill_rows = eng->prefill_rows_per_step();
         if (so.drafter == drafter_kind::mtp && mtp.empty())
             fail("serve: --spec mtp: the model ({}) has no MTP (nextn) layers (use --spec for prompt lookup, or "
                  "--draft-model)",
@@ -136,8 +140,9 @@ void serve(const serve_args& a) {
         http.join();
         throw;
     }
-    fmt::print(stderr, "sluice serve: ready: {} (context {}, batch {}, queue {}){}{}\n", backend->model_name(),
-               backend->n_ctx(), a.parallel, a.queue, so.web_root.empty() ? "" : ", page from ",
+    fmt::print(stderr, "sluice serve: ready: {} (context {}, batch {}, queue {}, {} prompt rows a step){}{}\n",
+               backend->model_name(), backend->n_ctx(), a.parallel, a.queue, prefill_rows,
+               so.web_root.empty() ? "" : ", page from ",
                so.web_root.string());
     if (so.drafter == drafter_kind::mtp) fmt::print(stderr, "sluice serve: drafting with the {}\n", mtp);
 
@@ -199,6 +204,10 @@ void add_serve_command(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--vram-budget", a->vram_budget, "GPU memory for routed experts, e.g. 12G, 512M, 0");
     cmd->add_option("--prefill-stream", a->prefill_stream, k_prefill_stream_help)->capture_default_str();
+    cmd->add_option("--prefill-rows", a->prefill_rows, "Prompt rows one step carries over all new requests (1..4096; "
+                    "0: the model's prefill forward, 512, or 2048 for a split GPU model that streams its experts); "
+                    "fewer keep decoding requests' token latency lower while long prompts arrive")
+        ->capture_default_str();
     cmd->add_flag("--no-mmap", a->no_mmap, "Read the model into memory (transparent huge pages) instead of mapping it: slower start, faster CPU decode");
     cmd->add_option("--gpu", a->gpu, "CUDA device for the model (-1: the CPU); with --vram-budget, routed experts "
                     "beyond it run on the CPU")->capture_default_str();

@@ -102,8 +102,9 @@ serving_engine::~serving_engine() { shutdown(true); }
 std::unique_ptr<serving_engine> serving_engine::open(const serving_options& o) {
     if (o.max_batch < 1 || o.max_batch > 256) fail("serving: max_batch: expected 1..256, got {}", o.max_batch);
     if (o.max_queue < 0) fail("serving: max_queue: expected >= 0, got {}", o.max_queue);
-    if (o.prefill_rows_per_step < 1 || o.prefill_rows_per_step > 1024)
-        fail("serving: prefill_rows_per_step: expected 1..1024, got {}", o.prefill_rows_per_step);
+    if (o.prefill_rows_per_step < 0 || o.prefill_rows_per_step > k_max_prefill_rows_per_step)
+        fail("serving: prefill_rows_per_step: expected 1..{} (0: the model's prefill forward), got {}",
+             k_max_prefill_rows_per_step, o.prefill_rows_per_step);
     auto p = std::make_unique<impl>();
     p->opt = o;
     const engine_options& eo = o.engine;
@@ -113,6 +114,7 @@ std::unique_ptr<serving_engine> serving_engine::open(const serving_options& o) {
 #ifdef SLUICE_HAVE_CUDA
     p->experts_split = eo.gpu >= 0 && cuda_placement_of(*p->target.net).split;
 #endif
+    if (o.prefill_rows_per_step == 0) p->opt.prefill_rows_per_step = default_prefill_rows(*p->target.net, eo.gpu);
     const model_hparams& hp = p->target.net->hparams();
     p->n_ctx = eo.n_ctx > 0 ? eo.n_ctx : std::min(hp.n_ctx_train, 4096);
     p->n_vocab = hp.n_vocab;
@@ -147,7 +149,7 @@ std::unique_ptr<serving_engine> serving_engine::open(const serving_options& o) {
     po.numa = p->numa.topology;
     p->pool = std::make_unique<thread_pool>(threads, po);
     const int window_rows = o.max_batch * k_max_window;
-    p->scratch = p->target.net->make_scratch(o.prefill_rows_per_step + window_rows, *p->pool);
+    p->scratch = p->target.net->make_scratch(p->opt.prefill_rows_per_step + window_rows, *p->pool);
     p->logits.resize(static_cast<size_t>(window_rows) * static_cast<size_t>(p->n_vocab));
     p->batch.reserve(static_cast<size_t>(o.max_batch));
     p->in_batch.reserve(static_cast<size_t>(o.max_batch));
@@ -199,6 +201,7 @@ std::string serving_engine::token_text(int32_t id) const {
 }
 int32_t serving_engine::n_vocab() const { return p_->n_vocab; }
 int32_t serving_engine::n_ctx() const { return p_->n_ctx; }
+int serving_engine::prefill_rows_per_step() const { return p_->opt.prefill_rows_per_step; }
 bool serving_engine::is_eog(int32_t id) const {
     return std::find(p_->eog.begin(), p_->eog.end(), id) != p_->eog.end();
 }

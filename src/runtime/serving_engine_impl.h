@@ -45,6 +45,7 @@ namespace serving_detail {
 
 using steady = std::chrono::steady_clock;
 constexpr int k_max_window = 16;       // rows of one verify window (the decoder's limit)
+constexpr int k_max_prefill_rows_per_step = 4096;   // twice the largest default (a streaming split model's)
 constexpr int k_max_top_logprobs = 20; // OpenAI's limit
 constexpr int k_draft_rows = 32;       // rows per forward of a request's draft model
 

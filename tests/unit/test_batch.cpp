@@ -8,6 +8,7 @@
 #include "io/model_file.h"
 #include "kv/kv_cache.h"
 #include "models/model.h"
+#include "sluice/engine.h"
 #include "sluice/serving.h"
 
 #include <gtest/gtest.h>
@@ -239,6 +240,31 @@ TEST(batch_serving, batched_requests_equal_solo_runs) {
             EXPECT_EQ(together[i].streamed, together[i].result.stats.tokens);
             EXPECT_GT(together[i].result.stats.n_decoded, 0);
         }
+    }
+}
+
+TEST(batch_serving, prompt_rows_per_step_default_to_the_models_prefill_and_change_no_token) {
+    const char* name = "qwen3moe_e8_k2";
+    std::vector<reply> small, whole;
+    {
+        auto eng = serving_engine::open(options(name, 2));   // 16 prompt rows a step
+        EXPECT_EQ(eng->prefill_rows_per_step(), 16);
+        small = serve(*eng, mixed_requests(eng->n_vocab()));
+    }
+    serving_options o = options(name, 2);
+    o.prefill_rows_per_step = 0;   // the model's prefill forward: 512 rows on the CPU
+    auto eng = serving_engine::open(o);
+    EXPECT_EQ(eng->prefill_rows_per_step(), k_cpu_prefill_rows);
+    whole = serve(*eng, mixed_requests(eng->n_vocab()));
+    ASSERT_EQ(small.size(), whole.size());
+    for (size_t i = 0; i < small.size(); ++i) {
+        SCOPED_TRACE(i);
+        EXPECT_NE(whole[i].result.finish_reason, "error") << whole[i].result.error;
+        EXPECT_EQ(whole[i].result.stats.token_sha, small[i].result.stats.token_sha);
+    }
+    for (int bad : {-1, 4097}) {
+        o.prefill_rows_per_step = bad;
+        EXPECT_THROW(serving_engine::open(o), error) << bad;
     }
 }
 
