@@ -22,8 +22,9 @@
 #     (bench/gpu/window_bench.cu).
 #   DECODE_BENCH=0: skip decode_bench on the synthetic file (the whole model in VRAM).
 #   SPLIT_BENCH=GIB: time the synthetic file's decode with its routed experts under that VRAM
-#     budget: the cost model's split of the misses, no PCIe lane, and 0.6 of them over PCIe
-#     (bench/gpu/split_decode_bench.cu; SPLIT_GEN tokens, SPLIT_ROUNDS rounds).
+#     budget: the cost model's split of the misses, no PCIe lane, 0.6 of them over PCIe, and the
+#     cost model's split without the decode step's graph segments (bench/gpu/split_decode_bench.cu;
+#     SPLIT_GEN tokens, SPLIT_ROUNDS rounds).
 # Needs: .peers/gpu-bench/include (bench/run_gpu.sh --prepare) and the gguf package (.gpudeps/py).
 # bench/gpu/session.sh is the one-call form for the lead (budget 420 s, sm_90, all cores).
 set -uo pipefail

@@ -37,6 +37,7 @@ void cuda_model::enqueue_split_step(std::span<const batch_segment> batch, const 
             cudaStreamEndCapture(stream_, &partial);
             if (partial) cudaGraphDestroy(partial);
         }
+        cudaStreamSynchronize(stream_);   // the segments already launched, before they go
         cudaGetLastError();
         segment_out_ = nullptr;
         for (cudaGraphExec_t e : g.segments) cudaGraphExecDestroy(e);
