@@ -390,7 +390,6 @@ cuda_expert_lanes::routed cuda_expert_lanes::plan_window(int il, int64_t n) {
     if (plan_.n_pcie > 0) copy_staged(il);   // first: the copies start while the rest is set up
     const int32_t* local = local_slot_.data() + static_cast<size_t>(il) * static_cast<size_t>(hp_.n_expert);
     routed r;
-    r.grouped = grouped_ok_;
     int32_t* join_slot = h_slot_;
     int32_t* mm = h_slot_ + P;
     int32_t* stage = h_slot_ + 2 * P;

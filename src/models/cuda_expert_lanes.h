@@ -43,7 +43,6 @@ public:
     struct routed {
         const int32_t* mm_ids = nullptr;   // device [pairs]: the slot each pair's GPU matmul reads
                                            // (-1: another lane's pair, skipped)
-        bool grouped = false;              // int8 experts: the grouped matmul may take the pairs
         const int32_t* stage_ids = nullptr;   // device [pairs]: the staging slot of a PCIe pair, else -1
         int gpu_pairs = 0, pcie_pairs = 0, cpu_pairs = 0;
     };
