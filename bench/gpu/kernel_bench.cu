@@ -15,6 +15,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -318,6 +319,38 @@ int main(int argc, char** argv) {
         });
         report("LM head Q6_K 151936 x 2048, 1 row", us, static_cast<double>(rb) * V, false);
         cudaFree(w);
+    }
+    // 8. Prefill attention: a 2048-row chunk of a long prompt (the rows kernel), at the start and
+    // at the end of a 32K prompt, for 32/4 heads of 128 (the MoE families) and 16/2 of 256 (the
+    // hybrids' gated attention). The figure after the time is FP32 GFLOP/s (2 per multiply-add of
+    // QK and of PV over the causal positions), not GB/s.
+    {
+        struct prefill_case {
+            const char* name;
+            int n_head, n_kv, hd;
+            int32_t pos0;
+        };
+        const prefill_case cases[] = {{"prefill attention 32/4 x 128, 2048 rows at 0", 32, 4, 128, 0},
+                                      {"prefill attention 32/4 x 128, 2048 rows at 30720", 32, 4, 128, 30720},
+                                      {"prefill attention 16/2 x 256, 2048 rows at 0", 16, 2, 256, 0},
+                                      {"prefill attention 16/2 x 256, 2048 rows at 30720", 16, 2, 256, 30720}};
+        const int64_t rows = 2048, n_ctx = 32768;
+        for (const prefill_case& c : cases) {
+            kernels::attention_params ap;
+            ap.n_head = c.n_head;
+            ap.n_kv_head = c.n_kv;
+            ap.head_dim = c.hd;
+            ap.scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+            float* q = dev_floats(static_cast<size_t>(rows) * c.n_head * c.hd, 30);
+            float* kc = dev_floats(static_cast<size_t>(n_ctx) * c.n_kv * c.hd, 31);
+            float* vc = dev_floats(static_cast<size_t>(n_ctx) * c.n_kv * c.hd, 32);
+            float* out = dev_floats(static_cast<size_t>(rows) * c.n_head * c.hd, 33);
+            const double us = time_us(s, 3, [&](int) { cuda::attention(ap, q, kc, vc, c.pos0, rows, out, s); });
+            const double mean_kv = c.pos0 + (rows + 1) / 2.0;
+            const double flops = 4.0 * rows * c.n_head * c.hd * mean_kv;
+            std::printf("%-58s %9.2f us  %8.1f GFLOP/s  (not per layer)\n", c.name, us, flops / (us * 1e-6) / 1e9);
+            for (float* p : {q, kc, vc, out}) cudaFree(p);
+        }
     }
     ck(cudaDeviceSynchronize(), "end");
     std::printf("PASS: kernel_bench done\n");

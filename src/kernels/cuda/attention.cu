@@ -263,9 +263,13 @@ __global__ void __launch_bounds__(k_attn_warps * 32)
 // exponentials, chunk_v_sum) and merges the chunk into its running (max, sum, output) at once
 // with the merge expression, chunks in order: the serial walk whose bits attention_kernel's
 // parallel merge reproduces. So both kernels give the CPU's bits for every row (ops_parity).
+// U: output dimensions a lane keeps, 4 (head_dim <= 128) or 8 (<= 256: the Qwen hybrids' gated
+// attention); the staged rows are 32 U floats wide.
 constexpr int k_rows_warps = 16;
-constexpr int k_rows_max_hd = 128;
-constexpr int k_rows_kstride = k_rows_max_hd + 4;   // K rows padded: float4 reads of 8 lanes hit distinct banks
+template <int U>
+constexpr int k_rows_hd = 32 * U;
+template <int U>
+constexpr int k_rows_kstride = k_rows_hd<U> + 4;   // K rows padded: float4 reads of 8 lanes hit distinct banks
 // V rows loaded ahead of their adds: 4 from shared memory (16 from global memory in the one-row
 // kernel). Two blocks an SM would need 64 registers a thread: ptxas then spills 28-72 bytes
 // whatever this batch (1, 2, 4, 8 tried), so the kernel keeps one block (16 warps) an SM.
@@ -275,19 +279,23 @@ constexpr int k_rows_vbatch = 4;
 constexpr int64_t k_split_lanes = 32;
 
 // One chunk's K and V rows of a KV head in shared memory (attention_rows_kernel keeps two).
+template <int U>
 struct rows_chunk_buffers {
-    float k[kernels::k_attn_chunk][k_rows_kstride];
-    float v[kernels::k_attn_chunk][k_rows_max_hd];
+    float k[kernels::k_attn_chunk][k_rows_kstride<U>];   // [k_attn_chunk, head_dim (+ pad)]
+    float v[kernels::k_attn_chunk][k_rows_hd<U>];        // [k_attn_chunk, head_dim]
 };
 
 // The block's threads copy n K and V rows of a chunk (kg, vg: the chunk's first row of this KV
-// head, rows kv_stride floats apart) into sk, sv: as asynchronous 16-byte copies where every row
+// head, rows kv_stride floats apart) into b: as asynchronous 16-byte copies where every row
 // is 16-byte aligned (head_dim and the stride multiples of 4: every model here; the caller then
 // calls stage_wait before its barrier), else float by float. Copies only. The copies of a thread
 // are all in flight at once: a float4 load-then-store loop took a memory latency per iteration
 // (4 a thread for a 32-position chunk of 128-wide heads at 256 threads).
+template <int U>
 __device__ inline void stage_chunk(const float* kg, const float* vg, int64_t kv_stride, int n, int hd,
-                                   float (*sk)[k_rows_kstride], float (*sv)[k_rows_max_hd]) {
+                                   rows_chunk_buffers<U>& b) {
+    auto& sk = b.k;
+    auto& sv = b.v;
     const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
     const bool vec4 = hd % 4 == 0 && kv_stride % 4 == 0 && ((reinterpret_cast<uintptr_t>(kg) | reinterpret_cast<uintptr_t>(vg)) & 15) == 0;
     if (vec4) {
@@ -308,14 +316,16 @@ __device__ inline void stage_chunk(const float* kg, const float* vg, int64_t kv_
 
 // One query's chunk of n staged positions (the warp's part of a staged chunk): its max mc, exp
 // sum lc and V sum oc (dims lane + 32u), attention_kernel's per-chunk operations on shared memory.
-__device__ inline void staged_chunk(const float (*sk)[k_rows_kstride], const float (*sv)[k_rows_max_hd], const float* qs,
-                                    int n, int hd, bool vec16, float scale, int lane, float& mc, float& lc, float (&oc)[4]) {
-    const float score = lane < n ? chunk_score(sk[lane], qs, hd, vec16, scale) : 0.0f;
+template <int U>
+__device__ inline void staged_chunk(const rows_chunk_buffers<U>& b, const float* qs, int n, int hd, bool vec16, float scale,
+                                    int lane, float& mc, float& lc, float (&oc)[U]) {
+    const float score = lane < n ? chunk_score(b.k[lane], qs, hd, vec16, scale) : 0.0f;
     mc = chunk_max(score, n, lane);
     const float e = lane < n ? kernels::exp_f32(__fsub_rn(score, mc)) : 0.0f;
-    chunk_v_sum<4, k_rows_vbatch>(&sv[0][0], k_rows_max_hd, n, e, hd, lane, lc, oc);
+    chunk_v_sum<U, k_rows_vbatch>(&b.v[0][0], k_rows_hd<U>, n, e, hd, lane, lc, oc);
 }
 
+template <int U>
 __global__ void __launch_bounds__(k_rows_warps * 32)
     attention_rows_kernel(kernels::attention_params p, const float* q, const float* kc, const float* vc, int32_t pos0,
                           int64_t n_rows, int rows_per_block, float* out) {
@@ -323,8 +333,8 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
     // Two chunk buffers (rows_chunk_buffers), dynamic shared memory: the next chunk's K and V
     // rows are copied while the block computes this one.
     extern __shared__ float4 rows_dyn[];
-    rows_chunk_buffers* bufs = reinterpret_cast<rows_chunk_buffers*>(rows_dyn);
-    __shared__ __align__(16) float sq[k_rows_warps][k_rows_max_hd];             // each warp's query
+    rows_chunk_buffers<U>* bufs = reinterpret_cast<rows_chunk_buffers<U>*>(rows_dyn);
+    __shared__ __align__(16) float sq[k_rows_warps][k_rows_hd<U>];   // [warps, head_dim] each warp's query
     const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x & 31);
     const int G = p.n_head / p.n_kv_head, hd = p.head_dim;
     const int kvh = static_cast<int>(blockIdx.y);
@@ -339,44 +349,42 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
     const int64_t n_kv_tile = pos0 + r_last + 1;   // the tile's last row sees the most positions
     const int64_t n_kv = pos0 + r + 1;
     const bool vec16 = hd % 16 == 0;
-    float o[4];
+    float o[U];
     float m = 0.0f, l = 0.0f;
 #pragma unroll
-    for (int u = 0; u < 4; ++u) o[u] = 0.0f;
-    auto issue = [&](int64_t c0, rows_chunk_buffers& b) {
+    for (int u = 0; u < U; ++u) o[u] = 0.0f;
+    auto issue = [&](int64_t c0, rows_chunk_buffers<U>& b) {
         const int n_stage = static_cast<int>(n_kv_tile - c0 < kernels::k_attn_chunk ? n_kv_tile - c0 : kernels::k_attn_chunk);
         stage_chunk(kc + c0 * kv_stride + static_cast<int64_t>(kvh) * hd, vc + c0 * kv_stride + static_cast<int64_t>(kvh) * hd,
-                    kv_stride, n_stage, hd, b.k, b.v);
+                    kv_stride, n_stage, hd, b);
     };
     issue(0, bufs[0]);
     for (int64_t c0 = 0, ib = 0; c0 < n_kv_tile; c0 += kernels::k_attn_chunk, ib ^= 1) {
         stage_wait();
         __syncthreads();   // chunk c0 is in bufs[ib] (and sq is written); the previous chunk's reads are done
         if (c0 + kernels::k_attn_chunk < n_kv_tile) issue(c0 + kernels::k_attn_chunk, bufs[ib ^ 1]);
-        const float (*sk)[k_rows_kstride] = bufs[ib].k;
-        const float (*sv)[k_rows_max_hd] = bufs[ib].v;
         if (!active || c0 >= n_kv) continue;
         const int n = static_cast<int>(n_kv - c0 < kernels::k_attn_chunk ? n_kv - c0 : kernels::k_attn_chunk);
-        float mc, lc, oc[4];
-        staged_chunk(sk, sv, sq[warp], n, hd, vec16, p.scale, lane, mc, lc, oc);
+        float mc, lc, oc[U];
+        staged_chunk<U>(bufs[ib], sq[warp], n, hd, vec16, p.scale, lane, mc, lc, oc);
         if (c0 == 0) {
             m = mc;
             l = lc;
 #pragma unroll
-            for (int u = 0; u < 4; ++u) o[u] = oc[u];
+            for (int u = 0; u < U; ++u) o[u] = oc[u];
         } else {
             const float m_after = mc > m ? mc : m;
             const float a = kernels::exp_f32(__fsub_rn(m, m_after)), bc = kernels::exp_f32(__fsub_rn(mc, m_after));
             l = __fadd_rn(__fmul_rn(l, a), __fmul_rn(lc, bc));
 #pragma unroll
-            for (int u = 0; u < 4; ++u) o[u] = __fadd_rn(__fmul_rn(o[u], a), __fmul_rn(oc[u], bc));
+            for (int u = 0; u < U; ++u) o[u] = __fadd_rn(__fmul_rn(o[u], a), __fmul_rn(oc[u], bc));
             m = m_after;
         }
     }
     if (active) {
         float* orow = out + (r * p.n_head + h) * hd;
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
+        for (int u = 0; u < U; ++u) {
             const int d = lane + 32 * u;
             if (d < hd) orow[d] = __fdiv_rn(o[u], l);
         }
@@ -397,14 +405,16 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
 // positions that took 16.3 us a layer (kernel_bench, session 9), this reads each row once per
 // KV head from all SMs.
 //   rec: [n_head, max_chunks, head_dim + 2]; arrivals: [n_kv_head], zero before and after.
+//   The chunk's K and V rows (rows_chunk_buffers<U>) are dynamic shared memory: 66 KB at U = 8.
+template <int U>
 __global__ void __launch_bounds__(k_rows_warps * 32)
     attention_split_kernel(kernels::attention_params p, const float* q, const float* kc, const float* vc, int32_t pos0,
                            const int32_t* pos_dev, float* rec, unsigned* arrivals, int64_t max_chunks, float* out) {
     wait_prior_grids();   // first: see launch.cuh
     if (pos_dev) pos0 = *pos_dev;
-    __shared__ __align__(16) float sk[kernels::k_attn_chunk][k_rows_kstride];   // the chunk's K rows of this KV head
-    __shared__ __align__(16) float sv[kernels::k_attn_chunk][k_rows_max_hd];    // its V rows
-    __shared__ __align__(16) float sq[k_rows_warps][k_rows_max_hd];             // each warp's query
+    extern __shared__ float4 split_dyn[];
+    rows_chunk_buffers<U>& chunk = *reinterpret_cast<rows_chunk_buffers<U>*>(split_dyn);   // this KV head's chunk rows
+    __shared__ __align__(16) float sq[k_rows_warps][k_rows_hd<U>];   // [warps, head_dim] each warp's query
     __shared__ bool last;
     const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x & 31);
     const int G = p.n_head / p.n_kv_head, hd = p.head_dim;
@@ -424,14 +434,14 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
         __syncthreads();   // the previous chunk's reads are done (and sq is written)
         const float* kg = kc + c0 * kv_stride + static_cast<int64_t>(kvh) * hd;
         const float* vg = vc + c0 * kv_stride + static_cast<int64_t>(kvh) * hd;
-        stage_chunk(kg, vg, kv_stride, n, hd, sk, sv);
+        stage_chunk<U>(kg, vg, kv_stride, n, hd, chunk);
         stage_wait();
         __syncthreads();
-        float mc, lc, oc[4];
-        staged_chunk(sk, sv, sq[warp], n, hd, vec16, p.scale, lane, mc, lc, oc);
+        float mc, lc, oc[U];
+        staged_chunk<U>(chunk, sq[warp], n, hd, vec16, p.scale, lane, mc, lc, oc);
         float* r = hrec + c * rs;
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
+        for (int u = 0; u < U; ++u) {
             const int d = lane + 32 * u;
             if (d < hd) r[2 + d] = oc[u];
         }
@@ -452,9 +462,11 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
     __syncthreads();
     if (!last) return;
     // attention_kernel's merge, records read from L2 (__ldcg: written by other blocks).
-    float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float o[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) o[u] = 0.0f;
     float m = 0.0f, l = 0.0f;
-    constexpr int k_batch = 8;   // chunks whose V sums a lane loads before their updates
+    constexpr int k_batch = U <= 4 ? 8 : 4;   // chunks whose V sums a lane loads before their updates (32 floats)
     for (int64_t cg = 0; cg < n_chunks; cg += 32) {
         const int n_here = static_cast<int>(n_chunks - cg < 32 ? n_chunks - cg : 32);
         const float mine_mc = lane < n_here ? __ldcg(hrec + (cg + lane) * rs) : 0.0f;
@@ -463,18 +475,18 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
         const float m_after = merge_factors(
             cg, n_here, [&](int w) { return __shfl_sync(k_full, mine_mc, w); }, m, lane, a_w, bc_w);
         for (int w0 = 0; w0 < n_here; w0 += k_batch) {
-            float ocb[k_batch][4];
+            float ocb[k_batch][U];
 #pragma unroll
             for (int jj = 0; jj < k_batch; ++jj)
 #pragma unroll
-                for (int u = 0; u < 4; ++u) {
+                for (int u = 0; u < U; ++u) {
                     const int d = lane + 32 * u;
                     ocb[jj][u] = w0 + jj < n_here && d < hd ? __ldcg(hrec + (cg + w0 + jj) * rs + 2 + d) : 0.0f;
                 }
 #pragma unroll
             for (int jj = 0; jj < k_batch; ++jj) {
                 if (w0 + jj >= n_here) break;   // uniform
-                merge_chunk<4>(cg, w0 + jj, __shfl_sync(k_full, mine_lc, w0 + jj), [&](int u) { return ocb[jj][u]; }, a_w,
+                merge_chunk<U>(cg, w0 + jj, __shfl_sync(k_full, mine_lc, w0 + jj), [&](int u) { return ocb[jj][u]; }, a_w,
                                bc_w, hd, lane, l, o);
             }
         }
@@ -482,16 +494,49 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
     }
     float* orow = out + static_cast<int64_t>(h) * hd;
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
+    for (int u = 0; u < U; ++u) {
         const int d = lane + 32 * u;
         if (d < hd) orow[d] = __fdiv_rn(o[u], l);
     }
 }
 
+// Dynamic shared memory past the default 48 KB needs the kernel's opt-in: a function attribute of
+// the current device, not a stream operation, so it may be set while a stream is captured (the
+// split kernel runs inside decode graphs).
+template <class Kernel>
+void opt_in_shared(Kernel kernel, size_t bytes, const char* what) {
+    if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+        e != cudaSuccess)
+        fail("cuda: attention: {} bytes of shared memory for the {} kernel: {}", bytes, what, cudaGetErrorString(e));
+}
+
+// A tile of R rows a block (R = k_rows_warps / G): two chunk buffers, 67 KB at U = 4, 132 KB at 8.
+template <int U>
+void launch_rows(const kernels::attention_params& p, const float* q, const float* kc, const float* vc, int32_t pos0,
+                 int64_t n_rows, float* out, cudaStream_t stream) {
+    const int R = k_rows_warps / (p.n_head / p.n_kv_head);
+    const int64_t tiles = (n_rows + R - 1) / R;
+    if (tiles > 0x7fffffff) fail("cuda: attention: {} row tiles exceed one launch", tiles);
+    constexpr size_t dyn = 2 * sizeof(rows_chunk_buffers<U>);
+    opt_in_shared(attention_rows_kernel<U>, dyn, "rows");
+    launch(attention_rows_kernel<U>, dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(p.n_kv_head)),
+           dim3(k_rows_warps * 32), dyn, stream, p, q, kc, vc, pos0, n_rows, R, out);
+}
+
+template <int U>
+void launch_split(const kernels::attention_params& p, const float* q, const float* kc, const float* vc, int32_t pos0,
+                  const int32_t* pos_dev, const attention_split& split, int64_t lanes, float* out, cudaStream_t stream) {
+    constexpr size_t dyn = sizeof(rows_chunk_buffers<U>);
+    opt_in_shared(attention_split_kernel<U>, dyn, "split decode");
+    launch(attention_split_kernel<U>, dim3(static_cast<unsigned>(p.n_kv_head), static_cast<unsigned>(lanes)),
+           dim3(static_cast<unsigned>(p.n_head / p.n_kv_head * 32)), dyn, stream, p, q, kc, vc, pos0, pos_dev,
+           split.records, split.arrivals, split.max_chunks, out);
+}
+
 }  // namespace
 
 int64_t attention_split_blocks(const kernels::attention_params& p, int64_t max_chunks) {
-    if (p.head_dim > k_rows_max_hd || p.n_kv_head < 1 || p.n_head % p.n_kv_head != 0 ||
+    if (p.head_dim > k_rows_hd<8> || p.n_kv_head < 1 || p.n_head % p.n_kv_head != 0 ||
         p.n_head / p.n_kv_head > k_rows_warps)
         return 0;
     return max_chunks < k_split_lanes ? max_chunks : k_split_lanes;
@@ -506,22 +551,19 @@ void attention(const kernels::attention_params& p, const float* q, const float* 
     if (total <= 0) return;
     if (total > 0x7fffffff) fail("cuda: attention: {} (row, head) pairs exceed one launch", total);
     // Many rows (a prefill chunk): the rows kernel, K and V staged once per block for up to 16
-    // queries; same bits (see there). It takes head_dim <= 128 and at most 16 query heads a KV
+    // queries; same bits (see there). It takes head_dim <= 256 and at most 16 query heads a KV
     // head; a decode step or a verify window (<= 16 rows) keeps the chunk-parallel kernel, whose
-    // one block per (row, head) finishes a single row sooner.
+    // one block per (row, head) finishes a single row sooner. Head dims up to 128 (the MoE
+    // families, SmolLM2) keep 4 output dimensions a lane, up to 256 (the hybrids' gated attention)
+    // 8: before session 18 a head of 256 took the one-block-per-(row, head) kernel, and the
+    // 35B shape's 32K prefill ran at a quarter of its 2K rate (bench/RESULTS.md, session 17).
     const int G = p.n_head / p.n_kv_head;
-    if (!pos_dev && n_rows > k_rows_min && p.head_dim <= k_rows_max_hd && G <= k_rows_warps) {
-        const int R = k_rows_warps / G;
-        const int64_t tiles = (n_rows + R - 1) / R;
-        if (tiles > 0x7fffffff) fail("cuda: attention: {} row tiles exceed one launch", tiles);
-        // Two chunk buffers (67 KB) pass the default 48 KB: the kernel opts in (a function
-        // attribute, not a stream operation; prefill launches are never captured).
-        constexpr size_t dyn = 2 * sizeof(rows_chunk_buffers);
-        if (cudaError_t e = cudaFuncSetAttribute(attention_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(dyn));
-            e != cudaSuccess)
-            fail("cuda: attention: shared memory for the rows kernel: {}", cudaGetErrorString(e));
-        launch(attention_rows_kernel, dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(p.n_kv_head)),
-               dim3(k_rows_warps * 32), dyn, static_cast<cudaStream_t>(stream), p, q, kc, vc, pos0, n_rows, R, out);
+    const auto s = static_cast<cudaStream_t>(stream);
+    if (!pos_dev && n_rows > k_rows_min && p.head_dim <= k_rows_hd<8> && G <= k_rows_warps) {
+        if (p.head_dim <= k_rows_hd<4>)
+            launch_rows<4>(p, q, kc, vc, pos0, n_rows, out, s);
+        else
+            launch_rows<8>(p, q, kc, vc, pos0, n_rows, out, s);
         return;
     }
     // A decode step with the split records: all SMs (see attention_split_kernel).
@@ -529,13 +571,14 @@ void attention(const kernels::attention_params& p, const float* q, const float* 
     if (lanes > 0) {
         if (!pos_dev && (pos0 + kernels::k_attn_chunk) / kernels::k_attn_chunk > split->max_chunks)
             fail("cuda: attention: position {} needs more than the split records' {} chunks", pos0, split->max_chunks);
-        launch(attention_split_kernel, dim3(static_cast<unsigned>(p.n_kv_head), static_cast<unsigned>(lanes)),
-               dim3(static_cast<unsigned>(G * 32)), 0, static_cast<cudaStream_t>(stream), p, q, kc, vc, pos0, pos_dev,
-               split->records, split->arrivals, split->max_chunks, out);
+        if (p.head_dim <= k_rows_hd<4>)
+            launch_split<4>(p, q, kc, vc, pos0, pos_dev, *split, lanes, out, s);
+        else
+            launch_split<8>(p, q, kc, vc, pos0, pos_dev, *split, lanes, out, s);
         return;
     }
-    // head_dim <= 128 (every model here): 4 dimensions per lane, fewer registers.
-    auto kernel = p.head_dim <= 128 ? attention_kernel<4> : attention_kernel<k_dims_per_lane>;
+    // 4 dimensions a lane up to head_dim 128, 8 up to 256: fewer registers than the 16 of 512.
+    auto kernel = p.head_dim <= 128 ? attention_kernel<4> : p.head_dim <= 256 ? attention_kernel<8> : attention_kernel<k_dims_per_lane>;
     launch(kernel, dim3(static_cast<unsigned>(total)), dim3(k_attn_warps * 32), 0, static_cast<cudaStream_t>(stream), p,
            q, kc, vc, pos0, pos_dev, n_rows, out);
 }
