@@ -95,18 +95,20 @@ int test_attention(thread_pool& pool) {
     // CPU and the GPU).
     struct cfg { int n_head, n_kv, hd; int32_t pos0; int rows; bool ties = false; };
     // Windows of more than 16 rows run attention_rows_kernel (a block per KV head and tile of
-    // rows); "rows alone" then compares it with the one-row kernel: 300 rows of 4 query heads a
-    // KV head, 100 of 8 (Qwen3-30B-A3B's 32/4), SmolLM2's 9/3 at head_dim 64, head_dim 72 (not a
-    // multiple of 16: scalar K reads), 16 heads on one KV head (a row a block), 20 query heads a
-    // KV head (more than a block's warps: the one-row kernel), and ties. Heads of 256 (the Qwen
-    // hybrids' 16/2 gated attention: 8 dimensions a lane in every kernel) in a prefill window, with
-    // ties, and one row at 3000 positions (the split kernel); head_dim 200 (8 a lane, part used,
-    // scalar K reads).
+    // rows, two queries a warp where the query heads a KV head are even, else one); "rows alone"
+    // then compares it with the one-row kernel: 300 rows of 4 query heads a KV head, 100 of 8
+    // (Qwen3-30B-A3B's 32/4), SmolLM2's 9/3 at head_dim 64 (one query a warp), head_dim 72 (not a
+    // multiple of 16: scalar K reads), 16 heads on one KV head (two rows a block), 20 query heads
+    // a KV head (one row a block), 17 (odd and more than a block's warps: the one-row kernel), and
+    // ties. Heads of 256 (the Qwen hybrids' 16/2 gated attention: 8 dimensions a lane in every
+    // kernel) in a prefill window, with ties, 12/4 (one query a warp), and one row at 3000
+    // positions (the split kernel); head_dim 200 (8 a lane, part used, scalar K reads).
     const cfg cfgs[] = {{8, 2, 128, 299, 1},   {8, 2, 128, 250, 16},  {8, 2, 128, 0, 300},   {4, 4, 64, 77, 5},
                         {6, 3, 80, 40, 3},     {32, 4, 128, 1000, 1}, {8, 2, 128, 600, 4, true},
                         {32, 4, 128, 37, 100}, {9, 3, 64, 5, 70},     {4, 2, 72, 3, 50},     {16, 1, 128, 20, 33},
                         {40, 2, 128, 0, 20},   {8, 2, 128, 600, 40, true}, {32, 4, 128, 5000, 1}, {9, 3, 64, 2100, 2},
-                        {16, 2, 256, 0, 100},  {16, 2, 256, 700, 40, true}, {16, 2, 256, 3000, 1}, {4, 2, 200, 50, 30}};
+                        {16, 2, 256, 0, 100},  {16, 2, 256, 700, 40, true}, {16, 2, 256, 3000, 1}, {4, 2, 200, 50, 30},
+                        {12, 4, 256, 10, 40},  {34, 2, 64, 0, 20}};
     for (const cfg& c : cfgs) {
         kernels::attention_params p;
         p.n_head = c.n_head;

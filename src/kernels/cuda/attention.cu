@@ -57,15 +57,22 @@ __device__ inline float chunk_max(float score, int n, int lane) {
     return __shfl_sync(k_full, v, 0);
 }
 
-// The score of one position for a chunk's lane: kernels::dot_f32_lanes(q, k) (16 fmaf chains,
-// then fold16) times the scale, as the CPU computes it. kj: the position's K row (global or
-// shared memory); with vec16 (head_dim % 16 == 0 and 16-byte aligned rows) read as float4.
-__device__ inline float chunk_score(const float* kj, const float* qs, int hd, bool vec16, float scale) {
-    float acc[16];
+// The scores of one position for a chunk's lane against QW queries: kernels::dot_f32_lanes(q, k)
+// (16 fmaf chains, then fold16) times the scale, as the CPU computes it, for each query; the K
+// values are loaded once for the QW queries (a warp that serves two queries of the same row
+// reads the chunk's K rows once for both). kj: the position's K row (global or shared memory);
+// qs: the first query, the others q_stride floats apart; with vec16 (head_dim % 16 == 0 and
+// 16-byte aligned rows) K is read as float4.
+template <int QW>
+__device__ inline void chunk_scores(const float* kj, const float* qs, int q_stride, int hd, bool vec16, float scale,
+                                    float (&score)[QW]) {
+    float acc[QW][16];
 #pragma unroll
-    for (int u = 0; u < 16; ++u) acc[u] = 0.0f;
+    for (int w = 0; w < QW; ++w)
+#pragma unroll
+        for (int u = 0; u < 16; ++u) acc[w][u] = 0.0f;
     if (vec16) {
-#pragma unroll 4
+#pragma unroll(QW == 1 ? 4 : 2)
         for (int i0 = 0; i0 < hd; i0 += 16) {
             float kv[16];
 #pragma unroll
@@ -77,29 +84,40 @@ __device__ inline float chunk_score(const float* kj, const float* qs, int hd, bo
                 kv[4 * u4 + 3] = f.w;
             }
 #pragma unroll
-            for (int u = 0; u < 16; ++u) acc[u] = __fmaf_rn(qs[i0 + u], kv[u], acc[u]);
+            for (int w = 0; w < QW; ++w)
+#pragma unroll
+                for (int u = 0; u < 16; ++u) acc[w][u] = __fmaf_rn(qs[w * q_stride + i0 + u], kv[u], acc[w][u]);
         }
     } else {
         for (int i0 = 0; i0 < hd; i0 += 16) {
 #pragma unroll
             for (int u = 0; u < 16; ++u)
-                if (i0 + u < hd) acc[u] = __fmaf_rn(qs[i0 + u], kj[i0 + u], acc[u]);
+                if (i0 + u < hd) {
+                    const float k = kj[i0 + u];
+#pragma unroll
+                    for (int w = 0; w < QW; ++w) acc[w][u] = __fmaf_rn(qs[w * q_stride + i0 + u], k, acc[w][u]);
+                }
         }
     }
-    return __fmul_rn(fold16(acc), scale);
+#pragma unroll
+    for (int w = 0; w < QW; ++w) score[w] = __fmul_rn(fold16(acc[w]), scale);
 }
 
-// A chunk's exp sum lc and weighted V sum oc (lane owns dimensions lane + 32u): positions in
-// order, lc += e_j and oc += e_j * V[j], the CPU's per-chunk sums. e: lane j holds position j's
-// exponential (lanes j < n). v0: the chunk's first V row, rows v_stride floats apart (global or
-// shared memory). The V rows of JB positions are loaded before their adds (a chunk pays a few
-// memory latencies instead of one per position); the adds are the same whatever JB.
-template <int U, int JB = k_attn_vbatch<U>>
-__device__ inline void chunk_v_sum(const float* v0, int64_t v_stride, int n, float e, int hd, int lane, float& lc,
-                                   float (&oc)[U]) {
-    lc = 0.0f;
+// A chunk's exp sums lc and weighted V sums oc for QW queries (lane owns dimensions lane + 32u):
+// positions in order, lc += e_j and oc += e_j * V[j], the CPU's per-chunk sums, each query's on
+// its own; the V values are loaded once for the QW queries. e[w]: lane j holds position j's
+// exponential for query w (lanes j < n). v0: the chunk's first V row, rows v_stride floats apart
+// (global or shared memory). The V rows of JB positions are loaded before their adds (a chunk
+// pays a few memory latencies instead of one per position); the adds are the same whatever JB.
+template <int U, int JB, int QW>
+__device__ inline void chunk_v_sums(const float* v0, int64_t v_stride, int n, const float (&e)[QW], int hd, int lane,
+                                    float (&lc)[QW], float (&oc)[QW][U]) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) oc[u] = 0.0f;
+    for (int w = 0; w < QW; ++w) {
+        lc[w] = 0.0f;
+#pragma unroll
+        for (int u = 0; u < U; ++u) oc[w][u] = 0.0f;
+    }
     for (int j0 = 0; j0 < n; j0 += JB) {   // n is uniform across the warp
         float vv[JB][U];   // V[j0 + jj][lane + 32u], loaded before the adds
 #pragma unroll
@@ -114,12 +132,15 @@ __device__ inline void chunk_v_sum(const float* v0, int64_t v_stride, int n, flo
 #pragma unroll
         for (int jj = 0; jj < JB; ++jj) {
             if (j0 + jj >= n) break;   // uniform
-            const float ej = __shfl_sync(k_full, e, j0 + jj);
-            lc = __fadd_rn(lc, ej);
 #pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int d = lane + 32 * u;
-                if (d < hd) oc[u] = __fadd_rn(oc[u], __fmul_rn(ej, vv[jj][u]));
+            for (int w = 0; w < QW; ++w) {
+                const float ej = __shfl_sync(k_full, e[w], j0 + jj);
+                lc[w] = __fadd_rn(lc[w], ej);
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const int d = lane + 32 * u;
+                    if (d < hd) oc[w][u] = __fadd_rn(oc[w][u], __fmul_rn(ej, vv[jj][u]));
+                }
             }
         }
     }
@@ -215,20 +236,21 @@ __global__ void __launch_bounds__(k_attn_warps * 32)
             const int64_t c0 = ci * kernels::k_attn_chunk;
             const int n = static_cast<int>(n_kv - c0 < kernels::k_attn_chunk ? n_kv - c0 : kernels::k_attn_chunk);
             const float* k0 = kc + c0 * kv_stride + static_cast<int64_t>(kvh) * hd;
-            const float score = lane < n ? chunk_score(k0 + lane * kv_stride, qs, hd, vec16, p.scale) : 0.0f;
-            const float mc = chunk_max(score, n, lane);
-            const float e = lane < n ? kernels::exp_f32(__fsub_rn(score, mc)) : 0.0f;
-            float lc = 0.0f;
-            float oc[U];
-            chunk_v_sum<U>(vc + c0 * kv_stride + static_cast<int64_t>(kvh) * hd, kv_stride, n, e, hd, lane, lc, oc);
+            float score[1] = {0.0f};
+            if (lane < n) chunk_scores<1>(k0 + lane * kv_stride, qs, 0, hd, vec16, p.scale, score);
+            const float mc = chunk_max(score[0], n, lane);
+            const float e[1] = {lane < n ? kernels::exp_f32(__fsub_rn(score[0], mc)) : 0.0f};
+            float lc[1], oc[1][U];
+            chunk_v_sums<U, k_attn_vbatch<U>, 1>(vc + c0 * kv_stride + static_cast<int64_t>(kvh) * hd, kv_stride, n, e, hd,
+                                                 lane, lc, oc);
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 const int d = lane + 32 * u;
-                if (d < hd) s_oc[warp][d] = oc[u];
+                if (d < hd) s_oc[warp][d] = oc[0][u];
             }
             if (lane == 0) {
                 s_mc[warp] = mc;
-                s_lc[warp] = lc;
+                s_lc[warp] = lc[0];
             }
         }
         __syncthreads();
@@ -272,8 +294,12 @@ template <int U>
 constexpr int k_rows_kstride = k_rows_hd<U> + 4;   // K rows padded: float4 reads of 8 lanes hit distinct banks
 // V rows loaded ahead of their adds: 4 from shared memory (16 from global memory in the one-row
 // kernel). Two blocks an SM would need 64 registers a thread: ptxas then spills 28-72 bytes
-// whatever this batch (1, 2, 4, 8 tried), so the kernel keeps one block (16 warps) an SM.
-constexpr int k_rows_vbatch = 4;
+// whatever this batch (1, 2, 4, 8 tried), so the kernel keeps one block (16 warps) an SM. With
+// 16 output floats a lane or more (U x QW: heads of 256 at two queries a warp) 4 rows spilled
+// 52-80 bytes at 128 registers whatever the K loop's unroll; 2 rows, with the K loop unrolled
+// twice (chunk_scores), take 100 registers and spill none.
+template <int U, int QW>
+constexpr int k_rows_vbatch = U * QW < 16 ? 4 : 2;
 // Blocks (chunk lanes) per KV head of attention_split_kernel: 4 KV heads x 32 = 128 blocks, one
 // an SM of the H200, from 32 chunks (1,024 positions) on; fewer chunks leave some lanes idle.
 constexpr int64_t k_split_lanes = 32;
@@ -314,18 +340,30 @@ __device__ inline void stage_chunk(const float* kg, const float* vg, int64_t kv_
     }
 }
 
-// One query's chunk of n staged positions (the warp's part of a staged chunk): its max mc, exp
-// sum lc and V sum oc (dims lane + 32u), attention_kernel's per-chunk operations on shared memory.
-template <int U>
+// QW queries' chunk of n staged positions (the warp's part of a staged chunk; qs: the first
+// query, the others k_rows_hd<U> floats apart): for each, its max mc, exp sum lc and V sum oc
+// (dims lane + 32u), attention_kernel's per-chunk operations on shared memory. The K and V
+// values are read from shared memory once for the QW queries.
+template <int U, int QW>
 __device__ inline void staged_chunk(const rows_chunk_buffers<U>& b, const float* qs, int n, int hd, bool vec16, float scale,
-                                    int lane, float& mc, float& lc, float (&oc)[U]) {
-    const float score = lane < n ? chunk_score(b.k[lane], qs, hd, vec16, scale) : 0.0f;
-    mc = chunk_max(score, n, lane);
-    const float e = lane < n ? kernels::exp_f32(__fsub_rn(score, mc)) : 0.0f;
-    chunk_v_sum<U, k_rows_vbatch>(&b.v[0][0], k_rows_hd<U>, n, e, hd, lane, lc, oc);
+                                    int lane, float (&mc)[QW], float (&lc)[QW], float (&oc)[QW][U]) {
+    float score[QW], e[QW];
+#pragma unroll
+    for (int w = 0; w < QW; ++w) score[w] = 0.0f;
+    if (lane < n) chunk_scores<QW>(b.k[lane], qs, k_rows_hd<U>, hd, vec16, scale, score);
+#pragma unroll
+    for (int w = 0; w < QW; ++w) {
+        mc[w] = chunk_max(score[w], n, lane);
+        e[w] = lane < n ? kernels::exp_f32(__fsub_rn(score[w], mc[w])) : 0.0f;
+    }
+    chunk_v_sums<U, k_rows_vbatch<U, QW>, QW>(&b.v[0][0], k_rows_hd<U>, n, e, hd, lane, lc, oc);
 }
 
-template <int U>
+// QW: queries a warp (1, or 2 where G is even: two heads of one row, which see the same
+// positions, so the chunk's K and V values read from shared memory serve both; the kernel was
+// bound by those reads: a 2048-row chunk at 0 and 30,720 positions ran at 6.1-6.7 TFLOP/s with
+// one query a warp, 8.5-9.5 with two, kernel_bench session 18, heads of 128 and of 256).
+template <int U, int QW>
 __global__ void __launch_bounds__(k_rows_warps * 32)
     attention_rows_kernel(kernels::attention_params p, const float* q, const float* kc, const float* vc, int32_t pos0,
                           int64_t n_rows, int rows_per_block, float* out) {
@@ -334,25 +372,31 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
     // rows are copied while the block computes this one.
     extern __shared__ float4 rows_dyn[];
     rows_chunk_buffers<U>* bufs = reinterpret_cast<rows_chunk_buffers<U>*>(rows_dyn);
-    __shared__ __align__(16) float sq[k_rows_warps][k_rows_hd<U>];   // [warps, head_dim] each warp's query
+    __shared__ __align__(16) float sq[k_rows_warps * QW][k_rows_hd<U>];   // [warps x QW, head_dim] the queries
     const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x & 31);
     const int G = p.n_head / p.n_kv_head, hd = p.head_dim;
     const int kvh = static_cast<int>(blockIdx.y);
     const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rows_per_block;
-    const int64_t r = r0 + warp / G;
-    const int h = kvh * G + warp % G;
-    const bool active = warp < G * rows_per_block && r < n_rows;   // uniform in the warp
+    const int qi = warp * QW;   // the warp's first query of the block: row r0 + qi / G, head kvh * G + qi % G (+ w)
+    const int64_t r = r0 + qi / G;
+    const int h = kvh * G + qi % G;
+    const bool active = qi < G * rows_per_block && r < n_rows;   // uniform in the warp
     const int64_t kv_stride = static_cast<int64_t>(p.n_kv_head) * hd;
     if (active)
-        for (int d = lane; d < hd; d += 32) sq[warp][d] = q[(r * p.n_head + h) * hd + d];
+        for (int w = 0; w < QW; ++w)
+            for (int d = lane; d < hd; d += 32) sq[qi + w][d] = q[(r * p.n_head + h + w) * hd + d];
     const int64_t r_last = (r0 + rows_per_block < n_rows ? r0 + rows_per_block : n_rows) - 1;
     const int64_t n_kv_tile = pos0 + r_last + 1;   // the tile's last row sees the most positions
     const int64_t n_kv = pos0 + r + 1;
     const bool vec16 = hd % 16 == 0;
-    float o[U];
-    float m = 0.0f, l = 0.0f;
+    float o[QW][U], m[QW], l[QW];
 #pragma unroll
-    for (int u = 0; u < U; ++u) o[u] = 0.0f;
+    for (int w = 0; w < QW; ++w) {
+        m[w] = 0.0f;
+        l[w] = 0.0f;
+#pragma unroll
+        for (int u = 0; u < U; ++u) o[w][u] = 0.0f;
+    }
     auto issue = [&](int64_t c0, rows_chunk_buffers<U>& b) {
         const int n_stage = static_cast<int>(n_kv_tile - c0 < kernels::k_attn_chunk ? n_kv_tile - c0 : kernels::k_attn_chunk);
         stage_chunk(kc + c0 * kv_stride + static_cast<int64_t>(kvh) * hd, vc + c0 * kv_stride + static_cast<int64_t>(kvh) * hd,
@@ -365,28 +409,34 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
         if (c0 + kernels::k_attn_chunk < n_kv_tile) issue(c0 + kernels::k_attn_chunk, bufs[ib ^ 1]);
         if (!active || c0 >= n_kv) continue;
         const int n = static_cast<int>(n_kv - c0 < kernels::k_attn_chunk ? n_kv - c0 : kernels::k_attn_chunk);
-        float mc, lc, oc[U];
-        staged_chunk<U>(bufs[ib], sq[warp], n, hd, vec16, p.scale, lane, mc, lc, oc);
-        if (c0 == 0) {
-            m = mc;
-            l = lc;
+        float mc[QW], lc[QW], oc[QW][U];
+        staged_chunk<U, QW>(bufs[ib], sq[qi], n, hd, vec16, p.scale, lane, mc, lc, oc);
 #pragma unroll
-            for (int u = 0; u < U; ++u) o[u] = oc[u];
-        } else {
-            const float m_after = mc > m ? mc : m;
-            const float a = kernels::exp_f32(__fsub_rn(m, m_after)), bc = kernels::exp_f32(__fsub_rn(mc, m_after));
-            l = __fadd_rn(__fmul_rn(l, a), __fmul_rn(lc, bc));
+        for (int w = 0; w < QW; ++w) {
+            if (c0 == 0) {
+                m[w] = mc[w];
+                l[w] = lc[w];
 #pragma unroll
-            for (int u = 0; u < U; ++u) o[u] = __fadd_rn(__fmul_rn(o[u], a), __fmul_rn(oc[u], bc));
-            m = m_after;
+                for (int u = 0; u < U; ++u) o[w][u] = oc[w][u];
+            } else {
+                const float m_after = mc[w] > m[w] ? mc[w] : m[w];
+                const float a = kernels::exp_f32(__fsub_rn(m[w], m_after)), bc = kernels::exp_f32(__fsub_rn(mc[w], m_after));
+                l[w] = __fadd_rn(__fmul_rn(l[w], a), __fmul_rn(lc[w], bc));
+#pragma unroll
+                for (int u = 0; u < U; ++u) o[w][u] = __fadd_rn(__fmul_rn(o[w][u], a), __fmul_rn(oc[w][u], bc));
+                m[w] = m_after;
+            }
         }
     }
     if (active) {
-        float* orow = out + (r * p.n_head + h) * hd;
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int d = lane + 32 * u;
-            if (d < hd) orow[d] = __fdiv_rn(o[u], l);
+        for (int w = 0; w < QW; ++w) {
+            float* orow = out + (r * p.n_head + h + w) * hd;
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int d = lane + 32 * u;
+                if (d < hd) orow[d] = __fdiv_rn(o[w][u], l[w]);
+            }
         }
     }
 }
@@ -437,17 +487,17 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
         stage_chunk<U>(kg, vg, kv_stride, n, hd, chunk);
         stage_wait();
         __syncthreads();
-        float mc, lc, oc[U];
-        staged_chunk<U>(chunk, sq[warp], n, hd, vec16, p.scale, lane, mc, lc, oc);
+        float mc[1], lc[1], oc[1][U];
+        staged_chunk<U, 1>(chunk, sq[warp], n, hd, vec16, p.scale, lane, mc, lc, oc);
         float* r = hrec + c * rs;
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int d = lane + 32 * u;
-            if (d < hd) r[2 + d] = oc[u];
+            if (d < hd) r[2 + d] = oc[0][u];
         }
         if (lane == 0) {
-            r[0] = mc;
-            r[1] = lc;
+            r[0] = mc[0];
+            r[1] = lc[0];
         }
     }
     // The last block of this KV head to arrive merges (its records' writes made visible first).
@@ -510,17 +560,29 @@ void opt_in_shared(Kernel kernel, size_t bytes, const char* what) {
         fail("cuda: attention: {} bytes of shared memory for the {} kernel: {}", bytes, what, cudaGetErrorString(e));
 }
 
-// A tile of R rows a block (R = k_rows_warps / G): two chunk buffers, 67 KB at U = 4, 132 KB at 8.
-template <int U>
+// A tile of R rows a block (R = k_rows_warps x QW / G): two chunk buffers, 67 KB at U = 4, 132 KB
+// at 8.
+template <int U, int QW>
 void launch_rows(const kernels::attention_params& p, const float* q, const float* kc, const float* vc, int32_t pos0,
                  int64_t n_rows, float* out, cudaStream_t stream) {
-    const int R = k_rows_warps / (p.n_head / p.n_kv_head);
+    const int R = k_rows_warps * QW / (p.n_head / p.n_kv_head);
     const int64_t tiles = (n_rows + R - 1) / R;
     if (tiles > 0x7fffffff) fail("cuda: attention: {} row tiles exceed one launch", tiles);
     constexpr size_t dyn = 2 * sizeof(rows_chunk_buffers<U>);
-    opt_in_shared(attention_rows_kernel<U>, dyn, "rows");
-    launch(attention_rows_kernel<U>, dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(p.n_kv_head)),
+    opt_in_shared(attention_rows_kernel<U, QW>, dyn, "rows");
+    launch(attention_rows_kernel<U, QW>, dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(p.n_kv_head)),
            dim3(k_rows_warps * 32), dyn, stream, p, q, kc, vc, pos0, n_rows, R, out);
+}
+
+// Two queries a warp where the query heads of a KV head pair up (G even, at most 32), else one.
+template <int U>
+void launch_rows(const kernels::attention_params& p, const float* q, const float* kc, const float* vc, int32_t pos0,
+                 int64_t n_rows, float* out, cudaStream_t stream) {
+    const int G = p.n_head / p.n_kv_head;
+    if (G % 2 == 0 && G <= 2 * k_rows_warps)
+        launch_rows<U, 2>(p, q, kc, vc, pos0, n_rows, out, stream);
+    else
+        launch_rows<U, 1>(p, q, kc, vc, pos0, n_rows, out, stream);
 }
 
 template <int U>
@@ -559,7 +621,7 @@ void attention(const kernels::attention_params& p, const float* q, const float* 
     // 35B shape's 32K prefill ran at a quarter of its 2K rate (bench/RESULTS.md, session 17).
     const int G = p.n_head / p.n_kv_head;
     const auto s = static_cast<cudaStream_t>(stream);
-    if (!pos_dev && n_rows > k_rows_min && p.head_dim <= k_rows_hd<8> && G <= k_rows_warps) {
+    if (!pos_dev && n_rows > k_rows_min && p.head_dim <= k_rows_hd<8> && (G <= k_rows_warps || (G % 2 == 0 && G <= 2 * k_rows_warps))) {
         if (p.head_dim <= k_rows_hd<4>)
             launch_rows<4>(p, q, kc, vc, pos0, n_rows, out, s);
         else
