@@ -275,14 +275,15 @@ __global__ void __launch_bounds__(k_attn_warps * 32)
 }
 
 
-// Prefill and long windows: one block per (KV head, tile of R rows), one warp per query (row r0 +
-// w / G, head kvh * G + w % G, the G = n_head / n_kv_head query heads that share the KV head).
+// Prefill and long windows: one block per (KV head, tile of R rows), one warp per query or per
+// two (QW, attention_rows_kernel: block query q is row r0 + q / G, head kvh * G + q % G, the G =
+// n_head / n_kv_head query heads that share the KV head).
 // Each chunk of k_attn_chunk KV positions is staged once in shared memory for the block's
 // queries (attention_kernel reads every K and V row once per query head and row: for a 512-row
 // prefill of a 32/4-head model that is 8 x 512 reads of each row, and the kernel was a third of
 // the prefill on the H200, 1.46 ms a layer, tests/gpu/decode_profile.h200.txt). Each warp then
-// does attention_kernel's per-chunk operations for its query (chunk_score, chunk_max, the
-// exponentials, chunk_v_sum) and merges the chunk into its running (max, sum, output) at once
+// does attention_kernel's per-chunk operations for its queries (chunk_scores, chunk_max, the
+// exponentials, chunk_v_sums) and merges the chunk into its running (max, sum, output) at once
 // with the merge expression, chunks in order: the serial walk whose bits attention_kernel's
 // parallel merge reproduces. So both kernels give the CPU's bits for every row (ops_parity).
 // U: output dimensions a lane keeps, 4 (head_dim <= 128) or 8 (<= 256: the Qwen hybrids' gated
@@ -446,7 +447,7 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
 // (n_kv_head, S); the block's G = n_head / n_kv_head warps are the query heads sharing the KV
 // head. Block s takes chunks s, s + S, s + 2S, ...: it stages each chunk's K and V rows in shared
 // memory once for its G queries (as attention_rows_kernel), and each warp computes its head's
-// chunk (chunk_score, chunk_max, the exponentials, chunk_v_sum: attention_kernel's operations)
+// chunk (chunk_scores, chunk_max, the exponentials, chunk_v_sums: attention_kernel's operations)
 // into a record in global memory (the chunk's max, exp sum and V sum). The last block of a KV
 // head to finish (an arrival counter) merges every chunk of its G heads in chunk order with
 // attention_kernel's merge (the prefix of maxima, then the serial l / o updates), so the bits are
@@ -612,9 +613,9 @@ void attention(const kernels::attention_params& p, const float* q, const float* 
     const int64_t total = n_rows * p.n_head;
     if (total <= 0) return;
     if (total > 0x7fffffff) fail("cuda: attention: {} (row, head) pairs exceed one launch", total);
-    // Many rows (a prefill chunk): the rows kernel, K and V staged once per block for up to 16
-    // queries; same bits (see there). It takes head_dim <= 256 and at most 16 query heads a KV
-    // head; a decode step or a verify window (<= 16 rows) keeps the chunk-parallel kernel, whose
+    // Many rows (a prefill chunk): the rows kernel, K and V staged once per block for up to 32
+    // queries (16 where G is odd); same bits (see there). It takes head_dim <= 256 and at most 16
+    // query heads a KV head, or 32 where G is even; a decode step or a verify window (<= 16 rows) keeps the chunk-parallel kernel, whose
     // one block per (row, head) finishes a single row sooner. Head dims up to 128 (the MoE
     // families, SmolLM2) keep 4 output dimensions a lane, up to 256 (the hybrids' gated attention)
     // 8: before session 18 a head of 256 took the one-block-per-(row, head) kernel, and the
