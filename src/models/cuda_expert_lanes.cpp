@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <utility>
 
@@ -140,6 +141,20 @@ cuda_expert_lanes::cuda_expert_lanes(const model_hparams& hp, std::vector<moe::e
         info_.resident_bytes += cache_.blob_bytes(il) * resident.size();
     }
     info_.split = info_.resident < info_.total;
+    {
+        void* d = nullptr;
+        ck(cudaMalloc(&d, local_slot_.size() * 4), "cudaMalloc (slot map)");
+        dev_allocs_.push_back(d);
+        d_local_slot_ = static_cast<int32_t*>(d);
+        ck(cudaMemcpy(d_local_slot_, local_slot_.data(), local_slot_.size() * 4, cudaMemcpyHostToDevice), "slot map upload");
+        ck(cudaMalloc(&d, 2 * sizeof(uint32_t)), "cudaMalloc (doorbell)");
+        dev_allocs_.push_back(d);
+        d_ring_state_ = static_cast<uint32_t*>(d);
+        ck(cudaMemset(d_ring_state_, 0, 2 * sizeof(uint32_t)), "cudaMemset (doorbell)");
+        ck(cudaHostAlloc(reinterpret_cast<void**>(&h_bell_), sizeof(uint32_t), cudaHostAllocMapped), "cudaHostAlloc (doorbell)");
+        *h_bell_ = 0;
+        ck(cudaHostGetDevicePointer(reinterpret_cast<void**>(&d_bell_), h_bell_, 0), "cudaHostGetDevicePointer");
+    }
     for (int il = 0; il < hp.n_layer; ++il)
         if (!whole_layer(il)) split_layers_.push_back(il);
     events_.assign(2 * static_cast<size_t>(hp.n_layer), nullptr);
@@ -298,6 +313,7 @@ cuda_expert_lanes::~cuda_expert_lanes() {
         if (e) cudaEventDestroy(static_cast<cudaEvent_t>(e));
     for (void* p : registered_) cudaHostUnregister(p);
     free_host();
+    if (h_bell_) cudaFreeHost(h_bell_);
     for (void* p : dev_allocs_) cudaFree(p);
     for (const std::vector<void*>* v : {&events_, &between_events_})
         for (void* e : *v)
@@ -310,6 +326,10 @@ void cuda_expert_lanes::free_host() {
     if (h_slot_) cudaFreeHost(h_slot_);
     if (h_ey_) cudaFreeHost(h_ey_);
     if (d_slot_) cudaFree(d_slot_);
+    if (d_mm_) cudaFree(d_mm_);
+    d_mm_ = nullptr;
+    d_h_ids_ = nullptr;
+    d_h_xn_ = nullptr;
     h_ids_ = nullptr;
     h_xn_ = nullptr;
     h_slot_ = nullptr;
@@ -324,32 +344,52 @@ bool cuda_expert_lanes::ensure(int max_rows) {
     free_host();
     const size_t R = static_cast<size_t>(max_rows), K = static_cast<size_t>(std::max(hp_.n_expert_used, 1));
     const size_t E = static_cast<size_t>(hp_.n_embd), RK = R * K;
-    ck(cudaHostAlloc(reinterpret_cast<void**>(&h_ids_), RK * 4, cudaHostAllocDefault), "cudaHostAlloc (ids)");
-    ck(cudaHostAlloc(reinterpret_cast<void**>(&h_xn_), R * E * 4, cudaHostAllocDefault), "cudaHostAlloc (input)");
-    ck(cudaHostAlloc(reinterpret_cast<void**>(&h_slot_), 3 * RK * 4, cudaHostAllocDefault), "cudaHostAlloc (slots)");
+    ck(cudaHostAlloc(reinterpret_cast<void**>(&h_ids_), RK * 4, cudaHostAllocMapped), "cudaHostAlloc (ids)");
+    ck(cudaHostAlloc(reinterpret_cast<void**>(&h_xn_), R * E * 4, cudaHostAllocMapped), "cudaHostAlloc (input)");
+    ck(cudaHostAlloc(reinterpret_cast<void**>(&h_slot_), 2 * RK * 4, cudaHostAllocDefault), "cudaHostAlloc (slots)");
     ck(cudaHostAlloc(reinterpret_cast<void**>(&h_ey_), RK * E * 4, cudaHostAllocMapped), "cudaHostAlloc (CPU rows)");
     ck(cudaHostGetDevicePointer(reinterpret_cast<void**>(&d_ey_host_), h_ey_, 0), "cudaHostGetDevicePointer");
-    ck(cudaMalloc(reinterpret_cast<void**>(&d_slot_), 3 * RK * 4), "cudaMalloc (slots)");
+    ck(cudaHostGetDevicePointer(reinterpret_cast<void**>(&d_h_ids_), h_ids_, 0), "cudaHostGetDevicePointer");
+    ck(cudaHostGetDevicePointer(reinterpret_cast<void**>(&d_h_xn_), h_xn_, 0), "cudaHostGetDevicePointer");
+    ck(cudaMalloc(reinterpret_cast<void**>(&d_slot_), 2 * RK * 4), "cudaMalloc (slots)");
+    ck(cudaMalloc(reinterpret_cast<void**>(&d_mm_), RK * 4), "cudaMalloc (resident slots)");
     cpu_ids_.assign(RK, -1);
     scratch_ = moe::make_expert_scratch(max_rows, static_cast<int>(K), hp_.n_expert, hp_.n_embd, hp_.n_ff_exp);
     max_rows_ = max_rows;
     return true;
 }
 
-cuda_expert_lanes::routed cuda_expert_lanes::route(int il, int64_t n, const int32_t* d_ids, const float* d_xn) {
-    send_routing(n, d_ids, d_xn);
-    const routed r = plan_window(il, n);
-    upload_slots(n);
-    return r;
+void cuda_expert_lanes::ring(int il, int64_t n, const int32_t* d_ids, const float* d_xn, bool captured) {
+    if (n > max_rows_) fail("cuda expert lanes: {} rows, buffers for {}", n, max_rows_);
+    cuda::ring_routing_bell({.ids = d_ids, .xn = d_xn, .pairs = n * hp_.n_expert_used, .xn_count = n * hp_.n_embd,
+                             .local_slot = d_local_slot_ + static_cast<size_t>(il) * static_cast<size_t>(hp_.n_expert),
+                             .n_expert = hp_.n_expert, .host_ids = d_h_ids_, .host_xn = d_h_xn_, .mm_ids = d_mm_,
+                             .state = d_ring_state_, .bell = d_bell_},
+                            stream_);
+    if (!captured) between_end();
 }
 
-void cuda_expert_lanes::send_routing(int64_t n, const int32_t* d_ids, const float* d_xn, bool captured) {
-    auto s = static_cast<cudaStream_t>(stream_);
-    if (n > max_rows_) fail("cuda expert lanes: {} rows, buffers for {}", n, max_rows_);
-    const size_t P = static_cast<size_t>(n * hp_.n_expert_used);
-    ck(cudaMemcpyAsync(h_ids_, d_ids, P * 4, cudaMemcpyDeviceToHost, s), "ids to host");
-    ck(cudaMemcpyAsync(h_xn_, d_xn, static_cast<size_t>(n * hp_.n_embd) * 4, cudaMemcpyDeviceToHost, s), "input to host");
-    if (!captured) between_end();
+void cuda_expert_lanes::wait_for_bell() {
+    const uint32_t want = ++rings_waited_;
+    const volatile uint32_t* bell = h_bell_;
+    // Plain loads of the mapped word (GPU-MACHINE.md: the host sees a captured kernel's write
+    // this way as soon as the kernel is done); now and then the stream's state, so that a fault
+    // on the device, or a ring that was never enqueued, is an error instead of a hang.
+    for (uint32_t spins = 1;; ++spins) {
+        if (static_cast<int32_t>(*bell - want) >= 0) break;
+        if (spins % 1024 != 0) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+            continue;
+        }
+        const cudaError_t e = cudaStreamQuery(static_cast<cudaStream_t>(stream_));
+        if (e == cudaErrorNotReady) continue;
+        if (e != cudaSuccess) ck(e, "waiting for the routing doorbell");
+        if (static_cast<int32_t>(*bell - want) >= 0) break;
+        fail("cuda expert lanes: the stream is idle and the routing doorbell reads {}, expected {}", *bell, want);
+    }
+    std::atomic_thread_fence(std::memory_order_acquire);   // the ids and input after the bell
 }
 
 void cuda_expert_lanes::between_begin() {
@@ -369,20 +409,17 @@ void cuda_expert_lanes::between_end() {
 
 void cuda_expert_lanes::upload_slots(int64_t n) {
     const size_t P = static_cast<size_t>(n * hp_.n_expert_used);
-    ck(cudaMemcpyAsync(d_slot_, h_slot_, 3 * P * 4, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_)),
+    ck(cudaMemcpyAsync(d_slot_, h_slot_, 2 * P * 4, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_)),
        "slots to device");
 }
 
 cuda_expert_lanes::routed cuda_expert_lanes::plan_window(int il, int64_t n) {
-    auto s = static_cast<cudaStream_t>(stream_);
     const int64_t K = hp_.n_expert_used, P = n * K;
     if (n > max_rows_) fail("cuda expert lanes: {} rows, buffers for {}", n, max_rows_);
     using clock = std::chrono::steady_clock;
     const clock::time_point t0 = clock::now();
     if (cpu_done_at_ != clock::time_point{}) metrics_.host.between += std::chrono::duration<double>(t0 - cpu_done_at_).count();
-    // The one host wait of the layer (the doorbell, a kernel writing the ids to mapped memory
-    // inside a graph, replaces it next).
-    ck(cudaStreamSynchronize(s), "routed ids");
+    wait_for_bell();   // the one host wait of the layer
     synced_at_ = clock::now();
     metrics_.host.routing_wait += std::chrono::duration<double>(synced_at_ - t0).count();
     planner_.plan_layer(il, std::span<const int32_t>(h_ids_, static_cast<size_t>(P)), &cache_, plan_);
@@ -391,8 +428,7 @@ cuda_expert_lanes::routed cuda_expert_lanes::plan_window(int il, int64_t n) {
     const int32_t* local = local_slot_.data() + static_cast<size_t>(il) * static_cast<size_t>(hp_.n_expert);
     routed r;
     int32_t* join_slot = h_slot_;
-    int32_t* mm = h_slot_ + P;
-    int32_t* stage = h_slot_ + 2 * P;
+    int32_t* stage = h_slot_ + P;
     for (int64_t p = 0; p < P; ++p) {
         const int32_t e = h_ids_[p];
         if (e < 0 || e >= hp_.n_expert) fail("cuda expert lanes: layer {}: routed id {} outside 0..{}", il, e, hp_.n_expert - 1);
@@ -400,7 +436,6 @@ cuda_expert_lanes::routed cuda_expert_lanes::plan_window(int il, int64_t n) {
         const int32_t staged = slot < 0 && !stage_of_.empty() ? stage_of_[static_cast<size_t>(e)] : -1;
         // join copies the CPU's rows: pairs with join slot -1. A PCIe pair is a GPU row (>= 0).
         join_slot[p] = slot >= 0 ? slot : staged >= 0 ? 0 : -1;
-        mm[p] = slot >= 0 ? slot : -1;
         stage[p] = staged;
         cpu_ids_[static_cast<size_t>(p)] = slot >= 0 || staged >= 0 ? -1 : e;
         if (slot >= 0) ++r.gpu_pairs;
@@ -409,8 +444,6 @@ cuda_expert_lanes::routed cuda_expert_lanes::plan_window(int il, int64_t n) {
     }
     for (const placement::planned_expert& x : plan_.experts)
         if (x.where == placement::lane::pcie) stage_of_[static_cast<size_t>(x.expert)] = -1;
-    r.mm_ids = d_slot_ + P;
-    r.stage_ids = d_slot_ + 2 * P;
     pairs_ = P;
     cpu_pairs_ = r.cpu_pairs;
     return r;
@@ -516,6 +549,8 @@ void cuda_expert_lanes::abandon_forward() noexcept {
     cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
     if (copy_stream_) cudaStreamSynchronize(static_cast<cudaStream_t>(copy_stream_));
     cudaGetLastError();
+    // A ring enqueued (or captured) but never waited for: the count restarts from what rang.
+    if (h_bell_) rings_waited_ = *static_cast<volatile uint32_t*>(h_bell_);
     std::fill(recorded_.begin(), recorded_.end(), uint8_t{0});
     std::fill(pcie_recorded_.begin(), pcie_recorded_.end(), uint8_t{0});
     between_done_ = 0;

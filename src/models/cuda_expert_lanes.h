@@ -4,10 +4,13 @@
 // the GPU to compute; and the CPU lane, which computes the other misses from host memory
 // (moe/expert_pool.h: run_expert_pairs). The planner (placement/plan.h) splits each layer's
 // misses between PCIe and the CPU by the cost model. cuda_model_moe.cpp runs a layer as
-//   route (ids and normalised input to the host: a stream sync; plan; the PCIe copies enqueued
-//   on the copy stream) -> GPU hits enqueued -> staged experts enqueued (waiting on the copies'
-//   event) -> run_cpu (the CPU lane, while the GPU and the copy engine work) -> join (the CPU's
-//   rows copied into the layer's per-pair buffer) -> the all-GPU model's rank-order combine.
+//   ring (a kernel writes the ids and normalised input to mapped host memory, maps each pair to
+//   its resident slot on the device, then rings the doorbell) -> GPU hits and the shared expert
+//   enqueued -> plan_window (the host polls the doorbell while the GPU computes them; plans;
+//   the PCIe copies enqueued on the copy stream) -> staged experts enqueued (waiting on the
+//   copies' event) -> run_cpu (the CPU lane, while the GPU and the copy engine work) -> join
+//   (the CPU's rows copied into the layer's per-pair buffer) -> the all-GPU model's rank-order
+//   combine.
 // Every pair's row has the same bits on any lane (E3): the staged and resident experts are the
 // file's bytes read by the same kernels.
 // Host-side C++ (cuda_runtime.h only); included by the CUDA model's files alone.
@@ -41,9 +44,6 @@ public:
     };
     // Where one layer's window went.
     struct routed {
-        const int32_t* mm_ids = nullptr;   // device [pairs]: the slot each pair's GPU matmul reads
-                                           // (-1: another lane's pair, skipped)
-        const int32_t* stage_ids = nullptr;   // device [pairs]: the staging slot of a PCIe pair, else -1
         int gpu_pairs = 0, pcie_pairs = 0, cpu_pairs = 0;
     };
 
@@ -57,7 +57,7 @@ public:
 
     const layer_slots& slots(int il) const { return slots_[static_cast<size_t>(il)]; }
     // Every routed expert of layer il is resident, slot e holding expert e: the layer runs as
-    // in the all-GPU model, without route() (no host round trip, nothing for the other lanes).
+    // in the all-GPU model, without ring() (no host round trip, nothing for the other lanes).
     bool whole_layer(int il) const { return slots_[static_cast<size_t>(il)].n_slots == hp_.n_expert; }
     // The PCIe lane's staging slots (n_slots 0: no PCIe lane), read as a layer's slots are.
     const layer_slots& staging() const { return staging_; }
@@ -66,23 +66,25 @@ public:
     // Pinned and host buffers for windows of up to max_rows rows (the stream must be idle).
     // True when it (re)allocated them: graphs holding the old addresses must go.
     bool ensure(int max_rows);
-    // route = send_routing, plan_window, upload_slots. A split decode step's graphs
-    // (cuda_model_graphs.cpp) capture the first and the last, and call plan_window between them.
-    routed route(int il, int64_t n, const int32_t* d_ids, const float* d_xn);
-    // Enqueues the copies of the layer's routed ids [n * k_used] and normalised input [n, n_embd]
-    // (device) to the host. captured: into a graph (no timing event then).
-    void send_routing(int64_t n, const int32_t* d_ids, const float* d_xn, bool captured = false);
-    // Waits for them (the stream's sync: the doorbell replaces it next), plans the window, enqueues
-    // the PCIe copies and fills each pair's slots on the host.
+    // A split layer's steps, in this order: ring, the resident lane's launches (slot_ids), then
+    // plan_window, upload_slots, the staged launches (stage_ids), run_cpu, join. A split decode
+    // step's graphs (cuda_model_graphs.cpp) capture the launches and call the host steps between.
+    //
+    // Enqueues the doorbell of layer il: its routed ids [n * k_used] and normalised input
+    // [n, n_embd] (device) to mapped host memory, and the pairs' resident slots (slot_ids).
+    // captured: into a graph (no timing event then).
+    void ring(int il, int64_t n, const int32_t* d_ids, const float* d_xn, bool captured = false);
+    // Polls the doorbell (no blocking sync: the stream goes on with the resident experts), plans
+    // the window, enqueues the PCIe copies and fills each pair's join and staging slots on the host.
     routed plan_window(int il, int64_t n);
-    // Enqueues the slots' upload (the current window's n * k_used pairs).
+    // Enqueues the join and staging slots' upload (the current window's n * k_used pairs).
     void upload_slots(int64_t n);
     // Every expert format takes the grouped matmul (int8 formats).
     bool groupable() const { return grouped_ok_; }
-    // Device [n * k_used] each: the slot of a pair on the resident lane, and on the PCIe lane
-    // (-1: another lane's pair), as plan_window and upload_slots left them (routed's pointers).
-    const int32_t* slot_ids(int64_t n) const { return d_slot_ + n * hp_.n_expert_used; }
-    const int32_t* stage_ids(int64_t n) const { return d_slot_ + 2 * n * hp_.n_expert_used; }
+    // Device [n * k_used] each: the slot of a pair on the resident lane (as ring left it), and on
+    // the PCIe lane (as upload_slots left it); -1: another lane's pair.
+    const int32_t* slot_ids() const { return d_mm_; }
+    const int32_t* stage_ids(int64_t n) const { return d_slot_ + n * hp_.n_expert_used; }
     const std::vector<int>& split_layers() const { return split_layers_; }
     // The CPU figure of the cost model, measured on the forward's pool (once; route's plans
     // use it from then on).
@@ -101,7 +103,7 @@ public:
     // rows (and no timing event is recorded).
     void join(int64_t n, float* d_ey, bool captured = false);
     // Events around the GPU's work from a split layer's join to the next one's routing
-    // (placement_metrics::gpu_between): join and send_routing record them, or the replay of a
+    // (placement_metrics::gpu_between): join and ring record them, or the replay of a
     // split decode step's graphs around each tail segment. An end without a begin is ignored.
     void between_begin();
     void between_end();
@@ -129,6 +131,8 @@ public:
 
 private:
     void free_host();
+    // Waits until the doorbell has rung once more than the last wait saw.
+    void wait_for_bell();
     // Registers the expert tensors' host pages with CUDA and allocates the staging slots;
     // on failure the lane stays off and info_.pcie_note says why.
     void open_pcie_lane(int staging_slots);
@@ -155,12 +159,22 @@ private:
     cuda_placement_info info_;
     std::vector<layer_slots> slots_;          // [n_layer]
     std::vector<int32_t> local_slot_;         // [n_layer * n_expert] local slot, or -1 (CPU lane)
+    int32_t* d_local_slot_ = nullptr;         // device copy of local_slot_ (the doorbell maps ids by it)
+    // The doorbell (ring): rings so far in h_bell_, written by the kernel; the host counts the
+    // rings it has waited for (every ring is waited for once: plan_window).
+    uint32_t* h_bell_ = nullptr;              // pinned, mapped [1]
+    uint32_t* d_bell_ = nullptr;              // h_bell_ as the device addresses it
+    uint32_t* d_ring_state_ = nullptr;        // device [2] (routing_bell::state)
+    uint32_t rings_waited_ = 0;
     std::vector<void*> dev_allocs_;
     // Per-window buffers, for max_rows_ rows (RK = max_rows_ * k_used pairs).
     int max_rows_ = 0;
-    int32_t* h_ids_ = nullptr;      // pinned [RK] routed ids, from the device
-    float* h_xn_ = nullptr;         // pinned [max_rows_, n_embd] normalised input, from the device
-    int32_t* h_slot_ = nullptr;     // pinned [2, RK]: join's slots (-1: CPU pair), then mm_ids
+    int32_t* h_ids_ = nullptr;      // pinned, mapped [RK] routed ids, written by the doorbell
+    float* h_xn_ = nullptr;         // pinned, mapped [max_rows_, n_embd] normalised input, likewise
+    int32_t* d_h_ids_ = nullptr;    // h_ids_ as the device addresses it
+    float* d_h_xn_ = nullptr;       // h_xn_ as the device addresses it
+    int32_t* d_mm_ = nullptr;       // device [RK]: each pair's resident slot (-1: another lane's)
+    int32_t* h_slot_ = nullptr;     // pinned [2, RK]: join's slots (-1: CPU pair), then staging slots
     int32_t* d_slot_ = nullptr;     // device copy of h_slot_
     float* h_ey_ = nullptr;         // pinned, mapped [RK, n_embd]: the CPU lane's pair rows
     float* d_ey_host_ = nullptr;    // h_ey_ as the device addresses it

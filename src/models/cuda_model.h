@@ -41,9 +41,9 @@ std::unique_ptr<model> load_model_cuda(const model_file& f, const load_options& 
 // KV stay on the GPU; vram_budget bytes hold routed experts (each a gate|up|down "blob"), chosen
 // by the profile's counts, highest first (placement::expert_cache's initial set), or without a
 // profile whole layers in layer order (a layer whose experts are all resident runs as in the
-// all-GPU model, with no host round trip). Per MoE layer the GPU routes, the
-// window's ids go to the host (a stream sync), the GPU computes the resident experts' pairs
-// while the CPU pool computes the others from host memory (moe/expert_pool.h: run_expert_pairs), and the GPU
+// all-GPU model, with no host round trip). Per MoE layer the GPU routes, a kernel hands the
+// window's ids to the host through mapped memory (the doorbell, which the host polls), the GPU
+// computes the resident experts' pairs while the CPU pool computes the others from host memory (moe/expert_pool.h: run_expert_pairs), and the GPU
 // combines each row in rank order: the logits of the all-GPU model and of the CPU model (E3).
 // A budget that holds every routed expert is the all-GPU model (CUDA graphs and all); a split
 // model's decode step runs as graph segments cut where the host works in each split layer

@@ -63,23 +63,24 @@ void cuda_model::segment_cut() {
 }
 
 void cuda_model::captured_split_layer(const dlayer& l, int il, int64_t n, bool g_act) {
-    lanes_->send_routing(n, ids_, xn_, /*captured=*/true);
-    segment_cut();   // the segment up to this layer's routing
-    lanes_->plan_window(il, n);
+    segment_cut();   // the segment up to this layer's router
     lanes_->gpu_begin(il);
     segment_begin();
-    lanes_->upload_slots(n);
+    lanes_->ring(il, n, ids_, xn_, /*captured=*/true);
     const int n_resident = lanes_->slots(il).n_slots;
     if (n_resident > 0) {
-        slot_experts(l, n_resident, n, lanes_->slot_ids(n), g_act);
+        slot_experts(l, n_resident, n, lanes_->slot_ids(), g_act);
         g_act = false;   // act_ now holds the down projection's input
     }
-    shared_expert(l, n);   // on the GPU while the CPU lane runs (it reads xn_ only)
+    shared_expert(l, n);   // on the GPU while the host plans and the CPU lane runs (it reads xn_ only)
     g_act = false;         // its launches quantised their own rows into act_
-    segment_cut();         // hits
-    if (lanes_->staging().n_slots > 0) {
+    segment_cut();         // hits: the doorbell, the resident experts, the shared expert
+    lanes_->plan_window(il, n);   // polls the doorbell while the GPU goes on
+    const bool staging = lanes_->staging().n_slots > 0;
+    if (staging) {
         lanes_->staged_begin();   // the stream waits for this window's copies (outside the graph)
         segment_begin();
+        lanes_->upload_slots(n);
         staged_experts(l, n, lanes_->stage_ids(n), g_act);
         segment_cut();            // staged
         lanes_->staged_end();
@@ -87,6 +88,7 @@ void cuda_model::captured_split_layer(const dlayer& l, int il, int64_t n, bool g
     lanes_->gpu_end(il);
     lanes_->run_cpu(n, *pool_, il);
     segment_begin();
+    if (!staging) lanes_->upload_slots(n);     // the join's slots
     lanes_->join(n, ey_, /*captured=*/true);   // the tail segment goes on from here
 }
 
@@ -99,9 +101,9 @@ void cuda_model::replay_split(const split_graph& g) {
     ck(cudaGraphLaunch(g.segments[k++], stream_), "cudaGraphLaunch");   // head
     const std::vector<int>& split = lanes_->split_layers();
     for (int il : split) {
-        lanes_->plan_window(il, 1);
         lanes_->gpu_begin(il);
         ck(cudaGraphLaunch(g.segments[k++], stream_), "cudaGraphLaunch");   // hits
+        lanes_->plan_window(il, 1);
         if (staged) {
             lanes_->staged_begin();
             ck(cudaGraphLaunch(g.segments[k++], stream_), "cudaGraphLaunch");

@@ -220,11 +220,12 @@ private:
     // ---- a split model's decode step as graphs (cuda_model_graphs.cpp) ----------------------
     // The host sits inside every split layer (the routed ids come to it, it plans, its CPU lane
     // computes), so the step is cut there into segments, each captured once and replayed:
-    //   head: the embedding .. the first split layer's router and the ids sent to the host;
-    //   per split layer: [plan] hits (the slots' upload, the resident experts, the shared
-    //   expert); staged (the PCIe lane's experts, after their copies land; with the lane
-    //   only); [the CPU lane] tail (the CPU rows joined, the combine .. the next split layer's
-    //   routing, or the logits).
+    //   head: the embedding .. the first split layer's router;
+    //   per split layer: hits (the doorbell that hands the routing to the host, the resident
+    //   experts, the shared expert); [the host polls the doorbell and plans while hits runs]
+    //   staged (the slots' upload, the PCIe lane's experts after their copies land; with the
+    //   lane only); [the CPU lane] tail (the slots' upload without the PCIe lane, the CPU rows
+    //   joined, the combine .. the next split layer's router, or the logits).
     // Replaying saves the host's launches on the step's serial path (~175 us of them per split
     // layer of the 80B shape, session 16's split_decode_bench).
     struct split_graph {
@@ -239,7 +240,7 @@ private:
     // on the stream; segment_cut ends it, keeps the graph and launches it.
     void segment_begin();
     void segment_cut();
-    // moe_block's split layer during a capture: the same launches as route()'s path, cut into
+    // moe_block's split layer during a capture: the same launches as its uncaptured path, cut into
     // the segments above (every launch made whatever the window routed: each lane's matmuls
     // skip the other lanes' pairs on the device).
     void captured_split_layer(const dlayer& l, int il, int64_t n, bool g_act);

@@ -70,27 +70,31 @@ void cuda_model::moe_block(const dlayer& l, int il, int64_t n) {
         captured_split_layer(l, il, n, g_act);   // a split decode step's graphs being captured
         shared_done = true;
     } else if (split) {
-        // A split layer: the ids go to the host, the GPU computes the pairs of resident experts
-        // (slot ids; the other lanes' pairs skipped) while the CPU lane computes the rest, whose
-        // rows join ey_ before the combine: every pair's row has the same bits either way (E3).
-        const cuda_expert_lanes::routed r = lanes_->route(il, n, ids_, xn_);
-        if (r.gpu_pairs + r.pcie_pairs > 0) lanes_->gpu_begin(il);
-        if (r.gpu_pairs > 0) {
-            slot_experts(l, lanes_->slots(il).n_slots, n, r.mm_ids, g_act);
+        // A split layer: the doorbell hands the ids to the host; the GPU computes the pairs of
+        // resident experts (the doorbell's slot ids; the other lanes' pairs skipped) and the
+        // shared expert (it reads xn_ only) while the host plans and the CPU lane computes the
+        // rest, whose rows join ey_ before the combine: every pair's row has the same bits
+        // either way (E3).
+        lanes_->ring(il, n, ids_, xn_);
+        const int n_resident = lanes_->slots(il).n_slots;
+        lanes_->gpu_begin(il);
+        if (n_resident > 0) {
+            slot_experts(l, n_resident, n, lanes_->slot_ids(), g_act);
             g_act = false;   // act_ now holds the down projection's input
         }
+        shared_expert(l, n);
+        shared_done = true;
+        if (l.sh_inp) g_act = false;   // its launches quantised their own rows into act_
+        const cuda_expert_lanes::routed r = lanes_->plan_window(il, n);
+        lanes_->upload_slots(n);
         if (r.pcie_pairs > 0) {
             // The misses copied over PCIe: the same launches on the staging slots, once the
             // copies have landed (their pairs only: the others are -1, skipped).
             lanes_->staged_begin();
-            staged_experts(l, n, r.stage_ids, g_act);
+            staged_experts(l, n, lanes_->stage_ids(n), g_act);
             lanes_->staged_end();
         }
-        if (r.gpu_pairs + r.pcie_pairs > 0) lanes_->gpu_end(il);
-        // Enqueued before the CPU lane runs, so the GPU computes it while the CPU computes its
-        // experts instead of after the join (it reads xn_ only).
-        shared_expert(l, n);
-        shared_done = true;
+        lanes_->gpu_end(il);
         lanes_->run_cpu(n, *pool_, il);
         lanes_->join(n, ey_);
     } else {

@@ -35,17 +35,17 @@ struct placement_metrics {
     // the cost model said.
     lane_seconds stream_lane;
     // Where the host thread spends a split layer (steady clock, summed over split layers):
-    //   routing_wait - blocked until the layer's routed ids reach the host (the stream's sync);
+    //   routing_wait - polling until the layer's doorbell rings (its routed ids have reached
+    //                  the host), after the launches of the resident lane;
     //   launch       - from then until the CPU lane starts: the plan, the PCIe copies' and the
-    //                  GPU lane's launches (the CPU lane waits for them);
+    //                  staged launches (the CPU lane waits for them);
     //   between      - from one split layer's join to the next one's routing in the same
     //                  forward: the launches of the layers in between (the GPU is idle until
     //                  they reach it).
     struct host_seconds {
         double routing_wait = 0.0, launch = 0.0, between = 0.0;
     } host;
-    // The GPU's time from a split layer's join to the next split layer's routed ids leaving for
-    // the host (CUDA events: the combine, the layers between, the next norm and router), summed.
+    // The GPU's time from a split layer's join to the next split layer's doorbell (CUDA events: the combine, the layers between, the next norm and router), summed.
     // The step's serial path holds it whatever the host does: with the host's launches captured
     // as graphs it is most of what is left outside the lanes.
     double gpu_between = 0.0;

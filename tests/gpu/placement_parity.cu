@@ -35,6 +35,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 using namespace sluice;
@@ -289,6 +290,77 @@ int check_copy_rows() {
     return d == 0 && e == cudaSuccess ? 0 : 1;
 }
 
+// ring_routing_bell against its definition: the ids and the input in mapped host memory bit for
+// bit, each pair's slot from the layer's map (-1 for an id outside the experts), and the bell
+// counting rings, polled as the lanes poll it. A row of a decode step (one block) and a prefill
+// chunk's input (many blocks, the last of which rings).
+int check_routing_bell() {
+    int failures = 0;
+    const int n_expert = 16;
+    std::mt19937 g(11);
+    std::vector<int32_t> local(n_expert);
+    for (auto& v : local) v = static_cast<int32_t>(g() % 5) - 2;   // -2.. 2: negatives are not resident
+    int32_t *d_local = nullptr, *d_ids = nullptr, *d_mm = nullptr, *h_ids = nullptr, *dh_ids = nullptr;
+    float *d_xn = nullptr, *h_xn = nullptr, *dh_xn = nullptr;
+    uint32_t *d_state = nullptr, *h_bell = nullptr, *dh_bell = nullptr;
+    const int64_t max_pairs = 2048 * 8, max_xn = 2048 * 300;
+    cudaMalloc(reinterpret_cast<void**>(&d_local), n_expert * 4);
+    cudaMalloc(reinterpret_cast<void**>(&d_ids), max_pairs * 4);
+    cudaMalloc(reinterpret_cast<void**>(&d_mm), max_pairs * 4);
+    cudaMalloc(reinterpret_cast<void**>(&d_xn), max_xn * 4);
+    cudaMalloc(reinterpret_cast<void**>(&d_state), 8);
+    cudaMemset(d_state, 0, 8);
+    cudaHostAlloc(reinterpret_cast<void**>(&h_ids), max_pairs * 4, cudaHostAllocMapped);
+    cudaHostAlloc(reinterpret_cast<void**>(&h_xn), max_xn * 4, cudaHostAllocMapped);
+    cudaHostAlloc(reinterpret_cast<void**>(&h_bell), 4, cudaHostAllocMapped);
+    *h_bell = 0;
+    cudaHostGetDevicePointer(reinterpret_cast<void**>(&dh_ids), h_ids, 0);
+    cudaHostGetDevicePointer(reinterpret_cast<void**>(&dh_xn), h_xn, 0);
+    cudaHostGetDevicePointer(reinterpret_cast<void**>(&dh_bell), h_bell, 0);
+    cudaMemcpy(d_local, local.data(), n_expert * 4, cudaMemcpyHostToDevice);
+    uint32_t ring = 0;
+    for (const auto [rows, k, embd] : {std::tuple<int64_t, int64_t, int64_t>{1, 8, 2048}, {2048, 8, 300}, {3, 5, 7}}) {
+        const int64_t P = rows * k, X = rows * embd;
+        std::vector<int32_t> ids(static_cast<size_t>(P)), want_mm(ids.size());
+        std::vector<float> xn(static_cast<size_t>(X));
+        for (size_t p = 0; p < ids.size(); ++p) {
+            ids[p] = static_cast<int32_t>(g() % (n_expert + 4)) - 2;   // some outside 0..n_expert-1
+            want_mm[p] = ids[p] >= 0 && ids[p] < n_expert ? local[static_cast<size_t>(ids[p])] : -1;
+        }
+        for (float& v : xn) v = static_cast<float>(static_cast<int32_t>(g())) * 1e-7f;
+        cudaMemcpy(d_ids, ids.data(), P * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(d_xn, xn.data(), X * 4, cudaMemcpyHostToDevice);
+        std::memset(h_ids, 0xff, static_cast<size_t>(P) * 4);
+        std::memset(h_xn, 0xff, static_cast<size_t>(X) * 4);
+        cuda::ring_routing_bell({.ids = d_ids, .xn = d_xn, .pairs = P, .xn_count = X, .local_slot = d_local, .n_expert = n_expert,
+                                 .host_ids = dh_ids, .host_xn = dh_xn, .mm_ids = d_mm, .state = d_state, .bell = dh_bell},
+                                nullptr);
+        ++ring;
+        // Poll as the lanes do (no sync first): the values must be there when the bell reads ring.
+        const volatile uint32_t* bell = h_bell;
+        const auto t0 = std::chrono::steady_clock::now();
+        while (*bell != ring && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+        }
+        const bool rang = *bell == ring;
+        std::vector<int32_t> got_ids(h_ids, h_ids + P), got_mm(ids.size());
+        std::vector<float> got_xn(h_xn, h_xn + X);
+        const cudaError_t e = cudaDeviceSynchronize();
+        cudaMemcpy(got_mm.data(), d_mm, P * 4, cudaMemcpyDeviceToHost);
+        const bool ok = rang && e == cudaSuccess && got_ids == ids && got_mm == want_mm &&
+                        std::memcmp(got_xn.data(), xn.data(), xn.size() * 4) == 0;
+        std::printf("%s ring_routing_bell: %lld rows x %lld pairs, %lld input values: bell %u (want %u), ids %s, slots %s, input %s (%s)\n",
+                    ok ? "PASS" : "FAIL", static_cast<long long>(rows), static_cast<long long>(k), static_cast<long long>(X),
+                    *bell, ring, got_ids == ids ? "equal" : "DIFFER", got_mm == want_mm ? "as mapped" : "DIFFER",
+                    std::memcmp(got_xn.data(), xn.data(), xn.size() * 4) == 0 ? "bit-identical" : "DIFFERS", cudaGetErrorString(e));
+        failures += ok ? 0 : 1;
+    }
+    for (void* p : {static_cast<void*>(d_local), static_cast<void*>(d_ids), static_cast<void*>(d_mm), static_cast<void*>(d_xn),
+                    static_cast<void*>(d_state)})
+        cudaFree(p);
+    for (void* p : {static_cast<void*>(h_ids), static_cast<void*>(h_xn), static_cast<void*>(h_bell)}) cudaFreeHost(p);
+    return failures;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -308,7 +380,7 @@ int main(int argc, char** argv) {
             files.push_back(fx / f);
     }
     thread_pool pool(static_cast<int>(std::max(4u, std::thread::hardware_concurrency())));
-    int failures = check_copy_rows();
+    int failures = check_copy_rows() + check_routing_bell();
     for (const auto& f : files) {
         try {
             failures += run_file(f, pool);
