@@ -104,6 +104,7 @@ void run(const run_args& a) {
     eo.vram_budget = budget;
     eo.prefill_stream_rows = a.prefill_stream;
     eo.mmap = !a.no_mmap;
+    eo.show_load_progress = true;
     auto eng = engine::open(eo);
     if (a.verbose) fmt::print(stderr, "model: {}\n{}\n", eng->model_path().string(), eng->describe());
 

@@ -119,6 +119,11 @@ void serve(const serve_args& a) {
     opt.engine.prefill_stream_rows = a.prefill_stream;
     opt.prefill_rows_per_step = a.prefill_rows;
     opt.engine.mmap = !a.no_mmap;
+    // The load's steps on stderr and on /ready ("loading: pinning expert pages 41%").
+    opt.engine.show_load_progress = true;
+    opt.engine.on_load_phase = [&server](const std::string& phase) {
+        server.set_phase(phase.empty() ? "loading" : "loading: " + phase);
+    };
     opt.max_batch = a.parallel;
     opt.max_queue = a.queue;
     opt.prefix_cache_bytes = static_cast<size_t>(a.prefix_cache_mb) << 20;

@@ -8,6 +8,7 @@
 #include "kernels/cuda/expert_rows.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "moe/expert_pool.h"
+#include "placement/progress.h"
 #include "quant/act.h"
 
 #include <cuda_runtime.h>
@@ -103,6 +104,13 @@ cuda_expert_lanes::cuda_expert_lanes(const model_hparams& hp, std::vector<moe::e
     // layer's expert formats to be int8 ones; float experts take a pair a block.
     grouped_ok_ = hp.n_expert <= cuda::k_group_max_experts;
     info_.total = hp.n_layer * hp.n_expert;
+    if (p.progress) {
+        uint64_t resident_total = 0;
+        for (int il = 0; il < hp.n_layer; ++il)
+            for (int e = 0; e < hp.n_expert; ++e)
+                if (cache_.slot_of(il, e) >= 0) resident_total += cache_.blob_bytes(il);
+        if (resident_total > 0) p.progress->begin("experts to the GPU", resident_total);
+    }
     for (int il = 0; il < hp.n_layer; ++il) {
         const moe::expert_bank& b = banks_[static_cast<size_t>(il)];
         for (const tensor_view* t : {b.gate, b.up, b.down})
@@ -135,11 +143,13 @@ cuda_expert_lanes::cuda_expert_lanes(const model_hparams& hp, std::vector<moe::e
                 ck(cudaMemcpy(mats[m] + k * sizes[m], kernels::expert_slice(*src[m], e).data, sizes[m], cudaMemcpyHostToDevice),
                    "expert slot upload");
             cache_.copy_landed(cache_.slot_of(il, e));
+            if (p.progress) p.progress->advance(gs + us + ds);
         }
         info_.resident += s.n_slots;
         if (s.n_slots == hp.n_expert) ++info_.whole_layers;
         info_.resident_bytes += cache_.blob_bytes(il) * resident.size();
     }
+    if (p.progress) p.progress->finish();
     info_.split = info_.resident < info_.total;
     {
         void* d = nullptr;
@@ -175,14 +185,14 @@ cuda_expert_lanes::cuda_expert_lanes(const model_hparams& hp, std::vector<moe::e
     else if (p.staging_slots <= 0) info_.pcie_note = "no staging slots asked for";
     else if (!grouped_ok_) info_.pcie_note = "float expert weights (the staged launch needs the grouped int8 matmul)";
     else if (p.pcie_share == 0.0) info_.pcie_note = "PCIe share 0 asked for";
-    else open_pcie_lane(p.staging_slots);
+    else open_pcie_lane(p.staging_slots, p.progress);
     if (!info_.split) info_.stream_note = info_.pcie_note;
     else if (p.prefill_stream_rows == 0) info_.stream_note = "prefill streaming off (asked for)";
     else if (!info_.pcie_lane) info_.stream_note = "no PCIe lane: " + info_.pcie_note;
     else open_stream(p.prefill_stream_rows);
 }
 
-void cuda_expert_lanes::open_pcie_lane(int staging_slots) {
+void cuda_expert_lanes::open_pcie_lane(int staging_slots, placement::progress* prog) {
     // A layer never stages more experts than it has (and the grouped launch's tile buffers are
     // sized for n_expert groups).
     staging_slots = std::min(staging_slots, hp_.n_expert);
@@ -201,6 +211,13 @@ void cuda_expert_lanes::open_pcie_lane(int staging_slots) {
     for (const auto& r : ranges)
         if (!merged.empty() && r.first <= merged.back().second) merged.back().second = std::max(merged.back().second, r.second);
         else merged.push_back(r);
+    // A range's pages are read in from the disk as they are pinned, unless the page cache has
+    // them: minutes for a large model on a first start, hence the progress.
+    if (prog) {
+        uint64_t total = 0;
+        for (const auto& [lo, hi] : merged) total += hi - lo;
+        prog->begin("pinning expert pages", total);
+    }
     for (const auto& [lo, hi] : merged) {
         void* ptr = reinterpret_cast<void*>(lo);
         const cudaError_t e = cudaHostRegister(ptr, hi - lo, cudaHostRegisterReadOnly);
@@ -208,10 +225,13 @@ void cuda_expert_lanes::open_pcie_lane(int staging_slots) {
             cudaGetLastError();   // clear it: the model goes on without the lane
             info_.pcie_note = fmt::format("cudaHostRegister of {} bytes of expert weights failed: {}", hi - lo,
                                           cudaGetErrorString(e));
+            if (prog) prog->finish();
             return;
         }
         registered_.push_back(ptr);
+        if (prog) prog->advance(hi - lo);
     }
+    if (prog) prog->finish();
     // Slots sized for the largest slice of each matrix over the layers (formats differ by layer).
     size_t gs = 0, us = 0, ds = 0;
     for (const moe::expert_bank& b : banks_) {

@@ -135,7 +135,7 @@ private:
     void wait_for_bell();
     // Registers the expert tensors' host pages with CUDA and allocates the staging slots;
     // on failure the lane stays off and info_.pcie_note says why.
-    void open_pcie_lane(int staging_slots);
+    void open_pcie_lane(int staging_slots, placement::progress* prog);
     // Times copies of a few experts into the staging slots: the cost model's PCIe figure.
     void calibrate_pcie();
     // Enqueues the copies of this layer's PCIe experts (plan_) on the copy stream.

@@ -21,6 +21,7 @@ bool cuda_model_supports(const std::string& arch) {
 
 #include "models/cuda_model_impl.h"
 #include "models/hybrid_model.h"
+#include "placement/progress.h"
 
 #include "kernels/cuda/act_quant.cuh"
 #include "kernels/cuda/matmul.cuh"
@@ -79,7 +80,9 @@ cuda_model::cuda_model(const model_file& f, const load_options&, int device, con
         fail("model: {}.feed_forward_length: expected >= 1, got {}", arch, hp_.n_ff);
     }
 
-    // Weights: bound and checked by the CPU's binder, then uploaded.
+    // Weights: bound and checked by the CPU's binder, then uploaded (flush_uploads).
+    placement::progress* prog = place ? place->progress : nullptr;
+    defer_uploads_ = true;
     weight_binder b(f);
     std::vector<moe::expert_bank> banks;   // [n_layer] the routed experts in host memory (MoE)
     uint64_t expert_bytes = 0;
@@ -126,7 +129,15 @@ cuda_model::cuda_model(const model_file& f, const load_options&, int device, con
     }
     // Routed experts: all uploaded as they are, or, under a budget below their total, the
     // resident ones in cache slots (the expert matmuls read slot ids instead of expert ids).
-    if (spec_.moe && place && place->vram_budget < expert_bytes) {
+    const bool split = spec_.moe && place && place->vram_budget < expert_bytes;
+    if (!split)
+        for (size_t il = 0; il < banks.size(); ++il) {
+            layers_[il].gate_exps = upload_mat(*banks[il].gate);
+            layers_[il].up_exps = upload_mat(*banks[il].up);
+            layers_[il].down_exps = upload_mat(*banks[il].down);
+        }
+    flush_uploads(prog);
+    if (split) {
         lanes_ = std::make_unique<cuda_expert_lanes>(hp_, banks, *place, stream_);
         for (int il = 0; il < hp_.n_layer; ++il) {
             const cuda_expert_lanes::layer_slots& sl = lanes_->slots(il);
@@ -135,12 +146,6 @@ cuda_model::cuda_model(const model_file& f, const load_options&, int device, con
             l.gate_exps = slot_mat(*k.gate, sl.gate);
             l.up_exps = slot_mat(*k.up, sl.up);
             l.down_exps = slot_mat(*k.down, sl.down);
-        }
-    } else {
-        for (size_t il = 0; il < banks.size(); ++il) {
-            layers_[il].gate_exps = upload_mat(*banks[il].gate);
-            layers_[il].up_exps = upload_mat(*banks[il].up);
-            layers_[il].down_exps = upload_mat(*banks[il].down);
         }
     }
     if (spec_.hybrid && hy_.n_nextn > 0) mtp_host_ = bind_mtp(b, hp_, hp_.n_layer);   // uploaded by a head
@@ -283,6 +288,19 @@ void* cuda_model::dalloc(size_t bytes) {
     return p;
 }
 
+void cuda_model::flush_uploads(placement::progress* prog) {
+    defer_uploads_ = false;
+    uint64_t total = 0;
+    for (const pending_upload& u : pending_uploads_) total += u.bytes;
+    if (prog) prog->begin("weights to the GPU", total);
+    for (const pending_upload& u : pending_uploads_) {
+        ck(cudaMemcpy(u.dst, u.src, u.bytes, cudaMemcpyHostToDevice), "upload");
+        if (prog) prog->advance(u.bytes);
+    }
+    if (prog) prog->finish();
+    pending_uploads_ = {};
+}
+
 float* cuda_model::upload_vec(const std::vector<float>& v) {
     if (v.empty()) return nullptr;
     auto* p = static_cast<float*>(dalloc(v.size() * 4));
@@ -294,7 +312,8 @@ dmat cuda_model::upload_mat(const tensor_view& t) {
     // One upload per tensor: a tied LM head shares token_embd's copy.
     if (auto it = uploaded_.find(&t); it != uploaded_.end()) return it->second;
     auto* p = static_cast<std::byte*>(dalloc(t.nbytes));
-    ck(cudaMemcpy(p, t.data, t.nbytes, cudaMemcpyHostToDevice), "upload");
+    if (defer_uploads_) pending_uploads_.push_back({p, t.data, t.nbytes});
+    else ck(cudaMemcpy(p, t.data, t.nbytes, cudaMemcpyHostToDevice), "upload");
     const dmat m = slot_mat(t, p);
     uploaded_[&t] = m;
     return m;

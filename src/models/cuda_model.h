@@ -15,6 +15,9 @@
 #include <string>
 
 namespace sluice {
+namespace placement {
+class progress;
+}
 
 struct mtp_head;         // spec/mtp.h
 struct mtp_draft_rows;   // models/hybrid_mtp.h
@@ -70,6 +73,9 @@ struct cuda_placement {
     // < 0: the cost model's cut-over (rows); 0: never; N > 0: every forward of >= N rows (tests).
     // Needs the PCIe lane; the two buffers are VRAM beyond vram_budget (2 x a layer's experts).
     int prefill_stream_rows = -1;
+    // The load's long steps (the weights to the GPU, the resident experts, pinning the expert
+    // pages) as progress phases; none when null. Only used during load_model_cuda.
+    placement::progress* progress = nullptr;
 };
 std::unique_ptr<model> load_model_cuda(const model_file& f, const load_options& o, int device, const cuda_placement& p,
                                        bool graphs = true);

@@ -172,7 +172,13 @@ private:
 
     float* upload_vec(const std::vector<float>& v);
 
+    // Allocates t's device copy; the bytes are copied at once, or, while the constructor binds
+    // the weights (pending_uploads_ open), by flush_uploads.
     dmat upload_mat(const tensor_view& t);
+    // Copies the pending uploads in binding order, reporting them to the load's progress as one
+    // phase of known size (first reads of a mapped file come from the disk: minutes for a large
+    // model), and closes the pending list.
+    void flush_uploads(placement::progress* prog);
 
     // ---- per-forward buffers ----------------------------------------------------------------
     void free_scratch();
@@ -335,6 +341,13 @@ private:
     std::vector<attn_rows> attn_rows_;   // the forward's sequences for attention_block (capacity kept)
     std::vector<void*> allocs_;
     std::unordered_map<const tensor_view*, dmat> uploaded_;
+    struct pending_upload {
+        void* dst;
+        const void* src;
+        size_t bytes;
+    };
+    std::vector<pending_upload> pending_uploads_;   // the constructor's, until flush_uploads
+    bool defer_uploads_ = false;
     std::unordered_map<const kv_cache*, dkv> kvs_;
     // Addresses of caches destroyed (or moved, assigned) since the last drain_released: their
     // hooks may run on any thread and after this model is gone, so they only queue, under the

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "io/model_file.h"
 #include "models/model.h"
+#include "placement/progress.h"
 #include "runtime/generate.h"
 #include "runtime/loaded_model.h"
 #include "runtime/numa_setup.h"
@@ -231,7 +232,9 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
 #ifdef SLUICE_BENCH_GPU
         // Routed experts under the budget (all in VRAM without one), ranked by the profile beside
         // the model when there is one.
-        net = load_model_on(o.model_path, *file, n_ctx, o.gpu, o.vram_budget, o.prefill_stream_rows);
+        // The load's long steps on stderr unless quiet (a bar on a terminal).
+        placement::progress prog(stderr, progress ? placement::progress_style::automatic : placement::progress_style::silent);
+        net = load_model_on(o.model_path, *file, n_ctx, o.gpu, o.vram_budget, o.prefill_stream_rows, &prog);
 #else
         fail("bench: --gpu {}: this build has no CUDA backend (configure with -DSLUICE_CUDA=ON and nvcc)", o.gpu);
 #endif

@@ -104,8 +104,7 @@ std::filesystem::path engine::default_model_path() {
 std::unique_ptr<engine> engine::open(const engine_options& o) {
     auto p = std::make_unique<impl>();
     const file_access access = o.mmap ? file_access::map : file_access::read;
-    p->target = loaded_model::open(o.model_path.empty() ? default_model_path() : o.model_path, o.n_ctx, o.gpu, o.vram_budget,
-                                   access, o.prefill_stream_rows);
+    p->target = open_target(o);
     const model_hparams& hp = p->target.net->hparams();
     p->n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(hp.n_ctx_train, 4096);
     p->n_threads = o.n_threads > 0 ? o.n_threads : usable_cpus();

@@ -3,12 +3,13 @@
 #include "core/error.h"
 #include "models/cuda_model.h"
 #include "placement/model_identity.h"
+#include "placement/progress.h"
 #include "placement/routing_profile.h"
 
 namespace sluice {
 
 std::unique_ptr<model> load_model_on(const std::filesystem::path& path, const model_file& f, int n_ctx, int gpu,
-                                     uint64_t vram_budget, int prefill_stream_rows) {
+                                     uint64_t vram_budget, int prefill_stream_rows, placement::progress* prog) {
     if (gpu < 0) return load_model(f, load_options{n_ctx});
 #ifdef SLUICE_HAVE_CUDA
     if (!cuda_model_supports(f.architecture()))
@@ -17,6 +18,7 @@ std::unique_ptr<model> load_model_on(const std::filesystem::path& path, const mo
     cuda_placement p;
     p.vram_budget = vram_budget;
     p.prefill_stream_rows = prefill_stream_rows;
+    p.progress = prog;
     // The profile ranks what the budget holds; only read when the budget splits the experts.
     if (vram_budget != UINT64_MAX) p.profile = placement::load_profile_for(path, placement::identify_model(path, f));
     return load_model_cuda(f, load_options{n_ctx}, gpu, p);
@@ -24,6 +26,7 @@ std::unique_ptr<model> load_model_on(const std::filesystem::path& path, const mo
     (void)path;
     (void)vram_budget;
     (void)prefill_stream_rows;
+    (void)prog;
     fail("--gpu {}: this build of sluice has no CUDA backend (configure with -DSLUICE_CUDA=ON and nvcc, or leave out "
          "--gpu to run on the CPU)", gpu);
 #endif
@@ -40,16 +43,23 @@ int default_prefill_rows(const model& net, int gpu) {
 }
 
 loaded_model loaded_model::open(const std::filesystem::path& path, int n_ctx, int gpu, uint64_t vram_budget,
-                                file_access access, int prefill_stream_rows) {
+                                file_access access, int prefill_stream_rows, placement::progress* prog) {
     loaded_model m;
     m.path = path;
     m.file = model_file::open(path, access);
     m.tok = tokenizer::for_model(*m.file, path);
-    m.net = load_model_on(path, *m.file, n_ctx, gpu, vram_budget, prefill_stream_rows);
+    m.net = load_model_on(path, *m.file, n_ctx, gpu, vram_budget, prefill_stream_rows, prog);
     if (m.tok->n_vocab() > m.net->hparams().n_vocab)
         fail("model: {}: the tokenizer has {} tokens but the model's output has {}", path.string(), m.tok->n_vocab(),
              m.net->hparams().n_vocab);
     return m;
+}
+
+loaded_model open_target(const engine_options& o) {
+    placement::progress prog(stderr, o.show_load_progress ? placement::progress_style::automatic : placement::progress_style::silent);
+    if (o.on_load_phase) prog.on_phase(o.on_load_phase);
+    return loaded_model::open(o.model_path.empty() ? engine::default_model_path() : o.model_path, o.n_ctx, o.gpu,
+                              o.vram_budget, o.mmap ? file_access::map : file_access::read, o.prefill_stream_rows, &prog);
 }
 
 std::vector<std::string> loaded_model::vocab() const {

@@ -14,6 +14,9 @@
 #include <vector>
 
 namespace sluice {
+namespace placement {
+class progress;
+}
 
 struct loaded_model {
     std::filesystem::path path;
@@ -26,18 +29,25 @@ struct loaded_model {
     // gpu >= 0: the network on that CUDA device, its routed experts under vram_budget bytes
     // (models/cuda_model.h: cuda_placement, with the profile beside the model when present).
     // access: the file mapped or read into memory (io/mmap.h).
-    // prefill_stream_rows: load_model_on's.
+    // prefill_stream_rows, prog: load_model_on's.
     static loaded_model open(const std::filesystem::path& path, int n_ctx, int gpu = -1,
                              uint64_t vram_budget = UINT64_MAX, file_access access = file_access::map,
-                             int prefill_stream_rows = -1);
+                             int prefill_stream_rows = -1, placement::progress* prog = nullptr);
     // Every token's bytes, by id (for the draft model's vocabulary check).
     std::vector<std::string> vocab() const;
 };
 
+// The target model of an engine's options: o.model_path (or the default model), on o.gpu under
+// o.vram_budget, with the load's progress shown and reported as o asks (show_load_progress,
+// on_load_phase). Shared by the one-request and the serving engine.
+loaded_model open_target(const engine_options& o);
+
 // The network of file f (opened from path): on the CPU (gpu < 0), or on CUDA device gpu with its
 // routed experts under vram_budget bytes. Fails with what to do in a build without CUDA.
+// prog (optional): the CUDA load's long steps as progress phases (cuda_placement::progress).
 std::unique_ptr<model> load_model_on(const std::filesystem::path& path, const model_file& f, int n_ctx, int gpu,
-                                     uint64_t vram_budget, int prefill_stream_rows = -1);
+                                     uint64_t vram_budget, int prefill_stream_rows = -1,
+                                     placement::progress* prog = nullptr);
 
 // Rows per prefill forward for net on that backend (gpu < 0: the CPU): k_cpu_prefill_rows,
 // k_gpu_prefill_rows, or k_gpu_stream_prefill_rows for a CUDA model whose split experts stream

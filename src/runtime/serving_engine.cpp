@@ -109,8 +109,7 @@ std::unique_ptr<serving_engine> serving_engine::open(const serving_options& o) {
     p->opt = o;
     const engine_options& eo = o.engine;
     const file_access access = eo.mmap ? file_access::map : file_access::read;
-    p->target = loaded_model::open(eo.model_path.empty() ? engine::default_model_path() : eo.model_path, eo.n_ctx, eo.gpu,
-                                   eo.vram_budget, access, eo.prefill_stream_rows);
+    p->target = open_target(eo);
 #ifdef SLUICE_HAVE_CUDA
     p->experts_split = eo.gpu >= 0 && cuda_placement_of(*p->target.net).split;
 #endif

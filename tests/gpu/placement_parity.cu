@@ -22,6 +22,7 @@
 #include "io/model_file.h"
 #include "kv/kv_cache.h"
 #include "models/model.h"
+#include "placement/progress.h"
 #include "placement/vram_budget.h"
 
 #include <cuda_runtime.h>
@@ -174,7 +175,15 @@ int run_file(const fs::path& path, thread_pool& pool) {
             p.pcie_share = share >= 0 ? share : -1.0;
             p.prefill_stream_rows = share == k_stream ? 1 : share >= 0 ? 0 : -1;
             if (b.profile) p.profile = prof;
+            // The load's progress (part 8), checked on the profiled half budget's first load:
+            // each step reaches 100% and ends, in load order.
+            placement::progress prog(stdout, placement::progress_style::silent);
+            std::vector<std::string> phases;
+            prog.on_phase([&phases](const std::string& s) { phases.push_back(s); });
+            const bool check_progress = b.profile && share == shares.front();
+            if (check_progress) p.progress = &prog;
             auto gpu = load_model_cuda(*mf, o, 0, p);
+            if (check_progress) failures += check_load_phases(phases, cuda_placement_of(*gpu).pcie_lane);
             const cuda_placement_info info = cuda_placement_of(*gpu);
             const trace t = run(*gpu, pool, prompt, steps, ref.picks);
             const cuda_placement_info calibrated = cuda_placement_of(*gpu);   // the CPU figure: measured at the first forward
@@ -252,6 +261,25 @@ int run_file(const fs::path& path, thread_pool& pool) {
         }
     }
     return failures;
+}
+
+// The phases a split load reported: each of its steps (the weights, the resident experts, the
+// expert pages when the PCIe lane opened) begins, reaches 100% and ends ("" after it), in order.
+int check_load_phases(const std::vector<std::string>& phases, bool pinned) {
+    std::vector<std::string> want = {"weights to the GPU", "experts to the GPU"};
+    if (pinned) want.push_back("pinning expert pages");
+    std::vector<std::string> ended;   // each step's last phase before its ""
+    std::string last;
+    for (const std::string& s : phases) {
+        if (s.empty() && !last.empty()) ended.push_back(last);
+        last = s;
+    }
+    bool ok = ended.size() == want.size();
+    for (size_t i = 0; ok && i < want.size(); ++i) ok = ended[i] == want[i] + " 100%";
+    std::string seen;
+    for (const std::string& e : ended) seen += (seen.empty() ? "" : ", ") + e;
+    std::printf("%s load progress: %zu phase updates, steps ended as [%s]\n", ok ? "PASS" : "FAIL", phases.size(), seen.c_str());
+    return ok ? 0 : 1;
 }
 
 // copy_cpu_pair_rows against its definition (a row copy where the slot is negative), reading
