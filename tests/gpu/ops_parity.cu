@@ -102,11 +102,11 @@ int test_attention(thread_pool& pool) {
     // a KV head (one row a block), 17 (odd and more than a block's warps: the one-row kernel), and
     // ties. Heads of 256 (the Qwen hybrids' 16/2 gated attention: 8 dimensions a lane in every
     // kernel) in a prefill window, with ties, 12/4 (one query a warp), and one row at 3000
-    // positions (the split kernel); head_dim 200 (8 a lane, part used, scalar K reads). Added
-    // after session 18's last H200 run (not yet run there): 68/2 (G 34, even and past 32: the
-    // one-row kernel), 32/1 (G 32: every query slot of the block), 9/3 at head_dim 72 (one query
-    // a warp, scalar K reads), 6/2 at head_dim 130 (one query a warp at 8 a lane, K and V staged
-    // float by float), and 37 rows of 16/2 heads of 256 (the last tile of 4 rows partial).
+    // positions (the split kernel); head_dim 200 (8 a lane, part used, scalar K reads); 68/2
+    // (G 34, even and past 32: the one-row kernel), 32/1 (G 32: every query slot of the block),
+    // 9/3 at head_dim 72 (one query a warp, scalar K reads), 6/2 at head_dim 130 (one query a
+    // warp at 8 a lane, K and V staged float by float), and 37 rows of 16/2 heads of 256 (the
+    // last tile of 4 rows partial).
     const cfg cfgs[] = {{8, 2, 128, 299, 1},   {8, 2, 128, 250, 16},  {8, 2, 128, 0, 300},   {4, 4, 64, 77, 5},
                         {6, 3, 80, 40, 3},     {32, 4, 128, 1000, 1}, {8, 2, 128, 600, 4, true},
                         {32, 4, 128, 37, 100}, {9, 3, 64, 5, 70},     {4, 2, 72, 3, 50},     {16, 1, 128, 20, 33},

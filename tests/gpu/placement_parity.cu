@@ -89,6 +89,25 @@ trace run(model& m, thread_pool& pool, const std::vector<token_id>& prompt, int 
     return t;
 }
 
+// The phases a split load reported: each of its steps (the weights, the resident experts, the
+// expert pages when the PCIe lane opened) begins, reaches 100% and ends ("" after it), in order.
+int check_load_phases(const std::vector<std::string>& phases, bool pinned) {
+    std::vector<std::string> want = {"weights to the GPU", "experts to the GPU"};
+    if (pinned) want.push_back("pinning expert pages");
+    std::vector<std::string> ended;   // each step's last phase before its ""
+    std::string last;
+    for (const std::string& s : phases) {
+        if (s.empty() && !last.empty()) ended.push_back(last);
+        last = s;
+    }
+    bool ok = ended.size() == want.size();
+    for (size_t i = 0; ok && i < want.size(); ++i) ok = ended[i] == want[i] + " 100%";
+    std::string seen;
+    for (const std::string& e : ended) seen += (seen.empty() ? "" : ", ") + e;
+    std::printf("%s load progress: %zu phase updates, steps ended as [%s]\n", ok ? "PASS" : "FAIL", phases.size(), seen.c_str());
+    return ok ? 0 : 1;
+}
+
 int run_file(const fs::path& path, thread_pool& pool) {
     auto mf = model_file::open(path);
     load_options o;
@@ -261,25 +280,6 @@ int run_file(const fs::path& path, thread_pool& pool) {
         }
     }
     return failures;
-}
-
-// The phases a split load reported: each of its steps (the weights, the resident experts, the
-// expert pages when the PCIe lane opened) begins, reaches 100% and ends ("" after it), in order.
-int check_load_phases(const std::vector<std::string>& phases, bool pinned) {
-    std::vector<std::string> want = {"weights to the GPU", "experts to the GPU"};
-    if (pinned) want.push_back("pinning expert pages");
-    std::vector<std::string> ended;   // each step's last phase before its ""
-    std::string last;
-    for (const std::string& s : phases) {
-        if (s.empty() && !last.empty()) ended.push_back(last);
-        last = s;
-    }
-    bool ok = ended.size() == want.size();
-    for (size_t i = 0; ok && i < want.size(); ++i) ok = ended[i] == want[i] + " 100%";
-    std::string seen;
-    for (const std::string& e : ended) seen += (seen.empty() ? "" : ", ") + e;
-    std::printf("%s load progress: %zu phase updates, steps ended as [%s]\n", ok ? "PASS" : "FAIL", phases.size(), seen.c_str());
-    return ok ? 0 : 1;
 }
 
 // copy_cpu_pair_rows against its definition (a row copy where the slot is negative), reading
