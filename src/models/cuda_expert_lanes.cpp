@@ -59,7 +59,11 @@ std::vector<uint64_t> ranking_of(const model_hparams& hp, const cuda_placement& 
 placement::cache_options cache_options_of(const model_hparams& hp, const cuda_placement& p) {
     placement::cache_options o;
     o.budget_bytes = p.vram_budget;
-    o.adaptive = false;   // first version: the initial set stays (swaps are the next step)
+    // The initial set stays: swaps are not built. The slot map lives twice, local_slot_ on the
+    // host (the plan, the join and CPU slots) and d_local_slot_ on the device (the doorbell's
+    // resident slots), copied once at construction: a swap must update both, the device's in
+    // stream order before the next ring, or the lanes would disagree on a pair.
+    o.adaptive = false;
     o.max_swaps_per_step = 0;
     o.k_used = std::max(hp.n_expert_used, 1);
     return o;
@@ -391,25 +395,28 @@ void cuda_expert_lanes::ring(int il, int64_t n, const int32_t* d_ids, const floa
 
 void cuda_expert_lanes::wait_for_bell() {
     const uint32_t want = ++rings_waited_;
-    const volatile uint32_t* bell = h_bell_;
-    // Plain loads of the mapped word (GPU-MACHINE.md: the host sees a captured kernel's write
-    // this way as soon as the kernel is done); now and then the stream's state, so that a fault
-    // on the device, or a ring that was never enqueued, is an error instead of a hang.
+    // Acquire loads of the mapped word (GPU-MACHINE.md: the host sees a captured kernel's write
+    // this way as soon as the kernel is done): the ids and input the kernel wrote before it are
+    // visible after it. Now and then the stream's state, so that a fault on the device, or a
+    // ring that was never enqueued, is an error instead of a hang.
+    const std::atomic_ref<uint32_t> bell(*h_bell_);
     for (uint32_t spins = 1;; ++spins) {
-        if (static_cast<int32_t>(*bell - want) >= 0) break;
+        if (static_cast<int32_t>(bell.load(std::memory_order_acquire) - want) >= 0) break;
         if (spins % 1024 != 0) {
 #if defined(__x86_64__) || defined(__i386__)
             __builtin_ia32_pause();
+#elif defined(__aarch64__)
+            asm volatile("yield" ::: "memory");
 #endif
             continue;
         }
         const cudaError_t e = cudaStreamQuery(static_cast<cudaStream_t>(stream_));
         if (e == cudaErrorNotReady) continue;
         if (e != cudaSuccess) ck(e, "waiting for the routing doorbell");
-        if (static_cast<int32_t>(*bell - want) >= 0) break;
-        fail("cuda expert lanes: the stream is idle and the routing doorbell reads {}, expected {}", *bell, want);
+        const uint32_t now = bell.load(std::memory_order_acquire);
+        if (static_cast<int32_t>(now - want) >= 0) break;
+        fail("cuda expert lanes: the stream is idle and the routing doorbell reads {}, expected {}", now, want);
     }
-    std::atomic_thread_fence(std::memory_order_acquire);   // the ids and input after the bell
 }
 
 void cuda_expert_lanes::between_begin() {
@@ -570,7 +577,7 @@ void cuda_expert_lanes::abandon_forward() noexcept {
     if (copy_stream_) cudaStreamSynchronize(static_cast<cudaStream_t>(copy_stream_));
     cudaGetLastError();
     // A ring enqueued (or captured) but never waited for: the count restarts from what rang.
-    if (h_bell_) rings_waited_ = *static_cast<volatile uint32_t*>(h_bell_);
+    if (h_bell_) rings_waited_ = std::atomic_ref<uint32_t>(*h_bell_).load(std::memory_order_acquire);
     std::fill(recorded_.begin(), recorded_.end(), uint8_t{0});
     std::fill(pcie_recorded_.begin(), pcie_recorded_.end(), uint8_t{0});
     between_done_ = 0;

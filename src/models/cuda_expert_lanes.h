@@ -89,7 +89,9 @@ public:
     // The CPU figure of the cost model, measured on the forward's pool (once; route's plans
     // use it from then on).
     void calibrate(thread_pool& pool);
-    // Events around the GPU lane's expert launches (measured time, read by end_forward).
+    // Events around the GPU lane's launches (measured time, read by end_forward): from the
+    // doorbell through the resident experts, the shared expert and the staged experts (which
+    // wait for their copies).
     void gpu_begin(int il);
     void gpu_end(int il);
     // Around the launches that read the staging slots: the stream waits for this layer's

@@ -34,9 +34,10 @@ struct cost_model {
     // (the multi-row kernels decode a weight block once for up to 16 rows, but the integer dot
     // products grow with the rows). 0.5 is a guess until calibrate_cpu measures 16 rows.
     double cpu_extra_row = 0.5;
-    // A split layer's host round trip (the ids to the host through the doorbell, the plan, the
-    // join): on the H200 a split layer's serial part took ~170 us against ~65 us for a whole GPU
-    // layer (cuda_expert_lanes.cpp, ranking_of), so ~105 us a layer.
+    // A split layer's host round trip (the ids to the host, the plan, the join): on the H200 a
+    // split layer's serial part took ~170 us against ~65 us for a whole GPU layer (measured with
+    // a stream sync before the doorbell, which session 19's A/B put within 2-5% of it:
+    // cuda_expert_lanes.cpp, ranking_of), so ~105 us a layer.
     double split_round_trip_s = 105e-6;
 
     double cpu_gb_s(dtype t) const {

@@ -55,12 +55,15 @@ void progress::begin(std::string phase, uint64_t total, std::string unit) {
 
 void progress::advance(uint64_t bytes) {
     if (!open_) return;
-    done_ += bytes;
-    const int pct = total_ > 0 ? static_cast<int>(std::min(done_, total_) * 100 / total_) : -1;
-    if (pct != last_percent_) {
+    bool changed = false;
+    {
+        std::lock_guard lk(m_);
+        done_ += bytes;
+        const int pct = total_ > 0 ? static_cast<int>(std::min(done_, total_) * 100 / total_) : -1;
+        changed = pct != last_percent_;
         last_percent_ = pct;
-        publish();
     }
+    if (changed) publish();
     if (!bar_) return;
     const auto now = std::chrono::steady_clock::now();
     if (now - last_draw_ < std::chrono::milliseconds(100)) return;
@@ -85,6 +88,18 @@ void progress::finish() {
         phase_.clear();
     }
     publish();
+}
+
+progress::~progress() {
+    try {
+        finish();
+    } catch (...) {   // a failed write to the terminal or the phase callback: nothing to report to
+    }
+}
+
+uint64_t progress::done() const {
+    std::lock_guard lk(m_);
+    return done_;
 }
 
 std::string progress::phase() const {

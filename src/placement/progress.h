@@ -31,6 +31,11 @@ enum class progress_style {
 class progress {
 public:
     explicit progress(std::FILE* out = stderr, progress_style style = progress_style::automatic);
+    // Ends a phase still open (a load that threw part way): the bar gets its newline and the
+    // phase reads "" again.
+    ~progress();
+    progress(const progress&) = delete;
+    progress& operator=(const progress&) = delete;
 
     // Starts a phase of `total` bytes (or of `unit`s when given; 0: unknown). Ends the previous
     // one if still open.
@@ -46,7 +51,7 @@ public:
     // passes http_server::set_phase here.
     void on_phase(std::function<void(const std::string&)> f) { on_phase_ = std::move(f); }
 
-    uint64_t done() const { return done_; }
+    uint64_t done() const;
     bool is_bar() const { return bar_; }
 
 private:

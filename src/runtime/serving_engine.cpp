@@ -110,6 +110,7 @@ std::unique_ptr<serving_engine> serving_engine::open(const serving_options& o) {
     const engine_options& eo = o.engine;
     const file_access access = eo.mmap ? file_access::map : file_access::read;
     p->target = open_target(eo);
+    p->opt.engine.on_load_phase = nullptr;   // it may hold the caller's objects; loading is done
 #ifdef SLUICE_HAVE_CUDA
     p->experts_split = eo.gpu >= 0 && cuda_placement_of(*p->target.net).split;
 #endif

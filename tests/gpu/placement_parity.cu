@@ -90,10 +90,14 @@ trace run(model& m, thread_pool& pool, const std::vector<token_id>& prompt, int 
 }
 
 // The phases a split load reported: each of its steps (the weights, the resident experts, the
-// expert pages when the PCIe lane opened) begins, reaches 100% and ends ("" after it), in order.
+// expert pages when their pinning began) begins, reaches 100% and ends ("" after it), in order.
+// pinned: the PCIe lane opened; without it a pinning step that began may end short (a range
+// the driver refused, which leaves the lane off and the load going).
 int check_load_phases(const std::vector<std::string>& phases, bool pinned) {
     std::vector<std::string> want = {"weights to the GPU", "experts to the GPU"};
-    if (pinned) want.push_back("pinning expert pages");
+    const bool pin_began = std::any_of(phases.begin(), phases.end(),
+                                       [](const std::string& s) { return s.rfind("pinning expert pages", 0) == 0; });
+    if (pin_began) want.push_back("pinning expert pages");
     std::vector<std::string> ended;   // each step's last phase before its ""
     std::string last;
     for (const std::string& s : phases) {
@@ -101,7 +105,9 @@ int check_load_phases(const std::vector<std::string>& phases, bool pinned) {
         last = s;
     }
     bool ok = ended.size() == want.size();
-    for (size_t i = 0; ok && i < want.size(); ++i) ok = ended[i] == want[i] + " 100%";
+    for (size_t i = 0; ok && i < want.size(); ++i)
+        ok = ended[i] == want[i] + " 100%" || (!pinned && i == 2 && ended[i].rfind(want[i], 0) == 0);
+    ok = ok && (pin_began || !pinned);
     std::string seen;
     for (const std::string& e : ended) seen += (seen.empty() ? "" : ", ") + e;
     std::printf("%s load progress: %zu phase updates, steps ended as [%s]\n", ok ? "PASS" : "FAIL", phases.size(), seen.c_str());

@@ -82,6 +82,22 @@ TEST(placement_progress, phase_is_reported_while_it_runs) {
     EXPECT_EQ(seen.back(), "");
 }
 
+// A load that throws part way leaves its phase open: the destructor ends it, so /ready does not
+// keep a stale percentage and the bar gets its newline.
+TEST(placement_progress, an_open_phase_ends_with_the_progress) {
+    std::vector<std::string> seen;
+    {
+        progress p(nullptr, progress_style::silent);
+        p.on_phase([&](const std::string& s) { seen.push_back(s); });
+        p.begin("experts to the GPU", 300);
+        p.advance(100);
+        EXPECT_EQ(p.done(), 100u);
+    }
+    ASSERT_EQ(seen.size(), 3u);
+    EXPECT_EQ(seen[1], "experts to the GPU 33%");
+    EXPECT_EQ(seen.back(), "");
+}
+
 TEST(placement_progress, a_non_terminal_gets_one_line_per_phase) {
     std::FILE* f = std::tmpfile();
     ASSERT_NE(f, nullptr);
