@@ -55,11 +55,12 @@ struct engine_options {
     // false (`--no-mmap`): the model files (target and draft) are read into memory with
     // transparent huge pages instead of mapped (src/io/mmap.h says what that buys and costs).
     bool mmap = true;
-    // The load's long steps on a GPU (the weights to the GPU, the resident experts, pinning the
-    // expert pages: minutes for a large model read from the disk): on stderr when
-    // show_load_progress (a bar with bytes, rate and time left on a terminal, else one line a
-    // step), and to on_load_phase whenever the phase changes ("pinning expert pages 41%", "" when
-    // a step ends), called on the thread that opens the engine (the server's /ready shows it).
+    // The load's long steps (a --no-mmap read of the target's file; on a GPU the weights to the
+    // GPU, the resident experts, pinning the expert pages: minutes for a large model read from
+    // the disk): on stderr when show_load_progress (a bar with bytes, rate and time left on a
+    // terminal, else one line a step), and to on_load_phase whenever the phase changes ("pinning
+    // expert pages 41%", "" when a step ends), called on the thread that opens the engine (the
+    // server's /ready shows it).
     bool show_load_progress = false;
     std::function<void(const std::string&)> on_load_phase;
 };

@@ -405,8 +405,8 @@ std::unique_ptr<model_file> open_gguf_memory(std::span<const std::byte> bytes, c
     return std::make_unique<gguf_model>(std::vector<mapped_file>{}, std::move(p.meta), std::move(p.tensors));
 }
 
-std::unique_ptr<model_file> open_gguf(const std::filesystem::path& path, file_access access) {
-    mapped_file first(path, access);
+std::unique_ptr<model_file> open_gguf(const std::filesystem::path& path, file_access access, const read_progress* progress) {
+    mapped_file first(path, access, progress);
     const std::string label = path.string();
     parsed_gguf p = parse_gguf(first.bytes(), label);
     const split_keys s = read_split_keys(p.meta, label);
@@ -448,7 +448,7 @@ std::unique_ptr<model_file> open_gguf(const std::filesystem::path& path, file_ac
             std::error_code ec;
             if (!std::filesystem::exists(part_path, ec))
                 fail("gguf: {}: split part {} of {} is missing ({})", label, i + 1, s.count, part_path.string());
-            map = mapped_file(part_path, access);
+            map = mapped_file(part_path, access, progress);
             part = parse_gguf(map.bytes(), part_path.string());
         }
         const std::string part_label = part_path.string();

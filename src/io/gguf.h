@@ -14,7 +14,8 @@ namespace sluice {
 // Opens a GGUF file, or every part of a split set when `path` names one part.
 // Throws sluice::error naming the field and the value on malformed input.
 // access: every part mapped or read into memory (io/mmap.h).
-std::unique_ptr<model_file> open_gguf(const std::filesystem::path& path, file_access access = file_access::map);
+std::unique_ptr<model_file> open_gguf(const std::filesystem::path& path, file_access access = file_access::map,
+                                      const read_progress* progress = nullptr);
 
 // Parses one GGUF image held in memory (the fuzz target's entry point and tests). `bytes` must
 // outlive the returned model: tensor views point into it. Split keys are validated against

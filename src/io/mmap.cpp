@@ -19,7 +19,7 @@ namespace {
 
 // The file's bytes in anonymous memory advised for transparent huge pages, read-only once
 // filled. Reads in 64 MiB pieces; a short read (the file shrank) is an error, not zeros.
-void* read_whole(int fd, size_t size, const std::filesystem::path& path) {
+void* read_whole(int fd, size_t size, const std::filesystem::path& path, const read_progress* progress) {
     void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
         const int e = errno;   // before anything below can change it
@@ -29,6 +29,7 @@ void* read_whole(int fd, size_t size, const std::filesystem::path& path) {
     (void)::madvise(p, size, MADV_HUGEPAGE);
     constexpr size_t k_piece = size_t{64} << 20;
     size_t done = 0;
+    if (progress && *progress) (*progress)(path, 0, size);
     while (done < size) {
         const ssize_t r = ::pread(fd, static_cast<char*>(p) + done, std::min(size - done, k_piece), static_cast<off_t>(done));
         if (r < 0 && errno == EINTR) continue;
@@ -39,6 +40,7 @@ void* read_whole(int fd, size_t size, const std::filesystem::path& path) {
                  e != 0 ? std::strerror(e) : "the file ended early");
         }
         done += static_cast<size_t>(r);
+        if (progress && *progress) (*progress)(path, done, size);
     }
     if (::mprotect(p, size, PROT_READ) != 0) {
         const int e = errno;
@@ -50,7 +52,8 @@ void* read_whole(int fd, size_t size, const std::filesystem::path& path) {
 
 }  // namespace
 
-mapped_file::mapped_file(const std::filesystem::path& path, file_access access) : path_(path) {
+mapped_file::mapped_file(const std::filesystem::path& path, file_access access, const read_progress* progress)
+    : path_(path) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) fail("cannot open '{}': {}", path.string(), std::strerror(errno));
     struct stat st{};
@@ -66,7 +69,7 @@ mapped_file::mapped_file(const std::filesystem::path& path, file_access access) 
     size_ = static_cast<size_t>(st.st_size);
     if (size_ > 0 && access == file_access::read) {
         try {
-            data_ = static_cast<const std::byte*>(read_whole(fd, size_, path));
+            data_ = static_cast<const std::byte*>(read_whole(fd, size_, path, progress));
         } catch (...) {
             ::close(fd);
             throw;

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <span>
 
 namespace sluice {
@@ -21,13 +22,19 @@ enum class file_access : uint8_t {
     read,   // copy it into anonymous memory with transparent huge pages (`--no-mmap`)
 };
 
+// A --no-mmap read as it goes (a start's progress: minutes for a large model): called with the
+// file, the bytes read so far and its size, first with 0 and then after every piece.
+using read_progress = std::function<void(const std::filesystem::path& file, uint64_t done, uint64_t total)>;
+
 class mapped_file {
 public:
     mapped_file() = default;
     // Maps `path` read-only. Throws sluice::error naming the path and the OS error.
     // An empty file maps to an empty span (mmap cannot map zero bytes).
     // file_access::read: the same bytes, read into memory (made read-only once filled).
-    explicit mapped_file(const std::filesystem::path& path, file_access access = file_access::map);
+    // progress (optional): file_access::read's pieces as they are read.
+    explicit mapped_file(const std::filesystem::path& path, file_access access = file_access::map,
+                         const read_progress* progress = nullptr);
     ~mapped_file();
     mapped_file(mapped_file&& o) noexcept;
     mapped_file& operator=(mapped_file&& o) noexcept;

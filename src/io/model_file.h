@@ -22,8 +22,10 @@ public:
 
     // Opens a .gguf (the first part of a split, or any part), or a directory with config.json.
     // Throws sluice::error with the field, the value and what was expected on bad input.
-    // access: mapped (the default) or read into memory (io/mmap.h, `--no-mmap`).
-    static std::unique_ptr<model_file> open(const std::filesystem::path& path, file_access access = file_access::map);
+    // access: mapped (the default) or read into memory (io/mmap.h, `--no-mmap`; progress, when
+    // given, hears of every file's pieces as they are read).
+    static std::unique_ptr<model_file> open(const std::filesystem::path& path, file_access access = file_access::map,
+                                            const read_progress* progress = nullptr);
 
     virtual const metadata& meta() const = 0;
     virtual std::span<const tensor_view> tensors() const = 0;

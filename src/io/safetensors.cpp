@@ -495,7 +495,7 @@ void check_shard_name(const std::string& s, const std::string& where) {
 
 }  // namespace
 
-std::unique_ptr<model_file> open_hf_directory(const fs::path& dir_in, file_access access) {
+std::unique_ptr<model_file> open_hf_directory(const fs::path& dir_in, file_access access, const read_progress* progress) {
     fs::path dir = dir_in.lexically_normal();
     if (dir.filename().empty()) dir = dir.parent_path();
     const fs::path config_path = dir / "config.json";
@@ -549,7 +549,7 @@ std::unique_ptr<model_file> open_hf_directory(const fs::path& dir_in, file_acces
     for (const auto& s : shard_names) {
         auto sh = std::make_unique<shard>();
         sh->where = (dir / s).string();
-        sh->map = mapped_file(dir / s, access);
+        sh->map = mapped_file(dir / s, access, progress);
         sh->header = parse_safetensors(sh->map.bytes(), sh->where);
         for (const auto& t : sh->header.tensors) {
             located x{&t, sh->map.bytes().data() + t.offset, sh.get()};

@@ -21,7 +21,8 @@ namespace sluice {
 
 // Opens a directory holding config.json. Throws sluice::error naming the file and field.
 // access: its shards mapped or read into memory (io/mmap.h).
-std::unique_ptr<model_file> open_hf_directory(const std::filesystem::path& dir, file_access access = file_access::map);
+std::unique_ptr<model_file> open_hf_directory(const std::filesystem::path& dir, file_access access = file_access::map,
+                                              const read_progress* progress = nullptr);
 
 // One tensor of a safetensors file, as its header describes it, after validation.
 struct safetensors_tensor {

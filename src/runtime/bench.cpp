@@ -226,14 +226,16 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
 
     bench_report rep;
     const inspect_report ir = inspect_model(o.model_path);
-    auto file = model_file::open(o.model_path, o.mmap ? file_access::map : file_access::read);
+    // The load's long steps (a --no-mmap read, a GPU's uploads) on stderr unless quiet (a bar on
+    // a terminal).
+    placement::progress prog(stderr, progress ? placement::progress_style::automatic : placement::progress_style::silent);
+    const read_progress reading = reading_progress(prog);
+    auto file = model_file::open(o.model_path, o.mmap ? file_access::map : file_access::read, &reading);
     std::unique_ptr<model> net;
     if (o.gpu >= 0) {
 #ifdef SLUICE_BENCH_GPU
         // Routed experts under the budget (all in VRAM without one), ranked by the profile beside
         // the model when there is one.
-        // The load's long steps on stderr unless quiet (a bar on a terminal).
-        placement::progress prog(stderr, progress ? placement::progress_style::automatic : placement::progress_style::silent);
         net = load_model_on(o.model_path, *file, n_ctx, o.gpu, o.vram_budget, o.prefill_stream_rows, &prog);
 #else
         fail("bench: --gpu {}: this build has no CUDA backend (configure with -DSLUICE_CUDA=ON and nvcc)", o.gpu);

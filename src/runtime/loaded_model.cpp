@@ -32,6 +32,17 @@ std::unique_ptr<model> load_model_on(const std::filesystem::path& path, const mo
 #endif
 }
 
+read_progress reading_progress(placement::progress& prog) {
+    return [&prog](const std::filesystem::path& file, uint64_t done, uint64_t total) {
+        if (done == 0) {
+            prog.begin("reading " + file.filename().string(), total);
+            return;
+        }
+        prog.advance(done - prog.done());
+        if (done >= total) prog.finish();
+    };
+}
+
 int default_prefill_rows(const model& net, int gpu) {
     if (gpu < 0) return k_cpu_prefill_rows;
 #ifdef SLUICE_HAVE_CUDA
@@ -46,7 +57,8 @@ loaded_model loaded_model::open(const std::filesystem::path& path, int n_ctx, in
                                 file_access access, int prefill_stream_rows, placement::progress* prog) {
     loaded_model m;
     m.path = path;
-    m.file = model_file::open(path, access);
+    const read_progress reading = prog ? reading_progress(*prog) : read_progress{};
+    m.file = model_file::open(path, access, prog ? &reading : nullptr);
     m.tok = tokenizer::for_model(*m.file, path);
     m.net = load_model_on(path, *m.file, n_ctx, gpu, vram_budget, prefill_stream_rows, prog);
     if (m.tok->n_vocab() > m.net->hparams().n_vocab)

@@ -29,7 +29,7 @@ struct loaded_model {
     // gpu >= 0: the network on that CUDA device, its routed experts under vram_budget bytes
     // (models/cuda_model.h: cuda_placement, with the profile beside the model when present).
     // access: the file mapped or read into memory (io/mmap.h).
-    // prefill_stream_rows, prog: load_model_on's.
+    // prefill_stream_rows, prog: load_model_on's; prog also shows a --no-mmap read.
     static loaded_model open(const std::filesystem::path& path, int n_ctx, int gpu = -1,
                              uint64_t vram_budget = UINT64_MAX, file_access access = file_access::map,
                              int prefill_stream_rows = -1, placement::progress* prog = nullptr);
@@ -48,6 +48,9 @@ loaded_model open_target(const engine_options& o);
 std::unique_ptr<model> load_model_on(const std::filesystem::path& path, const model_file& f, int n_ctx, int gpu,
                                      uint64_t vram_budget, int prefill_stream_rows = -1,
                                      placement::progress* prog = nullptr);
+
+// A --no-mmap read's pieces as progress phases, one a file ("reading model.gguf"), on prog.
+read_progress reading_progress(placement::progress& prog);
 
 // Rows per prefill forward for net on that backend (gpu < 0: the CPU): k_cpu_prefill_rows,
 // k_gpu_prefill_rows, or k_gpu_stream_prefill_rows for a CUDA model whose split experts stream

@@ -268,6 +268,27 @@ TEST(batch_serving, prompt_rows_per_step_default_to_the_models_prefill_and_chang
     }
 }
 
+// A --no-mmap start reports its read as a load phase (what `sluice serve` shows on /ready) that
+// reaches 100% and ends; a mapped start reports none; the engine keeps no callback once open.
+TEST(batch_serving, a_read_start_reports_its_load_phase) {
+    for (const bool mapped : {true, false}) {
+        SCOPED_TRACE(mapped ? "mapped" : "read");
+        std::vector<std::string> phases;
+        serving_options o = options("qwen3moe_e8_k2", 1);
+        o.engine.mmap = mapped;
+        o.engine.on_load_phase = [&phases](const std::string& s) { phases.push_back(s); };
+        auto eng = serving_engine::open(o);
+        if (mapped) {
+            EXPECT_TRUE(phases.empty());
+            continue;
+        }
+        ASSERT_GE(phases.size(), 3u);
+        EXPECT_EQ(phases.front().rfind("reading ", 0), 0u) << phases.front();
+        EXPECT_NE(phases[phases.size() - 2].find(" 100%"), std::string::npos) << phases[phases.size() - 2];
+        EXPECT_EQ(phases.back(), "");
+    }
+}
+
 TEST(batch_serving, stops_cancels_and_bounded_queue) {
     auto eng = serving_engine::open(options("qwen3_gqa4", 2));
     std::mt19937 g(5);

@@ -11,6 +11,9 @@
 #include <cstring>
 #include <cstdlib>
 #include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace sluice {
 namespace {
@@ -106,6 +109,28 @@ TEST(gguf, read_into_memory_equals_mapped) {
     ASSERT_EQ(copy.bytes().size(), map.bytes().size());
     EXPECT_EQ(std::memcmp(copy.bytes().data(), map.bytes().data(), map.bytes().size()), 0);
     EXPECT_DEATH(const_cast<std::byte&>(copy.bytes()[0]) = std::byte{1}, "") << "the copy is writable";
+}
+
+// A --no-mmap read reports each file of a split set: 0 first, then rising to the file's size;
+// a mapped open reports nothing (there is nothing to wait for).
+TEST(gguf, a_read_reports_its_progress_per_file) {
+    std::vector<std::pair<std::string, uint64_t>> calls;
+    std::vector<uint64_t> totals;
+    const read_progress record = [&](const std::filesystem::path& f, uint64_t done, uint64_t total) {
+        calls.emplace_back(f.filename().string(), done);
+        totals.push_back(total);
+    };
+    (void)model_file::open(k_dir / "valid_split-00001-of-00002.gguf", file_access::map, &record);
+    EXPECT_TRUE(calls.empty());
+    (void)model_file::open(k_dir / "valid_split-00001-of-00002.gguf", file_access::read, &record);
+    ASSERT_EQ(calls.size(), 4u);   // files far below one 64 MiB piece: 0, then the size, each
+    EXPECT_EQ(calls[0], std::make_pair(std::string("valid_split-00001-of-00002.gguf"), uint64_t{0}));
+    EXPECT_EQ(calls[1].first, "valid_split-00001-of-00002.gguf");
+    EXPECT_EQ(calls[1].second, std::filesystem::file_size(k_dir / "valid_split-00001-of-00002.gguf"));
+    EXPECT_EQ(calls[2], std::make_pair(std::string("valid_split-00002-of-00002.gguf"), uint64_t{0}));
+    EXPECT_EQ(calls[3].second, std::filesystem::file_size(k_dir / "valid_split-00002-of-00002.gguf"));
+    EXPECT_EQ(totals[0], totals[1]);
+    EXPECT_EQ(totals[2], totals[3]);
 }
 
 TEST(gguf, missing_path_is_reported) {
