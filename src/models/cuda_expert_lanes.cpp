@@ -108,13 +108,8 @@ cuda_expert_lanes::cuda_expert_lanes(const model_hparams& hp, std::vector<moe::e
     // layer's expert formats to be int8 ones; float experts take a pair a block.
     grouped_ok_ = hp.n_expert <= cuda::k_group_max_experts;
     info_.total = hp.n_layer * hp.n_expert;
-    if (p.progress) {
-        uint64_t resident_total = 0;
-        for (int il = 0; il < hp.n_layer; ++il)
-            for (int e = 0; e < hp.n_expert; ++e)
-                if (cache_.slot_of(il, e) >= 0) resident_total += cache_.blob_bytes(il);
-        if (resident_total > 0) p.progress->begin("experts to the GPU", resident_total);
-    }
+    // The cache's initial set: its slots' bytes are the blobs uploaded below.
+    if (p.progress && cache_.used_bytes() > 0) p.progress->begin("experts to the GPU", cache_.used_bytes());
     for (int il = 0; il < hp.n_layer; ++il) {
         const moe::expert_bank& b = banks_[static_cast<size_t>(il)];
         for (const tensor_view* t : {b.gate, b.up, b.down})

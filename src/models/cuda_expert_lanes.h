@@ -86,8 +86,8 @@ public:
     const int32_t* slot_ids() const { return d_mm_; }
     const int32_t* stage_ids(int64_t n) const { return d_slot_ + n * hp_.n_expert_used; }
     const std::vector<int>& split_layers() const { return split_layers_; }
-    // The CPU figure of the cost model, measured on the forward's pool (once; route's plans
-    // use it from then on).
+    // The CPU figure of the cost model, measured on the forward's pool (once; plan_window's
+    // plans use it from then on).
     void calibrate(thread_pool& pool);
     // Events around the GPU lane's launches (measured time, read by end_forward): from the
     // doorbell through the resident experts, the shared expert and the staged experts (which

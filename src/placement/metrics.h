@@ -45,7 +45,8 @@ struct placement_metrics {
     struct host_seconds {
         double routing_wait = 0.0, launch = 0.0, between = 0.0;
     } host;
-    // The GPU's time from a split layer's join to the next split layer's doorbell (CUDA events: the combine, the layers between, the next norm and router), summed.
+    // The GPU's time from a split layer's join to the next split layer's doorbell (CUDA events:
+    // the combine, the layers between, the next norm and router), summed.
     // The step's serial path holds it whatever the host does: with the host's launches captured
     // as graphs it is most of what is left outside the lanes.
     double gpu_between = 0.0;
