@@ -3,7 +3,13 @@
 // placements, each loaded afresh: the cost model's split of each layer's misses (the default),
 // no PCIe lane for decode (PCIe share 0: every miss on the CPU), and 0.6 of each layer's misses
 // over PCIe (more than the cost model sends on the H200 machine); and the cost model's split
-// without the decode step's graph segments (every launch made by the host, as before them).
+// without the decode step's graph segments (every launch made by the host, as before them); and
+// the cost model's split with the adaptive cache off ("fixed": whole layers, and they stay).
+// More run when SPLIT_CONFIGS names them: "swaps-8" (8 swaps a forward instead of 2),
+// "scattered" and "scattered-fixed", the resident set chosen by a synthetic profile unrelated to
+// the routing ((37 e + 11 l) mod 97 + 1 lookups of expert e in layer l), with the cache adapting
+// and not (how much hit rate adaptation wins back from a stale profile). SPLIT_CONFIGS=a,b,...
+// runs those configurations only.
 // ROUNDS rounds, the order reversed every other round, so that the machine's drift does not decide
 // the comparison. For each: decode tok/s (batch 1, greedy, from the same prompt), a 4-row verify
 // window's time, the calibrated figures, the PCIe share and where the host spent each split layer
@@ -18,12 +24,14 @@
 #include "kv/kv_cache.h"
 #include "models/model.h"
 #include "placement/metrics.h"
+#include "placement/routing_profile.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,11 +47,33 @@ struct config_totals {
     const char* name;
     double pcie_share;   // cuda_placement::pcie_share (< 0: the cost model)
     bool graphs = true;  // the decode steps' graph segments (cuda_model_graphs.cpp)
+    bool adaptive = true;    // cuda_placement::adaptive_cache
+    bool scattered = false;  // the resident set from the synthetic profile
+    int swaps = 2;           // cuda_placement::cache_swaps_per_step
     double decode_s = 0, window_s = 0;
     int tokens = 0, windows = 0;
     double pcie_gb_s = 0, cpu_gb_s = 0;
     placement::placement_metrics m;
 };
+
+// (37 e + 11 l) mod 97 + 1 lookups of expert e in layer l: a profile unrelated to the routing.
+// The shape from the file's metadata (the MoE architectures' block_count, expert_count and
+// expert_used_count).
+placement::routing_profile scattered_profile(const model_file& f) {
+    const std::string a = f.architecture();
+    const auto key = [&](const char* k) {
+        const auto v = f.meta().get_int(a + "." + k);
+        if (!v || *v < 1) throw std::runtime_error("scattered profile: no " + a + "." + k);
+        return static_cast<uint32_t>(*v);
+    };
+    placement::routing_profile prof;
+    prof.n_layer = key("block_count");
+    prof.n_expert = key("expert_count");
+    prof.k_used = key("expert_used_count");
+    for (uint32_t l = 0; l < prof.n_layer; ++l)
+        for (uint32_t e = 0; e < prof.n_expert; ++e) prof.counts.push_back((e * 37 + l * 11) % 97 + 1);
+    return prof;
+}
 
 }  // namespace
 
@@ -64,7 +94,26 @@ int main(int argc, char** argv) {
         }
         auto mf = model_file::open(argv[1]);
         std::vector<token_id> prompt(static_cast<size_t>(n_prompt));
-        std::vector<config_totals> cfg{{"cost", -1.0}, {"cpu-only", 0.0}, {"pcie-0.6", 0.6}, {"no-graphs", -1.0, false}};
+        const std::vector<config_totals> all{{"cost", -1.0},
+                                             {"cpu-only", 0.0},
+                                             {"pcie-0.6", 0.6},
+                                             {"no-graphs", -1.0, false},
+                                             {"fixed", -1.0, true, false},
+                                             {"scattered", -1.0, true, true, true},
+                                             {"scattered-fixed", -1.0, true, false, true},
+                                             {"swaps-8", -1.0, true, true, false, 8}};
+        std::vector<config_totals> cfg;
+        const char* names = std::getenv("SPLIT_CONFIGS");
+        for (const config_totals& c : all) {
+            const std::string n = c.name;
+            if (names && *names ? ("," + std::string(names) + ",").find("," + n + ",") != std::string::npos
+                                : n.rfind("scattered", 0) != 0 && n != "swaps-8")
+                cfg.push_back(c);
+        }
+        if (cfg.empty()) {
+            std::fprintf(stderr, "SPLIT_CONFIGS=%s names no configuration\n", names);
+            return 2;
+        }
         const int n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
         std::vector<token_id> reference;
         bool equal = true;
@@ -77,6 +126,9 @@ int main(int argc, char** argv) {
                 cuda_placement p;
                 p.vram_budget = static_cast<uint64_t>(budget_gib * 1073741824.0);
                 p.pcie_share = c.pcie_share;
+                p.adaptive_cache = c.adaptive;
+                p.cache_swaps_per_step = c.swaps;
+                if (c.scattered) p.profile = scattered_profile(*mf);
                 auto m = load_model_cuda(*mf, o, 0, p, c.graphs);
                 const model_hparams& hp = m->hparams();
                 if (r == 0 && k == 0) {
@@ -131,15 +183,18 @@ int main(int argc, char** argv) {
         for (const config_totals& c : cfg) {
             const double plans = c.m.layer_plans ? static_cast<double>(c.m.layer_plans) : 1.0;
             const double tok_s = c.tokens / c.decode_s, win_ms = 1e3 * c.window_s / c.windows;
-            std::printf("%-9s decode %.2f tok/s, window of 4 %.2f ms; calibrated PCIe %.1f GB/s, CPU %.1f GB/s; PCIe share "
+            std::printf("%-9s decode %.2f tok/s, window of 4 %.2f ms; calibrated PCIe %.1f GB/s, CPU %.1f GB/s; hit rate "
+                        "%.3f, %llu swaps; PCIe share "
                         "%.3f; per split layer-forward (%llu): routing wait %.1f us, launch %.1f, CPU lane %.1f, between %.1f "
                         "(GPU between %.1f); PCIe lane %.1f us measured (%.1f predicted)\n",
-                        c.name, tok_s, win_ms, c.pcie_gb_s, c.cpu_gb_s, c.m.pcie_share(),
+                        c.name, tok_s, win_ms, c.pcie_gb_s, c.cpu_gb_s, c.m.hit_rate(), static_cast<unsigned long long>(c.m.swaps),
+                        c.m.pcie_share(),
                         static_cast<unsigned long long>(c.m.layer_plans), 1e6 * c.m.host.routing_wait / plans,
                         1e6 * c.m.host.launch / plans, 1e6 * c.m.cpu_lane.measured / plans, 1e6 * c.m.host.between / plans, 1e6 * c.m.gpu_between / plans,
                         1e6 * c.m.pcie_lane.measured / plans, 1e6 * c.m.pcie_lane.predicted / plans);
             json += std::string(", \"") + c.name + "\": {\"decode_tok_s\": " + std::to_string(tok_s) +
-                    ", \"window4_ms\": " + std::to_string(win_ms) + ", \"pcie_share\": " + std::to_string(c.m.pcie_share()) + "}";
+                    ", \"window4_ms\": " + std::to_string(win_ms) + ", \"pcie_share\": " + std::to_string(c.m.pcie_share()) +
+                    ", \"hit_rate\": " + std::to_string(c.m.hit_rate()) + ", \"swaps\": " + std::to_string(c.m.swaps) + "}";
         }
         std::printf("tokens of every run: %s\n", equal ? "identical" : "DIFFER");
         std::printf("%s, \"tokens_equal\": %s}\n", json.c_str(), equal ? "true" : "false");

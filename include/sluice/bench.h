@@ -59,6 +59,7 @@ struct bench_options {
     // With a split budget: prefill streaming of the experts to the GPU (< 0: from the cost
     // model's cut-over; 0: off; N: every forward of >= N rows).
     int prefill_stream_rows = -1;
+    bool adaptive_cache = true;         // with a split budget: the VRAM cache swaps experts (engine_options)
     bool mmap = true;                   // false (`--no-mmap`): the file read into memory (src/io/mmap.h)
 };
 

@@ -28,6 +28,7 @@ struct bench_args {
     uint64_t probe_mb = 0;
     std::string vram_budget;
     bool no_mmap = false;   // --no-mmap: the file read into memory (io/mmap.h)
+    std::string adaptive_cache = "on";
     bool chunk_given = false;   // --chunk on the command line (else the backend's default)
 };
 
@@ -47,6 +48,7 @@ void run(bench_args a) {
             fmt::print(stderr, "{}\n", note);
     }
     a.o.mmap = !a.no_mmap;
+    a.o.adaptive_cache = a.adaptive_cache == "on";
     // Without --chunk: what `sluice run` uses for the model on its backend (runtime/loaded_model.h:
     // default_prefill_rows), resolved once the model is loaded.
     if (!a.chunk_given) a.o.chunk = 0;
@@ -113,6 +115,9 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("-q,--quiet", a->quiet, "No progress lines on stderr");
     cmd->add_option("--vram-budget", a->vram_budget, "GPU memory for routed experts, e.g. 12G, 512M, 0");
     cmd->add_option("--prefill-stream", a->o.prefill_stream_rows, k_prefill_stream_help)->default_str("-1");
+    cmd->add_option("--adaptive-cache", a->adaptive_cache, k_adaptive_cache_help)
+        ->check(CLI::IsMember({"on", "off"}))
+        ->capture_default_str();
     cmd->add_flag("--no-mmap", a->no_mmap, "Read the model into memory (transparent huge pages) instead of mapping it: slower start, faster CPU decode");
     cmd->callback([a] { run(*a); });
 }

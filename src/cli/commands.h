@@ -19,4 +19,9 @@ inline constexpr const char* k_prefill_stream_help =
     "With --gpu and a budget: stream a split layer's experts to the GPU for prompt chunks of at least this many "
     "rows (-1: the cost model's cut-over; 0: never, and no VRAM for its two layer buffers)";
 
+// --adaptive-cache's help, the same for run, serve and bench.
+inline constexpr const char* k_adaptive_cache_help =
+    "With --gpu and a budget: the VRAM cache follows the routing, swapping up to two experts a forward within their "
+    "layers (on|off)";
+
 }  // namespace sluice::cli

@@ -50,6 +50,7 @@ struct run_args {
     std::string vram_budget;
     int prefill_stream = -1;
     bool no_mmap = false;   // --no-mmap: the file read into memory (io/mmap.h)
+    std::string adaptive_cache = "on";
     int gpu = -1;   // --gpu: CUDA device of the target model (-1: the CPU)
 };
 
@@ -103,6 +104,7 @@ void run(const run_args& a) {
     eo.gpu = a.gpu;
     eo.vram_budget = budget;
     eo.prefill_stream_rows = a.prefill_stream;
+    eo.adaptive_cache = a.adaptive_cache == "on";
     eo.mmap = !a.no_mmap;
     eo.show_load_progress = true;
     auto eng = engine::open(eo);
@@ -185,6 +187,9 @@ void add_run_command(CLI::App& app) {
     cmd->add_option("--stats-json", args->stats_json, "Write the generation's figures (token_sha, tok/s, spec) as JSON");
     cmd->add_option("--vram-budget", args->vram_budget, "GPU memory for routed experts, e.g. 12G, 512M, 0");
     cmd->add_option("--prefill-stream", args->prefill_stream, k_prefill_stream_help)->capture_default_str();
+    cmd->add_option("--adaptive-cache", args->adaptive_cache, k_adaptive_cache_help)
+        ->check(CLI::IsMember({"on", "off"}))
+        ->capture_default_str();
     cmd->add_flag("--no-mmap", args->no_mmap, "Read the model into memory (transparent huge pages) instead of mapping it: slower start, faster CPU decode");
     cmd->add_option("--gpu", args->gpu, "CUDA device for the model (-1: the CPU); with --vram-budget, routed experts "
                     "beyond it run on the CPU")->capture_default_str();

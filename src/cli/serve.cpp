@@ -49,6 +49,7 @@ struct serve_args {
     int prefill_stream = -1;
     int prefill_rows = 0;   // --prefill-rows: prompt rows per step (0: the model's prefill forward)
     bool no_mmap = false;   // --no-mmap: the file read into memory (io/mmap.h)
+    std::string adaptive_cache = "on";
     int gpu = -1;   // --gpu: CUDA device of the target model (-1: the CPU)
 };
 
@@ -117,6 +118,7 @@ void serve(const serve_args& a) {
     opt.engine.gpu = a.gpu;
     opt.engine.vram_budget = budget;
     opt.engine.prefill_stream_rows = a.prefill_stream;
+    opt.engine.adaptive_cache = a.adaptive_cache == "on";
     opt.prefill_rows_per_step = a.prefill_rows;
     opt.engine.mmap = !a.no_mmap;
     // The load's steps on stderr and on /ready ("loading: pinning expert pages 41%").
@@ -212,6 +214,9 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--prefill-rows", a->prefill_rows, "Prompt rows one step carries over all new requests (1..4096; "
                     "0: the model's prefill forward, 512, or 2048 for a split GPU model that streams its experts); "
                     "fewer keep decoding requests' token latency lower while long prompts arrive")
+        ->capture_default_str();
+    cmd->add_option("--adaptive-cache", a->adaptive_cache, k_adaptive_cache_help)
+        ->check(CLI::IsMember({"on", "off"}))
         ->capture_default_str();
     cmd->add_flag("--no-mmap", a->no_mmap, "Read the model into memory (transparent huge pages) instead of mapping it: slower start, faster CPU decode");
     cmd->add_option("--gpu", a->gpu, "CUDA device for the model (-1: the CPU); with --vram-budget, routed experts "

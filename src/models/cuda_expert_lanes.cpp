@@ -38,13 +38,16 @@ std::vector<uint64_t> blob_bytes_of(const std::vector<moe::expert_bank>& banks) 
     return b;
 }
 
-// The counts the cache ranks by: the profile's, or without one none, so the cache fills whole
-// layers in layer order (expert_cache: no profile, (layer, expert) order). Whole layers because a
-// layer with every expert resident skips the host round trip (cuda_model_moe.cpp computes it as the
-// all-GPU model does), while a split layer pays it whatever its hit rate: on the H200 a split
-// layer's serial part (attention, the ids to the host, the plan, the join) is ~170 us against
-// ~65 us for a whole GPU layer, so under even routing whole layers beat the same budget spread
-// over every layer. A profile knows better which experts are hot: then its counts rank.
+// The counts the cache ranks by: the profile's, or without one none. Then a fixed cache fills
+// whole layers in layer order (expert_cache: (layer, expert) order): a layer with every expert
+// resident skips the host round trip (cuda_model_moe.cpp computes it as the all-GPU model does),
+// while a split layer pays it whatever its hit rate (on the H200 a split layer's serial part is
+// ~170 us against ~65 us for a whole GPU layer), so for a set that never changes whole layers
+// beat an even spread (30B shape, 4 GiB: 70.7 tok/s against 72.2 for a scattered fixed set,
+// within noise). An adaptive cache starts from an even share of every layer (cache_options::
+// spread) and moves each share to its layer's hot experts: 90.6 tok/s from the scattered set
+// with 2 swaps a forward, 127.0 from the spread with 8 (2026-12-04). A profile knows better
+// which experts are hot: then its counts rank.
 std::vector<uint64_t> ranking_of(const model_hparams& hp, const cuda_placement& p) {
     const size_t L = static_cast<size_t>(hp.n_layer), X = static_cast<size_t>(hp.n_expert);
     if (p.profile) {
@@ -59,12 +62,13 @@ std::vector<uint64_t> ranking_of(const model_hparams& hp, const cuda_placement& 
 placement::cache_options cache_options_of(const model_hparams& hp, const cuda_placement& p) {
     placement::cache_options o;
     o.budget_bytes = p.vram_budget;
-    // The initial set stays: swaps are not built. The slot map lives twice, local_slot_ on the
-    // host (the plan, the join and CPU slots) and d_local_slot_ on the device (the doorbell's
-    // resident slots), copied once at construction: a swap must update both, the device's in
-    // stream order before the next ring, or the lanes would disagree on a pair.
-    o.adaptive = false;
-    o.max_swaps_per_step = 0;
+    // A layer's slots are one device array of its blob size (layer_slots), made at load: a swap
+    // replaces an expert of the same layer, and no slot is added.
+    o.same_layer = true;
+    o.adaptive = p.adaptive_cache;
+    o.spread = p.adaptive_cache;
+    o.half_life_steps = p.cache_half_life_steps;
+    o.max_swaps_per_step = p.cache_swaps_per_step;
     o.k_used = std::max(hp.n_expert_used, 1);
     return o;
 }
@@ -109,6 +113,7 @@ cuda_expert_lanes::cuda_expert_lanes(const model_hparams& hp, std::vector<moe::e
     grouped_ok_ = hp.n_expert <= cuda::k_group_max_experts;
     info_.total = hp.n_layer * hp.n_expert;
     // The cache's initial set: its slots' bytes are the blobs uploaded below.
+    local_of_slot_.assign(static_cast<size_t>(cache_.n_slots()), -1);
     if (p.progress && cache_.used_bytes() > 0) p.progress->begin("experts to the GPU", cache_.used_bytes());
     for (int il = 0; il < hp.n_layer; ++il) {
         const moe::expert_bank& b = banks_[static_cast<size_t>(il)];
@@ -137,6 +142,7 @@ cuda_expert_lanes::cuda_expert_lanes(const model_hparams& hp, std::vector<moe::e
         for (size_t k = 0; k < resident.size(); ++k) {
             const int32_t e = resident[k];
             local_slot_[static_cast<size_t>(il) * X + static_cast<size_t>(e)] = static_cast<int32_t>(k);
+            local_of_slot_[static_cast<size_t>(cache_.slot_of(il, e))] = static_cast<int32_t>(k);
             const tensor_view* src[3] = {b.gate, b.up, b.down};
             for (int m = 0; m < 3; ++m)
                 ck(cudaMemcpy(mats[m] + k * sizes[m], kernels::expert_slice(*src[m], e).data, sizes[m], cudaMemcpyHostToDevice),
@@ -184,17 +190,30 @@ cuda_expert_lanes::cuda_expert_lanes(const model_hparams& hp, std::vector<moe::e
     else if (p.staging_slots <= 0) info_.pcie_note = "no staging slots asked for";
     else if (!grouped_ok_) info_.pcie_note = "float expert weights (the staged launch needs the grouped int8 matmul)";
     else if (p.pcie_share == 0.0) info_.pcie_note = "PCIe share 0 asked for";
-    else open_pcie_lane(p.staging_slots, p.progress);
+    // Swaps have something to do where a split layer holds some of its experts.
+    bool adaptable = false;
+    for (const layer_slots& s : slots_) adaptable = adaptable || (s.n_slots > 0 && s.n_slots < hp.n_expert);
+    const bool want_pcie = info_.split && info_.pcie_note.empty();
+    const bool want_adapt = info_.split && p.adaptive_cache && adaptable;
+    const std::string copies_failed = want_pcie || want_adapt ? open_copies(p.progress) : std::string();
+    if (want_pcie) {
+        if (copies_failed.empty()) open_pcie_lane(p.staging_slots);
+        else info_.pcie_note = copies_failed;
+    }
+    if (!p.adaptive_cache) info_.adaptive_note = "adaptation off (asked for)";
+    else if (!info_.split) info_.adaptive_note = "every routed expert is in VRAM";
+    else if (!adaptable) info_.adaptive_note = "no split layer holds resident experts";
+    else if (!copies_failed.empty()) info_.adaptive_note = copies_failed;
+    adaptive_ = info_.adaptive_note.empty();
+    info_.adaptive_cache = adaptive_;
+    in_flight_.reserve(static_cast<size_t>(std::max(cache_options_of(hp, p).max_swaps_per_step, 0)));
     if (!info_.split) info_.stream_note = info_.pcie_note;
     else if (p.prefill_stream_rows == 0) info_.stream_note = "prefill streaming off (asked for)";
     else if (!info_.pcie_lane) info_.stream_note = "no PCIe lane: " + info_.pcie_note;
     else open_stream(p.prefill_stream_rows);
 }
 
-void cuda_expert_lanes::open_pcie_lane(int staging_slots, placement::progress* prog) {
-    // A layer never stages more experts than it has (and the grouped launch's tile buffers are
-    // sized for n_expert groups).
-    staging_slots = std::min(staging_slots, hp_.n_expert);
+std::string cuda_expert_lanes::open_copies(placement::progress* prog) {
     // The expert tensors' pages, page-aligned and merged where they touch, registered read-only:
     // the copy engine then reads the file's mapping directly (GPU-MACHINE.md: 8 GiB in 0.24 s,
     // copies at 51-55 GB/s), instead of through a staging copy in pageable memory.
@@ -221,16 +240,24 @@ void cuda_expert_lanes::open_pcie_lane(int staging_slots, placement::progress* p
         void* ptr = reinterpret_cast<void*>(lo);
         const cudaError_t e = cudaHostRegister(ptr, hi - lo, cudaHostRegisterReadOnly);
         if (e != cudaSuccess) {
-            cudaGetLastError();   // clear it: the model goes on without the lane
-            info_.pcie_note = fmt::format("cudaHostRegister of {} bytes of expert weights failed: {}", hi - lo,
-                                          cudaGetErrorString(e));
+            cudaGetLastError();   // clear it: the model goes on without the copies
             if (prog) prog->finish();
-            return;
+            return fmt::format("cudaHostRegister of {} bytes of expert weights failed: {}", hi - lo, cudaGetErrorString(e));
         }
         registered_.push_back(ptr);
         if (prog) prog->advance(hi - lo);
     }
     if (prog) prog->finish();
+    cudaStream_t cs = nullptr;
+    ck(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking), "cudaStreamCreate (copies)");
+    copy_stream_ = cs;
+    return {};
+}
+
+void cuda_expert_lanes::open_pcie_lane(int staging_slots) {
+    // A layer never stages more experts than it has (and the grouped launch's tile buffers are
+    // sized for n_expert groups).
+    staging_slots = std::min(staging_slots, hp_.n_expert);
     // Slots sized for the largest slice of each matrix over the layers (formats differ by layer).
     size_t gs = 0, us = 0, ds = 0;
     for (const moe::expert_bank& b : banks_) {
@@ -248,9 +275,6 @@ void cuda_expert_lanes::open_pcie_lane(int staging_slots, placement::progress* p
         *mats[m] = static_cast<std::byte*>(d);
     }
     staging_.n_slots = staging_slots;
-    cudaStream_t cs = nullptr;
-    ck(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking), "cudaStreamCreate (copies)");
-    copy_stream_ = cs;
     for (void** ev : {&landed_, &staging_free_}) {
         cudaEvent_t e = nullptr;
         ck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
@@ -444,7 +468,8 @@ cuda_expert_lanes::routed cuda_expert_lanes::plan_window(int il, int64_t n) {
     wait_for_bell();   // the one host wait of the layer
     synced_at_ = clock::now();
     metrics_.host.routing_wait += std::chrono::duration<double>(synced_at_ - t0).count();
-    planner_.plan_layer(il, std::span<const int32_t>(h_ids_, static_cast<size_t>(P)), &cache_, plan_);
+    const std::span<const int32_t> ids(h_ids_, static_cast<size_t>(P));
+    planner_.plan_layer(il, ids, &cache_, plan_);
     metrics_.add(plan_);
     if (plan_.n_pcie > 0) copy_staged(il);   // first: the copies start while the rest is set up
     const int32_t* local = local_slot_.data() + static_cast<size_t>(il) * static_cast<size_t>(hp_.n_expert);
@@ -468,6 +493,7 @@ cuda_expert_lanes::routed cuda_expert_lanes::plan_window(int il, int64_t n) {
         if (x.where == placement::lane::pcie) stage_of_[static_cast<size_t>(x.expert)] = -1;
     pairs_ = P;
     cpu_pairs_ = r.cpu_pairs;
+    if (adaptive_) cache_.observe(il, ids);   // after the copies and the slots: off the layer's serial path
     return r;
 }
 
@@ -601,6 +627,7 @@ void cuda_expert_lanes::end_forward() {
     between_done_ = 0;
     between_open_ = false;
     if (streamed) metrics_.add_stream_measured(pcie_s);
+    adapt();
 }
 
 }  // namespace sluice

@@ -13,6 +13,10 @@
 //   combine.
 // Every pair's row has the same bits on any lane (E3): the staged and resident experts are the
 // file's bytes read by the same kernels.
+// The adaptive cache (part 4; cuda_expert_adapt.cpp): each planned window's routed ids are
+// counted, and at each forward's end the cache swaps up to two experts within their layers; an
+// evicted expert leaves both slot maps before the next forward, a loaded one joins them at the
+// forward's end after its copy has landed.
 // Host-side C++ (cuda_runtime.h only); included by the CUDA model's files alone.
 #pragma once
 
@@ -27,6 +31,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace sluice {
@@ -109,7 +114,8 @@ public:
     // split decode step's graphs around each tail segment. An end without a begin is ignored.
     void between_begin();
     void between_end();
-    // After the forward's last sync: adds the GPU lane's measured time to the metrics.
+    // After the forward's last sync: adds the GPU lane's measured time to the metrics, then lets
+    // the adaptive cache swap (adapt).
     void end_forward();
     // A forward that threw part way: waits for what it enqueued on both streams (so that no
     // copy of the next forward lands in a layer buffer an abandoned launch still reads) and
@@ -135,9 +141,8 @@ private:
     void free_host();
     // Waits until the doorbell has rung once more than the last wait saw.
     void wait_for_bell();
-    // Registers the expert tensors' host pages with CUDA and allocates the staging slots;
-    // on failure the lane stays off and info_.pcie_note says why.
-    void open_pcie_lane(int staging_slots, placement::progress* prog);
+    // Allocates the staging slots and calibrates the PCIe figure (after open_copies).
+    void open_pcie_lane(int staging_slots);
     // Times copies of a few experts into the staging slots: the cost model's PCIe figure.
     void calibrate_pcie();
     // Enqueues the copies of this layer's PCIe experts (plan_) on the copy stream.
@@ -150,17 +155,30 @@ private:
     // Enqueues on the copy stream every expert of split layer split_layers_[k] into buffer k % 2:
     // resident ones from their slots (device to device), the others from host memory.
     void copy_layer(size_t k);
+    // Registers the expert tensors' host pages with CUDA and makes the copy stream (the PCIe
+    // lane, prefill streaming and the cache's swaps copy from them); the reason when registering
+    // fails (then neither is there), else empty.
+    std::string open_copies(placement::progress* prog);
+    // At a forward's end, the stream and the copy stream idle (cuda_expert_adapt.cpp): the last
+    // swaps' slots join both maps (their copies landed before the copy stream's sync), the cache
+    // makes this step's swaps, each evicted expert leaves both maps, and the loaded experts'
+    // copies are enqueued on the copy stream, to land while the next forward runs.
+    void adapt();
 
     model_hparams hp_;
     std::vector<moe::expert_bank> banks_;     // [n_layer] host tensors
     void* stream_;
-    placement::expert_cache cache_;           // the resident set (adaptation off in this version)
+    placement::expert_cache cache_;           // the resident set; swaps within layers (adapt)
     placement::planner planner_;              // dedup and lane split, for the metrics
     placement::layer_plan plan_;
     placement::placement_metrics metrics_;
     cuda_placement_info info_;
     std::vector<layer_slots> slots_;          // [n_layer]
-    std::vector<int32_t> local_slot_;         // [n_layer * n_expert] local slot, or -1 (CPU lane)
+    std::vector<int32_t> local_slot_;         // [n_layer * n_expert] local slot of a landed expert, or -1
+    // The adaptive cache (adaptive_: asked for, some layer split, the copy stream open).
+    bool adaptive_ = false;
+    std::vector<int32_t> local_of_slot_;      // [cache_.n_slots()] a cache slot's local slot in its layer
+    std::vector<placement::cache_swap> in_flight_;   // swaps whose copies were enqueued at the last forward's end
     int32_t* d_local_slot_ = nullptr;         // device copy of local_slot_ (the doorbell maps ids by it)
     // The doorbell (ring): rings so far in h_bell_, written by the kernel; the host counts the
     // rings it has waited for (every ring is waited for once: plan_window).

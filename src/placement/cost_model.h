@@ -101,8 +101,9 @@ double measure_cpu_expert(thread_pool& pool, const moe::expert_bank& bank, int32
 double measure_cpu_expert_batch(thread_pool& pool, const moe::expert_bank& bank, int32_t first, int32_t count,
                                 int rows = 1);
 
-// Fills the CPU figure for the bank's gate format: a batch of up to 8 experts not yet touched
-// (measure_cpu_expert_batch), or measure_cpu_expert on expert 0 for a bank of one expert; and,
+// Fills the CPU figure for the bank's gate format: the best of up to three batches of up to 8
+// experts not yet touched (measure_cpu_expert_batch), or measure_cpu_expert on expert 0 for a
+// bank of one expert; and,
 // for a bank of at least 2 experts, cpu_extra_row from a batch of 16 rows over other experts.
 void calibrate_cpu(cost_model& m, thread_pool& pool, const moe::expert_bank& bank, int reps = 5);
 

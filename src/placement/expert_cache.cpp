@@ -28,6 +28,8 @@ expert_cache::expert_cache(int n_layer, int n_expert, std::vector<uint64_t> blob
     slot_of_.assign(N, -1);
     slots_.reserve(N);
     swaps_.reserve(static_cast<size_t>(o.max_swaps_per_step));
+    layer_best_.assign(static_cast<size_t>(n_layer), N);
+    layer_weakest_.assign(static_cast<size_t>(n_layer), -1);
 
     // Seed: a layer that routes k_used lookups a step builds up k_used / (1 - decay) decayed
     // lookups; the profile shares that mass out, so its ranking holds until the data disagree.
@@ -42,11 +44,15 @@ expert_cache::expert_cache(int n_layer, int n_expert, std::vector<uint64_t> blob
     }
 
     // Initial set: by profile count (not the seeded score, whose per-layer normalisation would
-    // favour flat layers), ties by (layer, expert); each pair that still fits is taken.
+    // favour flat layers), ties by (layer, expert); each pair that still fits is taken. Spread
+    // without a profile: by (expert, layer), so each layer gets the same share.
     std::vector<size_t> order(N);
     std::iota(order.begin(), order.end(), size_t{0});
+    const size_t X = static_cast<size_t>(n_expert);
     if (!profile.empty())
         std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return profile[a] > profile[b]; });
+    else if (o.spread)
+        std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return a % X < b % X; });
     for (size_t k : order) {
         const uint64_t b = blob_[k / static_cast<size_t>(n_expert)];
         if (b == 0 || b > o.budget_bytes - used_) continue;
@@ -80,6 +86,10 @@ std::span<const cache_swap> expert_cache::end_step() {
         step_count_[k] = 0;
     }
     if (!o_.adaptive) return swaps_;
+    if (o_.same_layer) {
+        for (int n = 0; n < o_.max_swaps_per_step && swap_in_layer(); ++n) {}
+        return swaps_;
+    }
     const size_t N = score_.size();
     for (int n = 0; n < o_.max_swaps_per_step; ++n) {
         // The best expert not in a slot.
@@ -105,21 +115,61 @@ std::span<const cache_swap> expert_cache::end_step() {
                 weakest = static_cast<int>(s);
         }
         if (weakest < 0) break;
-        slot& w = slots_[static_cast<size_t>(weakest)];
-        const size_t wk = index(w.key.layer, w.key.expert);
-        if (!(score_[best] > o_.margin * score_[wk] + o_.min_gain)) break;
-        cache_swap sw;
-        sw.slot = weakest;
-        sw.evicted = w.key;
-        slot_of_[wk] = -1;   // out of the GPU plan at once
-        w.key = {static_cast<int32_t>(best / static_cast<size_t>(n_expert_)), static_cast<int32_t>(best % static_cast<size_t>(n_expert_))};
-        w.state = slot_state::copying;   // in the plan only after copy_landed
-        slot_of_[best] = weakest;
-        sw.loaded = w.key;
-        sw.bytes = need;
-        swaps_.push_back(sw);
+        const expert_key& w = slots_[static_cast<size_t>(weakest)].key;
+        if (!(score_[best] > o_.margin * score_[index(w.layer, w.expert)] + o_.min_gain)) break;
+        replace(weakest, best);
     }
     return swaps_;
+}
+
+void expert_cache::replace(int s, size_t best) {
+    slot& w = slots_[static_cast<size_t>(s)];
+    cache_swap sw;
+    sw.slot = s;
+    sw.evicted = w.key;
+    slot_of_[index(w.key.layer, w.key.expert)] = -1;   // out of the GPU plan at once
+    w.key = {static_cast<int32_t>(best / static_cast<size_t>(n_expert_)), static_cast<int32_t>(best % static_cast<size_t>(n_expert_))};
+    w.state = slot_state::copying;   // in the plan only after copy_landed
+    slot_of_[best] = s;
+    sw.loaded = w.key;
+    sw.bytes = blob_[static_cast<size_t>(w.key.layer)];
+    swaps_.push_back(sw);
+}
+
+bool expert_cache::swap_in_layer() {
+    const size_t N = score_.size(), X = static_cast<size_t>(n_expert_);
+    std::fill(layer_best_.begin(), layer_best_.end(), N);
+    std::fill(layer_weakest_.begin(), layer_weakest_.end(), -1);
+    for (size_t k = 0; k < N; ++k) {
+        const size_t l = k / X;
+        if (slot_of_[k] < 0) {
+            if (blob_[l] > 0 && (layer_best_[l] == N || ranks_before(k, layer_best_[l]))) layer_best_[l] = k;
+            continue;
+        }
+        const int s = slot_of_[k];
+        if (slots_[static_cast<size_t>(s)].state != slot_state::resident) continue;
+        const int w = layer_weakest_[l];
+        if (w < 0) {
+            layer_weakest_[l] = s;
+            continue;
+        }
+        const expert_key& wk = slots_[static_cast<size_t>(w)].key;
+        if (ranks_before(index(wk.layer, wk.expert), k)) layer_weakest_[l] = s;
+    }
+    // The layer whose candidate ranks highest among those that beat their layer's weakest.
+    size_t pick = N;
+    int pick_slot = -1;
+    for (size_t l = 0; l < layer_best_.size(); ++l) {
+        const size_t c = layer_best_[l];
+        const int w = layer_weakest_[l];
+        if (c == N || w < 0 || !(score_[c] > o_.min_gain)) continue;
+        const expert_key& wk = slots_[static_cast<size_t>(w)].key;
+        if (!(score_[c] > o_.margin * score_[index(wk.layer, wk.expert)] + o_.min_gain)) continue;
+        if (pick == N || ranks_before(c, pick)) pick = c, pick_slot = w;
+    }
+    if (pick == N) return false;
+    replace(pick_slot, pick);
+    return true;
 }
 
 bool expert_cache::copy_landed(int slot) {

@@ -3,13 +3,19 @@
 //
 // Rules, each one unit-tested (tests/unit/test_placement_cache.cpp):
 //   - initial set: (layer, expert) pairs by profile count, descending, ties by (layer, expert)
-//     ascending; each taken when its blob fits what is left of the budget;
+//     ascending; each taken when its blob fits what is left of the budget. Without a profile,
+//     (layer, expert) order (whole layers), or with `spread` expert 0 of every layer, then
+//     expert 1, ... (an even share of each layer, for swaps to improve on);
 //   - scores are decayed frequency counts: after every step, score = score * 2^(-1/half_life) +
 //     lookups this step; the profile seeds them (its share of a layer's lookups times the decayed
 //     mass k_used lookups a step would build up), so the first steps do not undo the profile;
 //   - hysteresis: a candidate replaces the weakest landed resident only when its score exceeds
 //     margin * weakest + min_gain;
 //   - at most max_swaps_per_step swaps (and new slots, when the budget has room) per step;
+//   - same_layer: a candidate replaces only the weakest landed resident of its own layer, and
+//     no slot is made after the initial set (a device whose slots are per-layer arrays of one
+//     blob size: models/cuda_expert_lanes.h); the step's swaps go to the layers whose candidates
+//     rank highest among those that pass the hysteresis test;
 //   - slot state machine: a swap takes the evicted expert out of the GPU plan at once (on_gpu is
 //     false from the end_step that evicts it), and the new expert's slot is `copying` until
 //     copy_landed(slot): only then is the expert planned on the GPU. A copying slot is never
@@ -37,6 +43,8 @@ struct cache_options {
     int max_swaps_per_step = 2;      // >= 0
     bool adaptive = true;            // false: the initial set stays
     int k_used = 8;                  // experts per token, for the profile's seed weight (>= 1)
+    bool same_layer = false;         // swaps stay inside a layer; no new slots after the initial set
+    bool spread = false;             // no profile: an even share of each layer, not whole layers
 };
 
 enum class slot_state : uint8_t { copying, resident };
@@ -95,6 +103,10 @@ private:
     // a ranks before b: higher score, then lower (layer, expert).
     bool ranks_before(size_t a, size_t b) const { return score_[a] > score_[b] || (score_[a] == score_[b] && a < b); }
     int add_slot(size_t key_index);
+    // One swap of the same_layer rule: false when no layer has a candidate that passes.
+    bool swap_in_layer();
+    // Evicts slot s's expert (out of the plan now) and puts expert `best` there (copying).
+    void replace(int s, size_t best);
 
     int n_layer_ = 0, n_expert_ = 0;
     cache_options o_;
@@ -105,6 +117,9 @@ private:
     std::vector<int32_t> slot_of_;     // [n_layer * n_expert] slot or -1
     std::vector<slot> slots_;          // reserved for every pair: never reallocates
     std::vector<cache_swap> swaps_;    // reserved to max_swaps_per_step
+    // same_layer's per-layer search (sized at construction: end_step allocates nothing).
+    std::vector<size_t> layer_best_;   // [n_layer] best pair not in a slot, or N
+    std::vector<int> layer_weakest_;   // [n_layer] weakest landed slot, or -1
     uint64_t used_ = 0;
     int64_t steps_ = 0;
 };

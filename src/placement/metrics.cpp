@@ -42,6 +42,7 @@ void placement_metrics::merge(const placement_metrics& o) {
     cpu_bytes += o.cpu_bytes;
     gpu_bytes += o.gpu_bytes;
     swaps += o.swaps;
+    swap_bytes += o.swap_bytes;
     streamed_layers += o.streamed_layers;
     streamed_bytes += o.streamed_bytes;
     for (auto [a, b] : {std::pair{&gpu_lane, &o.gpu_lane}, std::pair{&pcie_lane, &o.pcie_lane}, std::pair{&cpu_lane, &o.cpu_lane},
@@ -70,6 +71,7 @@ nlohmann::json placement_metrics::to_json() const {
             {"cpu_bytes", cpu_bytes},
             {"gpu_bytes", gpu_bytes},
             {"swaps", swaps},
+            {"swap_bytes", swap_bytes},
             {"streamed_layers", streamed_layers},
             {"streamed_bytes", streamed_bytes},
             {"cpu_expert_seconds", cpu_lane.measured},
@@ -94,6 +96,8 @@ std::string placement_metrics::to_prometheus() const {
     counter("sluice_expert_cpu_total", "Routed experts computed by the CPU pool.", static_cast<double>(cpu));
     counter("sluice_expert_pcie_bytes_total", "Expert bytes copied over PCIe.", static_cast<double>(pcie_bytes));
     counter("sluice_expert_cache_swaps_total", "VRAM cache swaps.", static_cast<double>(swaps));
+    counter("sluice_expert_cache_swap_bytes_total", "Expert bytes copied over PCIe by cache swaps.",
+            static_cast<double>(swap_bytes));
     counter("sluice_expert_streamed_layers_total", "Split layers whose experts were streamed to the GPU whole (prefill).",
             static_cast<double>(streamed_layers));
     counter("sluice_expert_streamed_bytes_total", "Expert bytes streamed over PCIe for prefill.",

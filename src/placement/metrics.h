@@ -25,6 +25,7 @@ struct placement_metrics {
     uint64_t cpu = 0;              // misses computed by the CPU pool
     uint64_t pcie_bytes = 0, cpu_bytes = 0, gpu_bytes = 0;
     uint64_t swaps = 0;            // cache swaps made
+    uint64_t swap_bytes = 0;       // ... the bytes their copies moved over PCIe
     uint64_t streamed_layers = 0;  // split layers whose experts were streamed whole (prefill)
     uint64_t streamed_bytes = 0;   // ... the bytes those copies moved over PCIe
     lane_seconds gpu_lane, pcie_lane, cpu_lane;

@@ -236,7 +236,10 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
 #ifdef SLUICE_BENCH_GPU
         // Routed experts under the budget (all in VRAM without one), ranked by the profile beside
         // the model when there is one.
-        net = load_model_on(o.model_path, *file, n_ctx, o.gpu, o.vram_budget, o.prefill_stream_rows, &prog);
+        net = load_model_on(o.model_path, *file, n_ctx,
+                            {.gpu = o.gpu, .vram_budget = o.vram_budget, .prefill_stream_rows = o.prefill_stream_rows,
+                             .adaptive_cache = o.adaptive_cache},
+                            &prog);
 #else
         fail("bench: --gpu {}: this build has no CUDA backend (configure with -DSLUICE_CUDA=ON and nvcc)", o.gpu);
 #endif
@@ -558,8 +561,9 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
                                     {"total_experts", pi.total},
                                     {"resident_bytes", pi.resident_bytes},
                                     {"total_bytes", pi.total_bytes},
-                                    {"lanes", pi.pcie_lane ? "gpu (VRAM cache) + pcie (staging slots) + cpu; no adaptive swaps yet"
-                                                           : "gpu (VRAM cache) + cpu; no adaptive swaps yet"},
+                                    {"lanes", pi.pcie_lane ? "gpu (VRAM cache) + pcie (staging slots) + cpu" : "gpu (VRAM cache) + cpu"},
+                                    {"adaptive_cache", pi.adaptive_cache},
+                                    {"adaptive_note", pi.adaptive_note},
                                     {"whole_layers", pi.whole_layers},
                                     {"pcie_lane", pi.pcie_lane},
                                     {"pcie_note", pi.pcie_note},
@@ -579,7 +583,7 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
                 "run, in the split layers: hit rate {:.3f} ({} hits, {} PCIe, {} CPU "
                 "misses; PCIe share {:.3f}, {:.2f} GB copied), GPU lane {:.3f} s, PCIe {:.3f} s (predicted {:.3f}), CPU lane "
                 "{:.3f} s measured; host: {:.3f} s waiting for routing, {:.3f} s launching before the CPU lane, "
-                "{:.3f} s between split layers (the GPU's time there {:.3f} s); {}; ceilings below assume the whole model in VRAM",
+                "{:.3f} s between split layers (the GPU's time there {:.3f} s); {}; {}; ceilings below assume the whole model in VRAM",
                 pi.resident, pi.total, double(pi.resident_bytes) / 1e9, double(pi.total_bytes) / 1e9, pi.whole_layers,
                 pi.pcie_lane ? fmt::format("PCIe lane: {} staging slots, {:.1f} GB/s calibrated; CPU {:.1f} GB/s",
                                            pi.staging_slots, pi.pcie_gb_s, pi.cpu_gb_s)
@@ -594,7 +598,9 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
                                                                         : fmt::format(">= {} rows", pi.stream_rows),
                                   double(pi.stream_bytes) / 1e9, m->streamed_layers, double(m->streamed_bytes) / 1e9,
                                   m->stream_lane.measured, m->stream_lane.predicted)
-                    : "no prefill streaming: " + pi.stream_note);
+                    : "no prefill streaming: " + pi.stream_note,
+                pi.adaptive_cache ? fmt::format("adaptive cache: {} swaps, {:.2f} GB copied", m->swaps, double(m->swap_bytes) / 1e9)
+                                  : "no adaptive cache: " + pi.adaptive_note);
         }
 #endif
     rep.notes.push_back(fmt::format(

@@ -111,7 +111,7 @@ std::unique_ptr<engine> engine::open(const engine_options& o) {
     p->prefill_rows = default_prefill_rows(*p->target.net, o.gpu);
     p->numa = setup_numa(o.numa, p->n_threads, *p->target.file);
     if (!o.draft_model_path.empty()) {
-        p->draft = std::make_unique<loaded_model>(loaded_model::open(o.draft_model_path, o.n_ctx, -1, UINT64_MAX, access));
+        p->draft = std::make_unique<loaded_model>(loaded_model::open(o.draft_model_path, o.n_ctx, {}, access));
         check_vocab_compatible(p->target.vocab(), p->draft->vocab());
         if (p->draft->net->hparams().n_vocab != hp.n_vocab)
             fail("draft model: {}: its output has {} logits but the target's has {}: the keyed picks need the "

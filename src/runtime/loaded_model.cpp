@@ -8,24 +8,24 @@
 
 namespace sluice {
 
-std::unique_ptr<model> load_model_on(const std::filesystem::path& path, const model_file& f, int n_ctx, int gpu,
-                                     uint64_t vram_budget, int prefill_stream_rows, placement::progress* prog) {
+std::unique_ptr<model> load_model_on(const std::filesystem::path& path, const model_file& f, int n_ctx,
+                                     const device_options& dev, placement::progress* prog) {
+    const int gpu = dev.gpu;
     if (gpu < 0) return load_model(f, load_options{n_ctx});
 #ifdef SLUICE_HAVE_CUDA
     if (!cuda_model_supports(f.architecture()))
         fail("--gpu {}: no CUDA forward for architecture '{}' yet (run it on the CPU: leave out --gpu)", gpu,
              f.architecture());
     cuda_placement p;
-    p.vram_budget = vram_budget;
-    p.prefill_stream_rows = prefill_stream_rows;
+    p.vram_budget = dev.vram_budget;
+    p.prefill_stream_rows = dev.prefill_stream_rows;
+    p.adaptive_cache = dev.adaptive_cache;
     p.progress = prog;
     // The profile ranks what the budget holds; only read when the budget splits the experts.
-    if (vram_budget != UINT64_MAX) p.profile = placement::load_profile_for(path, placement::identify_model(path, f));
+    if (dev.vram_budget != UINT64_MAX) p.profile = placement::load_profile_for(path, placement::identify_model(path, f));
     return load_model_cuda(f, load_options{n_ctx}, gpu, p);
 #else
     (void)path;
-    (void)vram_budget;
-    (void)prefill_stream_rows;
     (void)prog;
     fail("--gpu {}: this build of sluice has no CUDA backend (configure with -DSLUICE_CUDA=ON and nvcc, or leave out "
          "--gpu to run on the CPU)", gpu);
@@ -53,14 +53,14 @@ int default_prefill_rows(const model& net, int gpu) {
     return k_gpu_prefill_rows;
 }
 
-loaded_model loaded_model::open(const std::filesystem::path& path, int n_ctx, int gpu, uint64_t vram_budget,
-                                file_access access, int prefill_stream_rows, placement::progress* prog) {
+loaded_model loaded_model::open(const std::filesystem::path& path, int n_ctx, const device_options& dev,
+                                file_access access, placement::progress* prog) {
     loaded_model m;
     m.path = path;
     const read_progress reading = prog ? reading_progress(*prog) : read_progress{};
     m.file = model_file::open(path, access, prog ? &reading : nullptr);
     m.tok = tokenizer::for_model(*m.file, path);
-    m.net = load_model_on(path, *m.file, n_ctx, gpu, vram_budget, prefill_stream_rows, prog);
+    m.net = load_model_on(path, *m.file, n_ctx, dev, prog);
     if (m.tok->n_vocab() > m.net->hparams().n_vocab)
         fail("model: {}: the tokenizer has {} tokens but the model's output has {}", path.string(), m.tok->n_vocab(),
              m.net->hparams().n_vocab);
@@ -70,8 +70,13 @@ loaded_model loaded_model::open(const std::filesystem::path& path, int n_ctx, in
 loaded_model open_target(const engine_options& o) {
     placement::progress prog(stderr, o.show_load_progress ? placement::progress_style::automatic : placement::progress_style::silent);
     if (o.on_load_phase) prog.on_phase(o.on_load_phase);
-    return loaded_model::open(o.model_path.empty() ? engine::default_model_path() : o.model_path, o.n_ctx, o.gpu,
-                              o.vram_budget, o.mmap ? file_access::map : file_access::read, o.prefill_stream_rows, &prog);
+    return loaded_model::open(o.model_path.empty() ? engine::default_model_path() : o.model_path, o.n_ctx,
+                              device_options_of(o), o.mmap ? file_access::map : file_access::read, &prog);
+}
+
+device_options device_options_of(const engine_options& o) {
+    return {.gpu = o.gpu, .vram_budget = o.vram_budget, .prefill_stream_rows = o.prefill_stream_rows,
+            .adaptive_cache = o.adaptive_cache};
 }
 
 std::vector<std::string> loaded_model::vocab() const {

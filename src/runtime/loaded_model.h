@@ -18,6 +18,16 @@ namespace placement {
 class progress;
 }
 
+// Where a network runs: the CPU (gpu < 0) or CUDA device gpu, its routed experts under
+// vram_budget bytes, with prefill streaming and the adaptive cache as asked
+// (models/cuda_model.h: cuda_placement's fields of the same names).
+struct device_options {
+    int gpu = -1;
+    uint64_t vram_budget = UINT64_MAX;
+    int prefill_stream_rows = -1;
+    bool adaptive_cache = true;
+};
+
 struct loaded_model {
     std::filesystem::path path;
     std::unique_ptr<model_file> file;
@@ -26,28 +36,27 @@ struct loaded_model {
 
     // Opens the file, its tokenizer and the network; throws when the tokenizer has more ids
     // than the model has logits.
-    // gpu >= 0: the network on that CUDA device, its routed experts under vram_budget bytes
-    // (models/cuda_model.h: cuda_placement, with the profile beside the model when present).
-    // access: the file mapped or read into memory (io/mmap.h).
-    // prefill_stream_rows, prog: load_model_on's; prog also shows a --no-mmap read.
-    static loaded_model open(const std::filesystem::path& path, int n_ctx, int gpu = -1,
-                             uint64_t vram_budget = UINT64_MAX, file_access access = file_access::map,
-                             int prefill_stream_rows = -1, placement::progress* prog = nullptr);
+    // dev: where the network runs (load_model_on). access: the file mapped or read into memory
+    // (io/mmap.h). prog: load_model_on's; it also shows a --no-mmap read.
+    static loaded_model open(const std::filesystem::path& path, int n_ctx, const device_options& dev = {},
+                             file_access access = file_access::map, placement::progress* prog = nullptr);
     // Every token's bytes, by id (for the draft model's vocabulary check).
     std::vector<std::string> vocab() const;
 };
 
-// The target model of an engine's options: o.model_path (or the default model), on o.gpu under
-// o.vram_budget, with the load's progress shown and reported as o asks (show_load_progress,
+// The target model of an engine's options: o.model_path (or the default model), where
+// device_options_of(o) says, with the load's progress shown and reported as o asks (show_load_progress,
 // on_load_phase). Shared by the one-request and the serving engine.
 loaded_model open_target(const engine_options& o);
 
-// The network of file f (opened from path): on the CPU (gpu < 0), or on CUDA device gpu with its
-// routed experts under vram_budget bytes. Fails with what to do in a build without CUDA.
+device_options device_options_of(const engine_options& o);
+
+// The network of file f (opened from path) where dev says: on the CPU, or on a CUDA device with
+// its routed experts under the budget, ranked by the profile beside the model when present.
+// Fails with what to do in a build without CUDA.
 // prog (optional): the CUDA load's long steps as progress phases (cuda_placement::progress).
-std::unique_ptr<model> load_model_on(const std::filesystem::path& path, const model_file& f, int n_ctx, int gpu,
-                                     uint64_t vram_budget, int prefill_stream_rows = -1,
-                                     placement::progress* prog = nullptr);
+std::unique_ptr<model> load_model_on(const std::filesystem::path& path, const model_file& f, int n_ctx,
+                                     const device_options& dev, placement::progress* prog = nullptr);
 
 // A --no-mmap read's pieces as progress phases, one a file ("reading model.gguf"), on prog.
 read_progress reading_progress(placement::progress& prog);

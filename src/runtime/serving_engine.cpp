@@ -119,7 +119,7 @@ std::unique_ptr<serving_engine> serving_engine::open(const serving_options& o) {
     p->n_ctx = eo.n_ctx > 0 ? eo.n_ctx : std::min(hp.n_ctx_train, 4096);
     p->n_vocab = hp.n_vocab;
     if (!eo.draft_model_path.empty()) {
-        p->draft = std::make_unique<loaded_model>(loaded_model::open(eo.draft_model_path, eo.n_ctx, -1, UINT64_MAX, access));
+        p->draft = std::make_unique<loaded_model>(loaded_model::open(eo.draft_model_path, eo.n_ctx, {}, access));
         check_vocab_compatible(p->target.vocab(), p->draft->vocab());
         if (p->draft->net->hparams().n_vocab != hp.n_vocab)
             fail("draft model: {}: its output has {} logits but the target's has {}", eo.draft_model_path.string(),

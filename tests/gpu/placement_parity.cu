@@ -7,7 +7,9 @@
 // for each: a 12-token prompt as one window (the grouped GPU matmul skipping the CPU's pairs,
 // the CPU lane deduplicating a window), then 16 greedy steps (the CPU's pick fed to every model).
 // Each split budget runs with the cost model's PCIe split and with PCIe shares 0, 0.5 and 1
-// forced (misses copied into staging slots and computed by the GPU): the bits never change.
+// forced (misses copied into staging slots and computed by the GPU), with the adaptive cache on
+// (a half-life of 2 forwards, so that 17 forwards swap) and, at the forced shares, off: the
+// bits never change (part 4's E3 test).
 // It also checks that each budget placed what it should (resident experts, hit/miss counts).
 // Exit 0 when every model and budget is bit-identical, 1 otherwise, 77 (skipped) without a GPU.
 // Usage: placement_parity [FILE.gguf...] (default: the qwen3moe and qwen2moe golden fixtures).
@@ -159,8 +161,8 @@ int run_file(const fs::path& path, thread_pool& pool) {
     std::vector<budget> budgets = {
         {"0", 0, false, 0},
         {"small (2/layer)", 2 * blob * static_cast<uint64_t>(hp.n_layer), false, 2 * hp.n_layer},
-        // Without a profile the cache fills whole layers: layer 0 runs as in the all-GPU model
-        // (no host round trip), the others split.
+        // Without a profile and with the cache fixed, whole layers: layer 0 runs as in the all-GPU
+        // model (no host round trip), the others split; adapting, an even share of every layer.
         {"a whole layer", blob * static_cast<uint64_t>(hp.n_expert), false, hp.n_expert},
         {"half, profiled", all_bytes / 2, true, -1},
     };
@@ -192,10 +194,17 @@ int run_file(const fs::path& path, thread_pool& pool) {
             rest = c == std::string::npos ? "" : rest.substr(c + 1);
         }
     }
+    // Each share with the adaptive cache on, and each forced share once more with it off.
+    std::vector<std::pair<double, bool>> runs;
+    for (const double share : shares) runs.emplace_back(share, true);
+    for (const double share : shares)
+        if (share >= 0) runs.emplace_back(share, false);
     int failures = 0;
     for (const budget& b : budgets) {
-        for (const double share : b.bytes == UINT64_MAX ? std::vector<double>{-1.0} : shares) {
+        for (const auto [share, adapt] : b.bytes == UINT64_MAX ? std::vector<std::pair<double, bool>>{{-1.0, true}} : runs) {
             cuda_placement p;
+            p.adaptive_cache = adapt;
+            p.cache_half_life_steps = 2.0;
             p.vram_budget = b.bytes;
             p.pcie_share = share >= 0 ? share : -1.0;
             p.prefill_stream_rows = share == k_stream ? 1 : share >= 0 ? 0 : -1;
@@ -205,10 +214,13 @@ int run_file(const fs::path& path, thread_pool& pool) {
             placement::progress prog(stdout, placement::progress_style::silent);
             std::vector<std::string> phases;
             prog.on_phase([&phases](const std::string& s) { phases.push_back(s); });
-            const bool check_progress = b.profile && share == shares.front();
+            const bool check_progress = b.profile && share == shares.front() && adapt;
             if (check_progress) p.progress = &prog;
             auto gpu = load_model_cuda(*mf, o, 0, p);
-            if (check_progress) failures += check_load_phases(phases, cuda_placement_of(*gpu).pcie_lane);
+            if (check_progress) {
+                const cuda_placement_info pi = cuda_placement_of(*gpu);
+                failures += check_load_phases(phases, pi.pcie_lane || pi.adaptive_cache);
+            }
             const cuda_placement_info info = cuda_placement_of(*gpu);
             const trace t = run(*gpu, pool, prompt, steps, ref.picks);
             const cuda_placement_info calibrated = cuda_placement_of(*gpu);   // the CPU figure: measured at the first forward
@@ -216,11 +228,15 @@ int run_file(const fs::path& path, thread_pool& pool) {
             int picks_equal = 0;
             for (size_t i = 0; i < ref.picks.size(); ++i) picks_equal += ref.picks[i] == t.picks[i];
             bool placed = b.want_resident < 0 || info.resident == b.want_resident;
-            // Without a profile, as many whole layers as the budget holds (the fixtures' layers
-            // all have the same blob size; not checked for the budgets named in the environment).
+            // Without a profile, fixed: as many whole layers as the budget holds; adapting, the
+            // spread's last round (expert n_expert - 1 of layer 0, 1, ...) makes the only whole
+            // ones (the fixtures' layers all have the same blob size; not checked for the budgets
+            // named in the environment).
             if (!b.profile && names.empty()) {
-                const uint64_t whole = b.bytes / (blob * static_cast<uint64_t>(hp.n_expert));
-                placed = placed && info.whole_layers == static_cast<int>(std::min<uint64_t>(whole, hp.n_layer));
+                const uint64_t L = static_cast<uint64_t>(hp.n_layer), X = static_cast<uint64_t>(hp.n_expert);
+                const uint64_t slots = std::min(b.bytes / blob, L * X);
+                const uint64_t whole = adapt ? (slots > (X - 1) * L ? slots - (X - 1) * L : 0) : slots / X;
+                placed = placed && info.whole_layers == static_cast<int>(std::min(whole, L));
             }
             std::string lanes = "all experts in VRAM (no split)";
             if (const auto m = cuda_placement_metrics(*gpu)) {
@@ -255,14 +271,22 @@ int run_file(const fs::path& path, thread_pool& pool) {
                 // No lane only for a stated reason, and never because registering failed here.
                 placed = placed && (info.pcie_lane || !info.pcie_note.empty()) &&
                          info.pcie_note.find("cudaHostRegister") == std::string::npos;
+                // The adaptive cache: on wherever asked for and a split layer holds residents, and
+                // then it swapped where windows were planned (17 forwards at a half-life of 2; a
+                // streamed layer counts no lookups); off, never a swap.
+                const bool adaptable = adapt && split_residents;
+                placed = placed && info.adaptive_cache == adaptable && (info.adaptive_cache || !info.adaptive_note.empty());
+                if (adaptable && m->layer_plans > 0) placed = placed && m->swaps > 0;
+                if (!adaptable) placed = placed && m->swaps == 0;
                 char buf[512];
                 std::snprintf(buf, sizeof buf,
                               "%d whole layers; split layers: hit rate %.3f (%llu hits, %llu PCIe, %llu CPU misses), GPU "
-                              "lane %.2f ms, PCIe %.2f ms, CPU lane %.2f ms; %llu layer forwards streamed (from %lld rows); %s",
+                              "lane %.2f ms, PCIe %.2f ms, CPU lane %.2f ms; %llu layer forwards streamed (from %lld rows); "
+                              "%llu swaps; %s",
                               info.whole_layers, m->hit_rate(), static_cast<unsigned long long>(m->hits), static_cast<unsigned long long>(m->pcie),
                               static_cast<unsigned long long>(m->cpu), m->gpu_lane.measured * 1e3, m->pcie_lane.measured * 1e3,
                               m->cpu_lane.measured * 1e3, static_cast<unsigned long long>(m->streamed_layers),
-                              static_cast<long long>(calibrated.stream_rows),
+                              static_cast<long long>(calibrated.stream_rows), static_cast<unsigned long long>(m->swaps),
                               info.pcie_lane ? ("PCIe lane " + std::to_string(info.staging_slots) + " slots, " +
                                                 std::to_string(static_cast<int>(info.pcie_gb_s)) + " GB/s, CPU " +
                                                 std::to_string(static_cast<int>(calibrated.cpu_gb_s)) + " GB/s")
@@ -278,6 +302,7 @@ int run_file(const fs::path& path, thread_pool& pool) {
             if (share == k_stream) std::snprintf(share_name, sizeof share_name, "streamed");
             else if (share < 0) std::snprintf(share_name, sizeof share_name, "cost model");
             else std::snprintf(share_name, sizeof share_name, "PCIe %.2f", share);
+            if (!adapt) std::strncat(share_name, " fixed", sizeof share_name - std::strlen(share_name) - 1);
             std::printf("%s %-40s budget %-16s %-10s %d/%d experts in VRAM: logits %zu/%zu bit-identical, greedy picks %d/%zu "
                         "equal, decode %.1f tok/s; %s%s\n",
                         ok ? "PASS" : "FAIL", label.c_str(), b.name, share_name, info.resident, info.total,

@@ -232,6 +232,75 @@ TEST(placement_cache, same_inputs_give_the_same_swaps) {
     EXPECT_EQ(a, b);
 }
 
+TEST(placement_cache, same_layer_swaps_stay_in_the_candidates_layer) {
+    // Slots (0, 0) and (1, 0); layer 1's expert 3 hot. The globally weakest resident is layer 0's
+    // (its seed is half a layer's mass, 186.7, against 373.3), but same_layer evicts layer 1's
+    // own weakest: each layer keeps its slots.
+    const std::vector<uint64_t> profile{1, 1, 0, 0, 5, 0, 0, 0};
+    cache_options o;
+    o.budget_bytes = 200;
+    o.same_layer = true;
+    expert_cache c(2, 4, {100, 100}, profile, o);
+    land_all(c);
+    c.observe(1, std::vector<int32_t>(5000, 3));
+    const auto sw = c.end_step();
+    ASSERT_EQ(sw.size(), 1u);
+    EXPECT_EQ(sw[0].evicted, (expert_key{1, 0}));
+    EXPECT_EQ(sw[0].loaded, (expert_key{1, 3}));
+    EXPECT_EQ(sw[0].bytes, 100u);
+    EXPECT_TRUE(c.on_gpu(0, 0));
+    EXPECT_EQ(c.n_slots(), 2);
+    // Without same_layer the same lookups evict layer 0's expert (the weakest anywhere).
+    o.same_layer = false;
+    expert_cache g(2, 4, {100, 100}, profile, o);
+    land_all(g);
+    g.observe(1, std::vector<int32_t>(5000, 3));
+    ASSERT_EQ(g.end_step().size(), 1u);
+    EXPECT_FALSE(g.on_gpu(0, 0));
+}
+
+TEST(placement_cache, same_layer_swaps_go_to_the_best_candidates_and_skip_layers_without_slots) {
+    // Three layers; layer 2 has no slot (the budget holds two blobs). One swap a step: the layer
+    // whose candidate scores highest goes first (layer 1: 9,000 lookups against layer 0's 6,000;
+    // both past 1.25 x the seed of 373.3 + 1), then layer 0; layer 2's hotter candidate has no
+    // slot to take.
+    cache_options o;
+    o.budget_bytes = 200;
+    o.same_layer = true;
+    o.max_swaps_per_step = 1;
+    expert_cache c(3, 2, {100, 100, 100}, std::vector<uint64_t>{9, 0, 9, 0, 1, 0}, o);
+    land_all(c);
+    ASSERT_EQ(c.slot_of(2, 0), -1);
+    c.observe(0, std::vector<int32_t>(6000, 1));
+    c.observe(1, std::vector<int32_t>(9000, 1));
+    c.observe(2, std::vector<int32_t>(50000, 1));
+    auto sw = c.end_step();
+    ASSERT_EQ(sw.size(), 1u);
+    EXPECT_EQ(sw[0].loaded, (expert_key{1, 1}));
+    land_all(c);
+    sw = c.end_step();
+    ASSERT_EQ(sw.size(), 1u);
+    EXPECT_EQ(sw[0].loaded, (expert_key{0, 1}));
+    land_all(c);
+    EXPECT_TRUE(c.end_step().empty());
+    EXPECT_EQ(c.slot_of(2, 1), -1);
+}
+
+TEST(placement_cache, spread_without_a_profile_gives_each_layer_a_share) {
+    // 3 layers x 4 experts, room for 7 blobs: experts 0 and 1 of every layer, then expert 2 of
+    // layer 0. Without spread: layer 0 whole, then layer 1's experts 0..2.
+    cache_options o;
+    o.budget_bytes = 700;
+    o.spread = true;
+    expert_cache c(3, 4, {100, 100, 100}, {}, o);
+    for (int l = 0; l < 3; ++l)
+        for (int e = 0; e < 4; ++e) EXPECT_EQ(c.slot_of(l, e) >= 0, e < 2 || (e == 2 && l == 0)) << l << "," << e;
+    o.spread = false;
+    expert_cache w(3, 4, {100, 100, 100}, {}, o);
+    for (int l = 0; l < 3; ++l)
+        for (int e = 0; e < 4; ++e) EXPECT_EQ(w.slot_of(l, e) >= 0, l == 0 || (l == 1 && e < 3)) << l << "," << e;
+}
+
 TEST(placement_cache, bad_options_are_rejected) {
     cache_options o;
     EXPECT_THROW(expert_cache(0, 4, {}, {}, o), std::exception);
