@@ -1,9 +1,7 @@
 // The adaptive VRAM cache of a split MoE model (issue 10, part 4; cuda_expert_lanes.h).
 //
-// plan_window counts each window's routed ids (placement::expert_cache::observe), and a streamed
-// layer's ids are counted on the device (count_streamed: a prompt's routing ranks the cache
-// before its first decode step). At a forward's end, with the stream and the copy stream idle,
-// adapt() reads those counts and lets the cache make up to cache_swaps_per_step swaps, each
+// plan_window counts each window's routed ids (placement::expert_cache::observe). At a forward's
+// end, with the stream and the copy stream idle, adapt() lets the cache make up to two swaps, each
 // within a layer (a layer's slots are one device array of its blob size):
 //   1. the swaps of the forward before have landed (end_forward synchronised the copy stream
 //      first): their experts enter both slot maps;
@@ -21,7 +19,6 @@
 
 #include "core/error.h"
 #include "kernels/cpu/ops.h"
-#include "kernels/cuda/expert_rows.cuh"
 
 #include <cuda_runtime.h>
 
@@ -35,28 +32,9 @@ void ck(cudaError_t e, const char* what) {
 
 }  // namespace
 
-void cuda_expert_lanes::count_streamed(int il, int64_t n, const int32_t* d_ids) {
-    if (!adaptive_) return;
-    const size_t X = static_cast<size_t>(hp_.n_expert);
-    cuda::count_routes(d_ids, n * hp_.n_expert_used, hp_.n_expert, d_route_counts_ + static_cast<size_t>(il) * X, stream_);
-    routes_counted_ = true;
-}
-
 void cuda_expert_lanes::adapt() {
     if (!adaptive_) return;
     const size_t X = static_cast<size_t>(hp_.n_expert);
-    auto st = static_cast<cudaStream_t>(stream_);
-    if (routes_counted_) {
-        // Into pageable memory: the call returns when the copy is done (the stream is idle).
-        ck(cudaMemcpyAsync(route_counts_.data(), d_route_counts_, route_counts_.size() * sizeof(uint32_t),
-                           cudaMemcpyDeviceToHost, st),
-           "route counts");
-        ck(cudaStreamSynchronize(st), "route counts");
-        ck(cudaMemsetAsync(d_route_counts_, 0, route_counts_.size() * sizeof(uint32_t), st), "route counts reset");
-        for (int il = 0; il < hp_.n_layer; ++il)
-            cache_.observe_counts(il, std::span<const uint32_t>(route_counts_.data() + static_cast<size_t>(il) * X, X));
-        routes_counted_ = false;
-    }
     bool changed = false;
     for (const placement::cache_swap& s : in_flight_) {
         cache_.copy_landed(s.slot);

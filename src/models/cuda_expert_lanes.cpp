@@ -206,15 +206,6 @@ cuda_expert_lanes::cuda_expert_lanes(const model_hparams& hp, std::vector<moe::e
     else if (!copies_failed.empty()) info_.adaptive_note = copies_failed;
     adaptive_ = info_.adaptive_note.empty();
     info_.adaptive_cache = adaptive_;
-    if (adaptive_) {
-        void* d = nullptr;
-        const size_t bytes = static_cast<size_t>(hp.n_layer) * X * sizeof(uint32_t);
-        ck(cudaMalloc(&d, bytes), "cudaMalloc (route counts)");
-        dev_allocs_.push_back(d);
-        d_route_counts_ = static_cast<uint32_t*>(d);
-        ck(cudaMemset(d_route_counts_, 0, bytes), "cudaMemset (route counts)");
-        route_counts_.assign(static_cast<size_t>(hp.n_layer) * X, 0);
-    }
     in_flight_.reserve(static_cast<size_t>(std::max(cache_options_of(hp, p).max_swaps_per_step, 0)));
     if (!info_.split) info_.stream_note = info_.pcie_note;
     else if (p.prefill_stream_rows == 0) info_.stream_note = "prefill streaming off (asked for)";

@@ -13,8 +13,8 @@
 //   combine.
 // Every pair's row has the same bits on any lane (E3): the staged and resident experts are the
 // file's bytes read by the same kernels.
-// The adaptive cache (part 4; cuda_expert_adapt.cpp): each window's routed ids are counted, and
-// at each forward's end the cache swaps up to cache_swaps_per_step experts within their layers; an
+// The adaptive cache (part 4; cuda_expert_adapt.cpp): each planned window's routed ids are
+// counted, and at each forward's end the cache swaps up to two experts within their layers; an
 // evicted expert leaves both slot maps before the next forward, a loaded one joins them at the
 // forward's end after its copy has landed.
 // Host-side C++ (cuda_runtime.h only); included by the CUDA model's files alone.
@@ -133,9 +133,6 @@ public:
     // After the launches that read layer il's buffer: the buffer is free for the split layer two
     // on, whose copies are enqueued now.
     void stream_release(int il);
-    // A streamed layer's routed ids d_ids [n * k_used] (device), counted on the device for the
-    // adaptive cache (read at the forward's end: the prompt's routing ranks the cache too).
-    void count_streamed(int il, int64_t n, const int32_t* d_ids);
 
     const placement::placement_metrics& metrics() const { return metrics_; }
     void reset_metrics() { metrics_ = {}; }
@@ -182,9 +179,6 @@ private:
     bool adaptive_ = false;
     std::vector<int32_t> local_of_slot_;      // [cache_.n_slots()] a cache slot's local slot in its layer
     std::vector<placement::cache_swap> in_flight_;   // swaps whose copies were enqueued at the last forward's end
-    uint32_t* d_route_counts_ = nullptr;      // device [n_layer * n_expert] streamed layers' lookups (count_streamed)
-    std::vector<uint32_t> route_counts_;      // [n_layer * n_expert] their host copy
-    bool routes_counted_ = false;             // this forward counted some
     int32_t* d_local_slot_ = nullptr;         // device copy of local_slot_ (the doorbell maps ids by it)
     // The doorbell (ring): rings so far in h_bell_, written by the kernel; the host counts the
     // rings it has waited for (every ring is waited for once: plan_window).

@@ -78,9 +78,9 @@ struct cuda_placement {
     // swaps of a layer's weakest resident for a hotter expert of the same layer (hysteresis:
     // 1.25x + 1 lookup), copied while the next forward runs. Without a profile the initial set is
     // then an even share of each layer (expert 0 of every layer first, ...) for the swaps to
-    // improve on; streamed prompt chunks are counted too. false: the initial set stays, and
-    // without a profile it is whole layers in layer order (they skip the host round trip). Needs
-    // the copy stream (the expert pages registered); never changes a bit (E3).
+    // improve on. false: the initial set stays, and without a profile it is whole layers in
+    // layer order (they skip the host round trip). Needs the copy stream (the expert pages
+    // registered); never changes a bit (E3).
     // 8 swaps a forward: on the H200, synthetic Qwen3-30B-A3B shape at 2 GiB, 128 tokens after a
     // 512-token prompt, 122.8 tok/s (hit rate 0.810) against 78.2 with 2 (0.404) and 64.4 with
     // whole layers kept (2026-12-04; bench/gpu/split_decode_bench.cu).

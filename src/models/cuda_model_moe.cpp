@@ -57,7 +57,6 @@ void cuda_model::moe_block(const dlayer& l, int il, int64_t n) {
     if (split && lanes_->streaming()) {
         // A streamed split layer (prefill): its experts copied whole into a layer buffer in
         // expert order, computed as a whole layer once the copies land.
-        lanes_->count_streamed(il, n, ids_);   // the prompt's routing, for the adaptive cache
         const cuda_expert_lanes::layer_slots& buf = lanes_->stream_acquire(il);
         dlayer streamed = l;
         streamed.gate_exps.data = buf.gate;

@@ -78,12 +78,6 @@ void expert_cache::observe(int layer, std::span<const int32_t> ids) {
         if (e >= 0 && e < n_expert_) ++step_count_[index(layer, e)];
 }
 
-void expert_cache::observe_counts(int layer, std::span<const uint32_t> counts) {
-    if (layer < 0 || layer >= n_layer_) return;
-    const size_t n = std::min(counts.size(), static_cast<size_t>(n_expert_));
-    for (size_t e = 0; e < n; ++e) step_count_[index(layer, static_cast<int>(e))] += counts[e];
-}
-
 std::span<const cache_swap> expert_cache::end_step() {
     swaps_.clear();
     ++steps_;

@@ -84,8 +84,6 @@ public:
 
     // Counts this step's lookups of one layer (ids in [0, n_expert); others are ignored).
     void observe(int layer, std::span<const int32_t> ids);
-    // Counts lookups already tallied per expert: counts [n_expert] (a layer counted elsewhere).
-    void observe_counts(int layer, std::span<const uint32_t> counts);
     // Ends a step: decays the scores, adds this step's lookups, then makes at most
     // max_swaps_per_step swaps. The span is valid until the next end_step.
     std::span<const cache_swap> end_step();

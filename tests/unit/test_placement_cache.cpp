@@ -301,21 +301,6 @@ TEST(placement_cache, spread_without_a_profile_gives_each_layer_a_share) {
         for (int e = 0; e < 4; ++e) EXPECT_EQ(w.slot_of(l, e) >= 0, l == 0 || (l == 1 && e < 3)) << l << "," << e;
 }
 
-TEST(placement_cache, tallied_counts_weigh_as_the_same_lookups) {
-    // observe_counts (a layer counted on the device) and observe of the same ids: the same scores.
-    cache_options o;
-    o.budget_bytes = 100;
-    expert_cache a(2, 3, {100, 100}, {}, o), b(2, 3, {100, 100}, {}, o);
-    a.observe(1, std::vector<int32_t>{2, 2, 0, 7, -1});   // 7 and -1 are outside: ignored
-    b.observe_counts(1, std::vector<uint32_t>{1, 0, 2});
-    b.observe_counts(5, std::vector<uint32_t>{9, 9, 9});   // no layer 5: ignored
-    a.end_step();
-    b.end_step();
-    for (int l = 0; l < 2; ++l)
-        for (int e = 0; e < 3; ++e) EXPECT_EQ(a.score(l, e), b.score(l, e)) << l << "," << e;
-    EXPECT_EQ(b.score(1, 2), 2.0);
-}
-
 TEST(placement_cache, bad_options_are_rejected) {
     cache_options o;
     EXPECT_THROW(expert_cache(0, 4, {}, {}, o), std::exception);

@@ -1,5 +1,5 @@
-// copy_cpu_pair_rows (expert_rows.cuh): one thread per element of the pairs' rows; the routing
-// doorbell of a split layer; and count_routes.
+// copy_cpu_pair_rows (expert_rows.cuh): one thread per element of the pairs' rows; and the
+// routing doorbell of a split layer.
 #include "kernels/cuda/expert_rows.cuh"
 
 #include "kernels/cuda/launch.cuh"
@@ -41,23 +41,7 @@ __global__ void ring_routing_bell_kernel(routing_bell b) {
     *static_cast<volatile uint32_t*>(b.bell) = ring;
 }
 
-__global__ void count_routes_kernel(const int32_t* __restrict__ ids, int64_t pairs, int n_expert, uint32_t* counts) {
-    wait_prior_grids();   // first: see launch.cuh
-    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-    for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < pairs; p += stride) {
-        const int32_t e = ids[p];
-        if (e >= 0 && e < n_expert) atomicAdd(&counts[e], 1u);
-    }
-}
-
 }  // namespace
-
-void count_routes(const int32_t* ids, int64_t pairs, int n_expert, uint32_t* counts, void* stream) {
-    if (pairs <= 0) return;
-    const int64_t blocks = std::min<int64_t>((pairs + 255) / 256, 132);
-    launch(count_routes_kernel, dim3(static_cast<unsigned>(blocks)), dim3(256), 0, static_cast<cudaStream_t>(stream), ids, pairs,
-           n_expert, counts);
-}
 
 void ring_routing_bell(const routing_bell& b, void* stream) {
     if (b.pairs <= 0 || b.xn_count < 0) fail("cuda: ring_routing_bell: {} pairs, {} input values", b.pairs, b.xn_count);

@@ -41,11 +41,4 @@ struct routing_bell {
 // host memory (each block fences its writes system-wide before the last block writes the bell).
 void ring_routing_bell(const routing_bell& b, void* stream);
 
-// counts[ids[p]] += 1 for every pair p < pairs whose id is in 0..n_expert-1 (others are skipped):
-// a streamed split layer's routing for the adaptive cache (issue 10, part 4), counted on the
-// device and read once at the forward's end. Integer atomics: the same counts in any order.
-//   ids:    device [pairs] routed expert ids
-//   counts: device [n_expert]
-void count_routes(const int32_t* ids, int64_t pairs, int n_expert, uint32_t* counts, void* stream);
-
 }  // namespace sluice::cuda
