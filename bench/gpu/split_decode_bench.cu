@@ -5,7 +5,8 @@
 // over PCIe (more than the cost model sends on the H200 machine); and the cost model's split
 // without the decode step's graph segments (every launch made by the host, as before them); and
 // the cost model's split with the adaptive cache off ("fixed": whole layers, and they stay).
-// More run when SPLIT_CONFIGS names them: "swaps-8" (8 swaps a forward instead of 2),
+// More run when SPLIT_CONFIGS names them: "swaps-2" (2 swaps a forward instead of 8; session 20's
+// logs predate that default, and their "cost" ran 2 and "swaps-8" 8),
 // "scattered" and "scattered-fixed", the resident set chosen by a synthetic profile unrelated to
 // the routing ((37 e + 11 l) mod 97 + 1 lookups of expert e in layer l), with the cache adapting
 // and not (how much hit rate adaptation wins back from a stale profile). SPLIT_CONFIGS=a,b,...
@@ -49,7 +50,7 @@ struct config_totals {
     bool graphs = true;  // the decode steps' graph segments (cuda_model_graphs.cpp)
     bool adaptive = true;    // cuda_placement::adaptive_cache
     bool scattered = false;  // the resident set from the synthetic profile
-    int swaps = 2;           // cuda_placement::cache_swaps_per_step
+    int swaps = 8;           // cuda_placement::cache_swaps_per_step
     double decode_s = 0, window_s = 0;
     int tokens = 0, windows = 0;
     double pcie_gb_s = 0, cpu_gb_s = 0;
@@ -101,13 +102,13 @@ int main(int argc, char** argv) {
                                              {"fixed", -1.0, true, false},
                                              {"scattered", -1.0, true, true, true},
                                              {"scattered-fixed", -1.0, true, false, true},
-                                             {"swaps-8", -1.0, true, true, false, 8}};
+                                             {"swaps-2", -1.0, true, true, false, 2}};
         std::vector<config_totals> cfg;
         const char* names = std::getenv("SPLIT_CONFIGS");
         for (const config_totals& c : all) {
             const std::string n = c.name;
             if (names && *names ? ("," + std::string(names) + ",").find("," + n + ",") != std::string::npos
-                                : n.rfind("scattered", 0) != 0 && n != "swaps-8")
+                                : n.rfind("scattered", 0) != 0 && n != "swaps-2")
                 cfg.push_back(c);
         }
         if (cfg.empty()) {

@@ -49,7 +49,7 @@ struct engine_options {
     // model's cut-over, 0 never (saves the two layer buffers' VRAM), N from N rows.
     int prefill_stream_rows = -1;
     // With a budget that splits the experts: the VRAM cache follows the routing, swapping up to
-    // two experts a forward within their layers for hotter ones (models/cuda_model.h:
+    // 8 experts a forward within their layers for hotter ones (models/cuda_model.h:
     // cuda_placement::adaptive_cache). Speed only: never changes a token (E3).
     bool adaptive_cache = true;
     // The MTP drafter's trimmed draft vocabulary (tools/make_draft_vocab.py): the head's output

@@ -21,7 +21,7 @@ inline constexpr const char* k_prefill_stream_help =
 
 // --adaptive-cache's help, the same for run, serve and bench.
 inline constexpr const char* k_adaptive_cache_help =
-    "With --gpu and a budget: the VRAM cache follows the routing, swapping up to two experts a forward within their "
+    "With --gpu and a budget: the VRAM cache follows the routing, swapping up to 8 experts a forward within their "
     "layers (on|off)";
 
 }  // namespace sluice::cli

@@ -1,8 +1,9 @@
 // The adaptive VRAM cache of a split MoE model (issue 10, part 4; cuda_expert_lanes.h).
 //
 // plan_window counts each window's routed ids (placement::expert_cache::observe). At a forward's
-// end, with the stream and the copy stream idle, adapt() lets the cache make up to two swaps, each
-// within a layer (a layer's slots are one device array of its blob size):
+// end, with the stream and the copy stream idle, adapt() lets the cache make up to
+// cache_swaps_per_step swaps (8), each within a layer (a layer's slots are one device array of
+// its blob size):
 //   1. the swaps of the forward before have landed (end_forward synchronised the copy stream
 //      first): their experts enter both slot maps;
 //   2. the cache's new swaps: each evicted expert leaves both maps at once, and its slot's copy
@@ -35,17 +36,17 @@ void ck(cudaError_t e, const char* what) {
 void cuda_expert_lanes::adapt() {
     if (!adaptive_) return;
     const size_t X = static_cast<size_t>(hp_.n_expert);
-    bool changed = false;
     for (const placement::cache_swap& s : in_flight_) {
         cache_.copy_landed(s.slot);
         local_slot_[static_cast<size_t>(s.loaded.layer) * X + static_cast<size_t>(s.loaded.expert)] =
             local_of_slot_[static_cast<size_t>(s.slot)];
-        changed = true;
+        map_stale_ = true;
     }
     in_flight_.clear();
     auto cs = static_cast<cudaStream_t>(copy_stream_);
     for (const placement::cache_swap& s : cache_.end_step()) {
         local_slot_[static_cast<size_t>(s.evicted.layer) * X + static_cast<size_t>(s.evicted.expert)] = -1;
+        map_stale_ = true;
         const moe::expert_bank& b = banks_[static_cast<size_t>(s.loaded.layer)];
         const layer_slots& dst = slots_[static_cast<size_t>(s.loaded.layer)];
         const size_t k = static_cast<size_t>(local_of_slot_[static_cast<size_t>(s.slot)]);
@@ -56,17 +57,23 @@ void cuda_expert_lanes::adapt() {
             ck(cudaMemcpyAsync(mats[m] + k * slice.nbytes, slice.data, slice.nbytes, cudaMemcpyHostToDevice, cs),
                "swap copy");
         }
+        // Landed at the next forward's end only once its copies are enqueued: a swap whose copy
+        // call failed keeps its slot copying (out of both maps) for good.
         in_flight_.push_back(s);
         ++metrics_.swaps;
         metrics_.swap_bytes += s.bytes;
-        changed = true;
     }
+    sync_slot_map();
+}
+
+void cuda_expert_lanes::sync_slot_map() {
+    if (!map_stale_) return;
     // From pageable memory: the call has read the map when it returns, and the next ring (later
     // on the same stream) reads the new one. 4 bytes a pair: 24 KiB for 48 layers of 128 experts.
-    if (changed)
-        ck(cudaMemcpyAsync(d_local_slot_, local_slot_.data(), local_slot_.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
-                           static_cast<cudaStream_t>(stream_)),
-           "slot map upload");
+    ck(cudaMemcpyAsync(d_local_slot_, local_slot_.data(), local_slot_.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
+                       static_cast<cudaStream_t>(stream_)),
+       "slot map upload");
+    map_stale_ = false;
 }
 
 }  // namespace sluice

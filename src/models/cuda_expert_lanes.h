@@ -14,7 +14,7 @@
 // Every pair's row has the same bits on any lane (E3): the staged and resident experts are the
 // file's bytes read by the same kernels.
 // The adaptive cache (part 4; cuda_expert_adapt.cpp): each planned window's routed ids are
-// counted, and at each forward's end the cache swaps up to two experts within their layers; an
+// counted, and at each forward's end the cache swaps up to 8 experts within their layers; an
 // evicted expert leaves both slot maps before the next forward, a loaded one joins them at the
 // forward's end after its copy has landed.
 // Host-side C++ (cuda_runtime.h only); included by the CUDA model's files alone.
@@ -68,6 +68,10 @@ public:
     const layer_slots& staging() const { return staging_; }
     cuda_placement_info info() const { return info_; }
 
+    // Uploads the host's slot map to the device when they differ: adapt() changed it and its
+    // upload did not happen (a CUDA call in adapt threw). Called before each forward, so the
+    // doorbell's resident slots and the plan's always agree. A flag test when they agree.
+    void sync_slot_map();
     // Pinned and host buffers for windows of up to max_rows rows (the stream must be idle).
     // True when it (re)allocated them: graphs holding the old addresses must go.
     bool ensure(int max_rows);
@@ -179,6 +183,7 @@ private:
     bool adaptive_ = false;
     std::vector<int32_t> local_of_slot_;      // [cache_.n_slots()] a cache slot's local slot in its layer
     std::vector<placement::cache_swap> in_flight_;   // swaps whose copies were enqueued at the last forward's end
+    bool map_stale_ = false;                  // local_slot_ changed since d_local_slot_'s last upload
     int32_t* d_local_slot_ = nullptr;         // device copy of local_slot_ (the doorbell maps ids by it)
     // The doorbell (ring): rings so far in h_bell_, written by the kernel; the host counts the
     // rings it has waited for (every ring is waited for once: plan_window).

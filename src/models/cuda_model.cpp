@@ -171,6 +171,7 @@ void cuda_model::forward_batch(std::span<const batch_segment> batch, forward_scr
     ensure_scratch(s.max_rows);
     if (lanes_) {
         if (lanes_->ensure(s.max_rows)) clear_graphs();   // the split graphs hold its buffers
+        lanes_->sync_slot_map();   // after an adapt() that threw part way
         pool_ = s.pool;
         lanes_->calibrate(*pool_);   // once: the CPU lane's figure for the planner
     }
