@@ -33,7 +33,10 @@
 #   runs, a prefill of N tokens alone for each engine, once: a run that runs out of time loses
 #   only that figure), --no-peer (no llama.cpp build or runs: sluice alone, for a call that
 #   measures a change of ours), --sluice-chunk N (sluice's budget and long-prompt runs prefill in
-#   N-row forwards instead of its default; llama.cpp keeps its own).
+#   N-row forwards instead of its default; llama.cpp keeps its own), --profile-text FILE (before
+#   the budget runs, `sluice profile` counts the routing over the first --profile-tokens N (default
+#   1024) tokens of FILE, a path in the repository, and writes <model>.profile.bin, which every
+#   --vram-budget run then ranks its cache by: issue 10's calibration pass, as a user runs it).
 #
 # On the GPU machine, in this order (the llama.cpp CUDA build, ~5.4 min on 16 cores, is the long
 # pole; sluice's build and the model file are made beside it; nothing is timed while anything
@@ -57,7 +60,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 bundle=$root/.peers/gpu-bench
 mode=run layers="" threads=$(nproc) skew=0 locality=0 budget=585 record=0 prebuilt="" placement_runs=0
 shape=qwen3-30b-a3b vram_budgets=0,2G,4G,8G split_prompts="" spec_accept="" split_reps=2 whole_runs=1 long_prompt=""
-no_peer=0 sluice_chunk=""
+no_peer=0 sluice_chunk="" profile_text="" profile_tokens=1024
 die() { echo "run_gpu.sh: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -81,6 +84,8 @@ while [ $# -gt 0 ]; do
     --long-prompt) long_prompt=$2; shift ;;
     --no-peer) no_peer=1 ;;
     --sluice-chunk) sluice_chunk=$2; shift ;;
+    --profile-text) profile_text=$2; shift ;;
+    --profile-tokens) profile_tokens=$2; shift ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
@@ -94,7 +99,8 @@ case $shape in
   *) die "--shape $shape: expected qwen3-30b-a3b, qwen3-next-80b-a3b, qwen3.6-35b-a3b or qwen3-235b-a22b" ;;
 esac
 [ -n "$layers" ] || { [ $mode = local ] && layers=2 || layers=$real_layers; }
-for v in layers threads budget; do
+[ -z "$profile_text" ] || [ -f "$root/$profile_text" ] || die "--profile-text $profile_text: no such file in the repository"
+for v in layers threads budget profile_tokens; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "$v: expected a whole number, got '${!v}'"
 done
 
@@ -493,6 +499,14 @@ if [ $placement_runs = 1 ]; then
   # past a 43 s cap in session 15).
   model_gb=$(( $(stat -c %s "$model" 2>/dev/null || echo 0) / 1000000000 ))
   llama_cap=$(( 30 + model_gb + ptoks * split_reps / 300 )) sluice_cap=$(( 90 + ptoks * split_reps / 1000 ))
+  # --profile-text: the routing profile the budget runs' caches start from (a stale one goes
+  # first, so no run ranks by a profile this call did not make).
+  rm -f "$model.profile.bin"
+  if [ -n "$profile_text" ] && [ -n "$sluice_gpu" ]; then
+    run "sluice profile" "$(cap 120 240)" "$sluice_gpu" profile "$model" --text "$root/$profile_text" \
+      --max-tokens "$profile_tokens" -t "$threads" | tail -n 3
+    [ -f "$model.profile.bin" ] && say "profile: sluice profile MODEL --text $profile_text --max-tokens $profile_tokens -t $threads"
+  fi
   read -r -a pairs < <(PYTHONPATH=/tmp/sluice-site${PYTHONPATH:+:$PYTHONPATH} python3 "$root/bench/ncmoe_for_budget.py" \
     "$model" ${vram_budgets//,/ } || echo)
   say "budgets and their llama.cpp -ncmoe: ${pairs[*]}"

@@ -251,6 +251,12 @@ std::string cuda_expert_lanes::open_copies(placement::progress* prog) {
     cudaStream_t cs = nullptr;
     ck(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking), "cudaStreamCreate (copies)");
     copy_stream_ = cs;
+    cudaStream_t ss = nullptr;
+    ck(cudaStreamCreateWithFlags(&ss, cudaStreamNonBlocking), "cudaStreamCreate (swaps)");
+    swap_stream_ = ss;
+    cudaEvent_t landed = nullptr;
+    ck(cudaEventCreateWithFlags(&landed, cudaEventDisableTiming), "cudaEventCreate (swaps)");
+    swaps_landed_ = landed;
     return {};
 }
 
@@ -350,7 +356,11 @@ cuda_expert_lanes::~cuda_expert_lanes() {
         cudaStreamSynchronize(static_cast<cudaStream_t>(copy_stream_));
         cudaStreamDestroy(static_cast<cudaStream_t>(copy_stream_));
     }
-    for (void* e : {landed_, staging_free_, stream_landed_[0], stream_landed_[1], stream_free_[0], stream_free_[1]})
+    if (swap_stream_) {
+        cudaStreamSynchronize(static_cast<cudaStream_t>(swap_stream_));
+        cudaStreamDestroy(static_cast<cudaStream_t>(swap_stream_));
+    }
+    for (void* e : {swaps_landed_, landed_, staging_free_, stream_landed_[0], stream_landed_[1], stream_free_[0], stream_free_[1]})
         if (e) cudaEventDestroy(static_cast<cudaEvent_t>(e));
     for (void* e : pcie_events_)
         if (e) cudaEventDestroy(static_cast<cudaEvent_t>(e));
@@ -596,6 +606,7 @@ void cuda_expert_lanes::abandon_forward() noexcept {
     cpu_done_at_ = {};
     cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
     if (copy_stream_) cudaStreamSynchronize(static_cast<cudaStream_t>(copy_stream_));
+    if (swap_stream_) cudaStreamSynchronize(static_cast<cudaStream_t>(swap_stream_));
     cudaGetLastError();
     // A ring enqueued (or captured) but never waited for: the count restarts from what rang.
     if (h_bell_) rings_waited_ = std::atomic_ref<uint32_t>(*h_bell_).load(std::memory_order_acquire);

@@ -159,14 +159,14 @@ private:
     // Enqueues on the copy stream every expert of split layer split_layers_[k] into buffer k % 2:
     // resident ones from their slots (device to device), the others from host memory.
     void copy_layer(size_t k);
-    // Registers the expert tensors' host pages with CUDA and makes the copy stream (the PCIe
-    // lane, prefill streaming and the cache's swaps copy from them); the reason when registering
-    // fails (then neither is there), else empty.
+    // Registers the expert tensors' host pages with CUDA and makes the copy and swap streams (the
+    // PCIe lane, prefill streaming and the cache's swaps copy from them); the reason when
+    // registering fails (then none is there), else empty.
     std::string open_copies(placement::progress* prog);
-    // At a forward's end, the stream and the copy stream idle (cuda_expert_adapt.cpp): the last
-    // swaps' slots join both maps (their copies landed before the copy stream's sync), the cache
-    // makes this step's swaps, each evicted expert leaves both maps, and the loaded experts'
-    // copies are enqueued on the copy stream, to land while the next forward runs.
+    // At a forward's end, the stream idle (cuda_expert_adapt.cpp): when the last swaps' copies
+    // have landed their slots join both maps and the cache makes this step's swaps (else it only
+    // counts); each evicted expert leaves both maps, and the loaded experts' copies are enqueued
+    // on the swap stream, to land while the next forward runs.
     void adapt();
 
     model_hparams hp_;
@@ -182,7 +182,12 @@ private:
     // The adaptive cache (adaptive_: asked for, some layer split, the copy stream open).
     bool adaptive_ = false;
     std::vector<int32_t> local_of_slot_;      // [cache_.n_slots()] a cache slot's local slot in its layer
-    std::vector<placement::cache_swap> in_flight_;   // swaps whose copies were enqueued at the last forward's end
+    std::vector<placement::cache_swap> in_flight_;   // swaps whose copies are enqueued on swap_stream_
+    // The swaps' copies have a stream of their own: behind the next forward's staged copies on
+    // the copy stream they would hold its first split layers back (8 swaps: ~24 MB, ~0.5 ms of
+    // PCIe for the 30B shape); beside them they share the link.
+    void* swap_stream_ = nullptr;             // cudaStream_t
+    void* swaps_landed_ = nullptr;            // cudaEvent_t: recorded after in_flight_'s copies
     bool map_stale_ = false;                  // local_slot_ changed since d_local_slot_'s last upload
     int32_t* d_local_slot_ = nullptr;         // device copy of local_slot_ (the doorbell maps ids by it)
     // The doorbell (ring): rings so far in h_bell_, written by the kernel; the host counts the

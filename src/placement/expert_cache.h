@@ -85,8 +85,9 @@ public:
     // Counts this step's lookups of one layer (ids in [0, n_expert); others are ignored).
     void observe(int layer, std::span<const int32_t> ids);
     // Ends a step: decays the scores, adds this step's lookups, then makes at most
-    // max_swaps_per_step swaps. The span is valid until the next end_step.
-    std::span<const cache_swap> end_step();
+    // max_swaps_per_step swaps (none when allow_swaps is false: the caller's last swaps are
+    // still copying). The span is valid until the next end_step.
+    std::span<const cache_swap> end_step(bool allow_swaps = true);
     // The copy into `slot` has landed: the slot becomes resident. False (nothing changes) when the
     // slot is not copying.
     bool copy_landed(int slot);
@@ -103,7 +104,10 @@ private:
     // a ranks before b: higher score, then lower (layer, expert).
     bool ranks_before(size_t a, size_t b) const { return score_[a] > score_[b] || (score_[a] == score_[b] && a < b); }
     int add_slot(size_t key_index);
-    // One swap of the same_layer rule: false when no layer has a candidate that passes.
+    // Layer l's best pair not in a slot and weakest landed slot (layer_best_, layer_weakest_).
+    void scan_layer(size_t l);
+    // One swap of the same_layer rule, from the layers' scans (the swapped layer is scanned
+    // again): false when no layer has a candidate that passes.
     bool swap_in_layer();
     // Evicts slot s's expert (out of the plan now) and puts expert `best` there (copying).
     void replace(int s, size_t best);
