@@ -503,7 +503,7 @@ if [ $placement_runs = 1 ]; then
   # first, so no run ranks by a profile this call did not make).
   rm -f "$model.profile.bin"
   if [ -n "$profile_text" ] && [ -n "$sluice_gpu" ]; then
-    run "sluice profile" "$(cap 120 240)" "$sluice_gpu" profile "$model" --text "$root/$profile_text" \
+    run "sluice profile" "$(cap 150 90)" "$sluice_gpu" profile "$model" --text "$root/$profile_text" \
       --max-tokens "$profile_tokens" -t "$threads" | tail -n 3
     [ -f "$model.profile.bin" ] && say "profile: sluice profile MODEL --text $profile_text --max-tokens $profile_tokens -t $threads"
   fi

@@ -12,7 +12,8 @@
 // and not (how much hit rate adaptation wins back from a stale profile). SPLIT_CONFIGS=a,b,...
 // runs those configurations only.
 // ROUNDS rounds, the order reversed every other round, so that the machine's drift does not decide
-// the comparison. For each: decode tok/s (batch 1, greedy, from the same prompt), a 4-row verify
+// the comparison. For each: the prompt's prefill in one forward (its second run; the first
+// calibrates), decode tok/s (batch 1, greedy, from the same prompt), a 4-row verify
 // window's time, the calibrated figures, the PCIe share and where the host spent each split layer
 // (placement_metrics::host). The tokens of every run must be equal (exit 1 otherwise): the
 // placement changes no bit. Prints one line per figure and a JSON line at the end.
@@ -51,8 +52,8 @@ struct config_totals {
     bool adaptive = true;    // cuda_placement::adaptive_cache
     bool scattered = false;  // the resident set from the synthetic profile
     int swaps = 8;           // cuda_placement::cache_swaps_per_step
-    double decode_s = 0, window_s = 0;
-    int tokens = 0, windows = 0;
+    double decode_s = 0, window_s = 0, prefill_s = 0;
+    int tokens = 0, windows = 0, prefills = 0;
     double pcie_gb_s = 0, cpu_gb_s = 0;
     placement::placement_metrics m;
 };
@@ -145,6 +146,13 @@ int main(int argc, char** argv) {
                 std::vector<float> logits(static_cast<size_t>(hp.n_vocab) * 16);
                 kv_cache kv(m->kv_shape_for(o.n_ctx));
                 m->forward(prompt, 0, kv, s, logits.data());   // the first forward calibrates
+                // The prompt again, timed: one forward of n_prompt rows (streamed where the cost
+                // model's cut-over is below it), the same logits.
+                kv.truncate(0);
+                double tp = now_s();
+                m->forward(prompt, 0, kv, s, logits.data());
+                c.prefill_s += now_s() - tp;
+                ++c.prefills;
                 const cuda_placement_info info = cuda_placement_of(*m);
                 c.pcie_gb_s = info.pcie_gb_s;
                 c.cpu_gb_s = info.cpu_gb_s;
@@ -184,16 +192,18 @@ int main(int argc, char** argv) {
         for (const config_totals& c : cfg) {
             const double plans = c.m.layer_plans ? static_cast<double>(c.m.layer_plans) : 1.0;
             const double tok_s = c.tokens / c.decode_s, win_ms = 1e3 * c.window_s / c.windows;
-            std::printf("%-9s decode %.2f tok/s, window of 4 %.2f ms; calibrated PCIe %.1f GB/s, CPU %.1f GB/s; hit rate "
+            const double pp_tok_s = c.prefills * static_cast<double>(n_prompt) / c.prefill_s;
+            std::printf("%-9s prefill %.1f tok/s, decode %.2f tok/s, window of 4 %.2f ms; calibrated PCIe %.1f GB/s, CPU %.1f GB/s; hit rate "
                         "%.3f, %llu swaps; PCIe share "
                         "%.3f; per split layer-forward (%llu): routing wait %.1f us, launch %.1f, CPU lane %.1f, between %.1f "
                         "(GPU between %.1f); PCIe lane %.1f us measured (%.1f predicted)\n",
-                        c.name, tok_s, win_ms, c.pcie_gb_s, c.cpu_gb_s, c.m.hit_rate(), static_cast<unsigned long long>(c.m.swaps),
+                        c.name, pp_tok_s, tok_s, win_ms, c.pcie_gb_s, c.cpu_gb_s, c.m.hit_rate(), static_cast<unsigned long long>(c.m.swaps),
                         c.m.pcie_share(),
                         static_cast<unsigned long long>(c.m.layer_plans), 1e6 * c.m.host.routing_wait / plans,
                         1e6 * c.m.host.launch / plans, 1e6 * c.m.cpu_lane.measured / plans, 1e6 * c.m.host.between / plans, 1e6 * c.m.gpu_between / plans,
                         1e6 * c.m.pcie_lane.measured / plans, 1e6 * c.m.pcie_lane.predicted / plans);
-            json += std::string(", \"") + c.name + "\": {\"decode_tok_s\": " + std::to_string(tok_s) +
+            json += std::string(", \"") + c.name + "\": {\"prefill_tok_s\": " + std::to_string(pp_tok_s) +
+                    ", \"decode_tok_s\": " + std::to_string(tok_s) +
                     ", \"window4_ms\": " + std::to_string(win_ms) + ", \"pcie_share\": " + std::to_string(c.m.pcie_share()) +
                     ", \"hit_rate\": " + std::to_string(c.m.hit_rate()) + ", \"swaps\": " + std::to_string(c.m.swaps) + "}";
         }

@@ -131,9 +131,14 @@ public:
     // split layers. Call after calibrate.
     bool begin_stream(int64_t n);
     bool streaming() const { return streaming_; }
-    // Layer il's experts in expert order (slot e holds expert e, as a whole layer's slots): the
-    // stream waits for their copies. il must be a split layer of a streaming forward.
+    // Layer il's non-resident experts in expert order (slot e holds expert e, as a whole layer's
+    // slots; a resident expert's slot is not filled): the stream waits for their copies. il must
+    // be a split layer of a streaming forward.
     const layer_slots& stream_acquire(int il);
+    // Enqueues the split of a streamed layer's pairs (ids: device [n * k_used]): afterwards
+    // slot_ids() holds each pair's resident slot (or -1) and the returned device array [n * k_used]
+    // its expert where not resident (or -1), the ids to read stream_acquire's buffer by.
+    const int32_t* split_streamed(int il, int64_t n, const int32_t* d_ids);
     // After the launches that read layer il's buffer: the buffer is free for the split layer two
     // on, whose copies are enqueued now.
     void stream_release(int il);
@@ -156,8 +161,8 @@ private:
     void open_stream(int prefill_stream_rows);
     // The smallest window the cost model streams (stream_layer_costs summed over split layers).
     int64_t stream_cutover() const;
-    // Enqueues on the copy stream every expert of split layer split_layers_[k] into buffer k % 2:
-    // resident ones from their slots (device to device), the others from host memory.
+    // Enqueues on the copy stream every non-resident expert of split layer split_layers_[k] into
+    // buffer k % 2, from host memory (the resident ones are read from their slots).
     void copy_layer(size_t k);
     // Registers the expert tensors' host pages with CUDA and makes the copy and swap streams (the
     // PCIe lane, prefill streaming and the cache's swaps copy from them); the reason when

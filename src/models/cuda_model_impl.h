@@ -292,8 +292,9 @@ private:
     void routed_experts(const dlayer& l, int64_t n, const int32_t* ids, bool g_act);
 
     // Every routed expert of the layer in VRAM, expert e at slot e (the all-GPU model, a whole
-    // layer of a split one, or a streamed layer's buffer).
-    void all_experts(const dlayer& l, int64_t n, bool g_act);
+    // layer of a split one, or a streamed layer's buffer). ids: device [n * k_used], the router's
+    // (ids_) unless given; -1 skips a pair (a streamed layer's resident pairs).
+    void all_experts(const dlayer& l, int64_t n, bool g_act, const int32_t* ids = nullptr);
 
     // A split layer's pairs on n_slots slots (resident, or the staging slots): ids [n * k_used],
     // each pair's slot or -1 for another lane's pair (skipped).

@@ -26,8 +26,9 @@ void cuda_model::routed_experts(const dlayer& l, int64_t n, const int32_t* ids, 
     mm(l.down_exps, gate_, n * K, ey_, d_act, ids, 1);
 }
 
-void cuda_model::all_experts(const dlayer& l, int64_t n, bool g_act) {
+void cuda_model::all_experts(const dlayer& l, int64_t n, bool g_act, const int32_t* ids) {
     const int64_t K = hp_.n_expert_used;
+    if (!ids) ids = ids_;
     // Many pairs per expert (a prefill): group them by expert on the device, so each
     // expert's weights are decoded once per tile of 64 pairs (the tensor-core kernel) instead
     // of once per pair. The choice depends on the sizes only; either way every pair's bits
@@ -35,8 +36,8 @@ void cuda_model::all_experts(const dlayer& l, int64_t n, bool g_act) {
     group_experts_ = hp_.n_expert;
     grouped_ = n * K >= 2 * hp_.n_expert && hp_.n_expert <= cuda::k_group_max_experts;
     if (grouped_)
-        cuda::group_pairs(ids_, n * K, hp_.n_expert, cuda::k_tile_rows_mma, perm_, tiles_, n_tiles_, stream_);
-    routed_experts(l, n, ids_, g_act);
+        cuda::group_pairs(ids, n * K, hp_.n_expert, cuda::k_tile_rows_mma, perm_, tiles_, n_tiles_, stream_);
+    routed_experts(l, n, ids, g_act);
 }
 
 void cuda_model::moe_block(const dlayer& l, int il, int64_t n) {
@@ -55,15 +56,24 @@ void cuda_model::moe_block(const dlayer& l, int il, int64_t n) {
     const bool split = lanes_ && il >= 0 && !lanes_->whole_layer(il);   // il -1: the MTP block, all in VRAM
     bool shared_done = false;   // the split path enqueues the shared expert before its CPU lane
     if (split && lanes_->streaming()) {
-        // A streamed split layer (prefill): its experts copied whole into a layer buffer in
-        // expert order, computed as a whole layer once the copies land.
+        // A streamed split layer (prefill): its experts not resident copied into a layer buffer
+        // in expert order, computed once the copies land; the resident ones from their slots,
+        // enqueued first so that they run while the copy finishes. A pair's row has the same
+        // bits from either (E3). The GPU lane's time includes what the buffer's launch waits.
+        lanes_->gpu_begin(il);
+        const int n_resident = lanes_->slots(il).n_slots;
+        const int32_t* rest = nullptr;
+        if (n_resident > 0) {
+            rest = lanes_->split_streamed(il, n, ids_);
+            slot_experts(l, n_resident, n, lanes_->slot_ids(), g_act);
+            g_act = false;   // act_ holds the down projection's input now
+        }
         const cuda_expert_lanes::layer_slots& buf = lanes_->stream_acquire(il);
         dlayer streamed = l;
         streamed.gate_exps.data = buf.gate;
         streamed.up_exps.data = buf.up;
         streamed.down_exps.data = buf.down;
-        lanes_->gpu_begin(il);   // after the wait: the GPU lane's time, not the copy's
-        all_experts(streamed, n, g_act);
+        all_experts(streamed, n, g_act, rest);
         lanes_->gpu_end(il);
         lanes_->stream_release(il);
     } else if (split && segment_out_) {

@@ -41,7 +41,28 @@ __global__ void ring_routing_bell_kernel(routing_bell b) {
     *static_cast<volatile uint32_t*>(b.bell) = ring;
 }
 
+__global__ void split_streamed_pairs_kernel(const int32_t* __restrict__ ids, int64_t pairs,
+                                            const int32_t* __restrict__ local_slot, int n_expert,
+                                            int32_t* __restrict__ slot_ids, int32_t* __restrict__ rest_ids) {
+    wait_prior_grids();   // first: see launch.cuh
+    const int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (p >= pairs) return;
+    const int32_t e = ids[p];
+    const int32_t s = e >= 0 && e < n_expert ? local_slot[e] : -1;
+    slot_ids[p] = s;
+    rest_ids[p] = e >= 0 && e < n_expert && s < 0 ? e : -1;
+}
+
 }  // namespace
+
+void split_streamed_pairs(const int32_t* ids, int64_t pairs, const int32_t* local_slot, int n_expert, int32_t* slot_ids,
+                          int32_t* rest_ids, void* stream) {
+    if (pairs <= 0) return;
+    const int64_t blocks = (pairs + 255) / 256;
+    if (blocks > 0x7fffffff) fail("cuda: split_streamed_pairs: {} pairs exceed one launch", pairs);
+    launch(split_streamed_pairs_kernel, dim3(static_cast<unsigned>(blocks)), dim3(256), 0, static_cast<cudaStream_t>(stream),
+           ids, pairs, local_slot, n_expert, slot_ids, rest_ids);
+}
 
 void ring_routing_bell(const routing_bell& b, void* stream) {
     if (b.pairs <= 0 || b.xn_count < 0) fail("cuda: ring_routing_bell: {} pairs, {} input values", b.pairs, b.xn_count);

@@ -41,4 +41,14 @@ struct routing_bell {
 // host memory (each block fences its writes system-wide before the last block writes the bell).
 void ring_routing_bell(const routing_bell& b, void* stream);
 
+// A streamed split layer's pairs (a prefill chunk, issue 10 part 5) by where their expert is:
+// resident ones from their cache slot, the others from the layer buffer the copy stream filled.
+//   ids:        device [pairs] routed expert ids
+//   local_slot: device [n_expert] the layer's slot per expert, -1: not resident
+//   slot_ids:   device [pairs] out: local_slot[id], or -1
+//   rest_ids:   device [pairs] out: id where it is not resident, else -1
+// An id outside 0..n_expert-1 gets -1 in both (the router never makes one). Enqueued on `stream`.
+void split_streamed_pairs(const int32_t* ids, int64_t pairs, const int32_t* local_slot, int n_expert, int32_t* slot_ids,
+                          int32_t* rest_ids, void* stream);
+
 }  // namespace sluice::cuda
