@@ -420,6 +420,41 @@ int check_routing_bell() {
     return failures;
 }
 
+// split_streamed_pairs against its definition: each pair's slot from the layer's map (-1 where
+// not resident or outside the experts) and its expert where not resident (else -1).
+int check_split_streamed() {
+    const int n_expert = 16;
+    const int64_t P = 2048 * 8 + 3;
+    std::mt19937 g(13);
+    std::vector<int32_t> local(n_expert), ids(static_cast<size_t>(P)), want_slot(ids.size()), want_rest(ids.size());
+    for (auto& v : local) v = static_cast<int32_t>(g() % 5) - 2;   // -2.. 2: negatives are not resident
+    for (size_t p = 0; p < ids.size(); ++p) {
+        ids[p] = static_cast<int32_t>(g() % (n_expert + 4)) - 2;   // some outside 0..n_expert-1
+        const bool in = ids[p] >= 0 && ids[p] < n_expert;
+        const int32_t s = in ? local[static_cast<size_t>(ids[p])] : -1;
+        want_slot[p] = s < 0 ? -1 : s;
+        want_rest[p] = in && s < 0 ? ids[p] : -1;
+    }
+    int32_t *d_local = nullptr, *d_ids = nullptr, *d_slot = nullptr, *d_rest = nullptr;
+    cudaMalloc(reinterpret_cast<void**>(&d_local), n_expert * 4);
+    cudaMalloc(reinterpret_cast<void**>(&d_ids), P * 4);
+    cudaMalloc(reinterpret_cast<void**>(&d_slot), P * 4);
+    cudaMalloc(reinterpret_cast<void**>(&d_rest), P * 4);
+    cudaMemcpy(d_local, local.data(), n_expert * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(d_ids, ids.data(), P * 4, cudaMemcpyHostToDevice);
+    cuda::split_streamed_pairs(d_ids, P, d_local, n_expert, d_slot, d_rest, nullptr);
+    std::vector<int32_t> got_slot(ids.size()), got_rest(ids.size());
+    cudaMemcpy(got_slot.data(), d_slot, P * 4, cudaMemcpyDeviceToHost);
+    cudaMemcpy(got_rest.data(), d_rest, P * 4, cudaMemcpyDeviceToHost);
+    const cudaError_t e = cudaDeviceSynchronize();
+    for (int32_t* p : {d_local, d_ids, d_slot, d_rest}) cudaFree(p);
+    const bool ok = e == cudaSuccess && got_slot == want_slot && got_rest == want_rest;
+    std::printf("%s split_streamed_pairs: %lld pairs: slots %s, buffer ids %s (%s)\n", ok ? "PASS" : "FAIL",
+                static_cast<long long>(P), got_slot == want_slot ? "as mapped" : "DIFFER",
+                got_rest == want_rest ? "as defined" : "DIFFER", cudaGetErrorString(e));
+    return ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -439,7 +474,7 @@ int main(int argc, char** argv) {
             files.push_back(fx / f);
     }
     thread_pool pool(static_cast<int>(std::max(4u, std::thread::hardware_concurrency())));
-    int failures = check_copy_rows() + check_routing_bell();
+    int failures = check_copy_rows() + check_routing_bell() + check_split_streamed();
     for (const auto& f : files) {
         try {
             failures += run_file(f, pool);
