@@ -22,7 +22,9 @@ token from the sluice run's report (the same file, so the same traffic) over the
 placement reads from: cpu = the RAM read probe, gpu = the GPU's HBM probe, experts-cpu = routed
 expert bytes from RAM and the rest from HBM (time = bytes_e / RAM + bytes_rest / HBM),
 three-lane = routed expert bytes from RAM and over PCIe at once, the rest from HBM (time =
-bytes_e / (RAM + PCIe) + bytes_rest / HBM: what a split with nothing cached allows). A
+bytes_e / (RAM + PCIe) + bytes_rest / HBM: what a split with nothing cached allows); for a
+three-lane decode the report adds the same with the run's cache hits (cached_bound: only the
+split layers' misses from RAM and PCIe), which a cache that hits cannot pass. A
 bandwidth that was not measured (no GPU probe in a CPU-only build) gives no ceiling: "-".
 
 Each ceiling is min(memory bound, compute bound): the compute bound is the peak of the device
@@ -35,7 +37,9 @@ batch), recomputed from the report's traffic model, not to that of sluice's chun
 Rows appended to results.jsonl (one per compared test):
 {"date","commit","machine","scenario","model","metric","value","peer","peer_value","ratio","command",
  "ceiling_fraction","peer_ceiling_fraction",
- "memory_ceiling_tok_s","compute_ceiling_tok_s","ceiling_bound", and the same three with peer_}
+ "memory_ceiling_tok_s","compute_ceiling_tok_s","ceiling_bound", and the same three with peer_;
+ three-lane decode rows of a split sluice run also "cached_ceiling_tok_s","cached_ceiling_fraction",
+ "hit_rate"}
 metric: "prefill" / "decode" (tok/s; scenario names the test, e.g. cpu/q30-12l/tg64@d0); the two
 last keys are each engine's fraction of its roofline ceiling (null where none was measured).
 Peer-only runs (no sluice counterpart, e.g. llama.cpp fully on the GPU) are recorded with value
@@ -218,6 +222,32 @@ def memory_bound(report, result, placement, probe=None):
     return None
 
 
+def cached_bound(report, result, probe=None):
+    """The three-lane memory bound of a decode `result` with the run's cache hits counted (tok/s),
+    or None. The plain three-lane ceiling assumes no routed expert is cached, so a run whose cache
+    hits goes past it; here only the misses of the split layers come from RAM and PCIe together,
+    and every other byte (whole layers, hits, dense weights) from HBM. The hit rate is the run's
+    (placement.metrics: the split layers' planned lookups; a streamed prefill plans none, so it is
+    the decode steps')."""
+    pl = (report or {}).get("placement") or {}
+    met = pl.get("metrics") or {}
+    if not (result and result.get("kind") == "decode" and result.get("bytes_per_token") and met.get("experts")):
+        return None
+    ram = report["bandwidth"].get("ram_read_gb_s")
+    gpu = report["bandwidth"].get("gpu") or (probe if probe and probe.get("present") else {})
+    hbm, pcie = gpu.get("hbm_read_gb_s"), gpu.get("pcie_h2d_gb_s")
+    n_expert = report["roofline"].get("traffic", {}).get("n_expert") or 0
+    if not (ram and hbm and pcie and n_expert and pl.get("total_experts")):
+        return None
+    n_layer = pl["total_experts"] / n_expert
+    split_share = max(0.0, 1.0 - (pl.get("whole_layers") or 0) / n_layer)
+    bpt = result["bytes_per_token"]
+    groups = {g["name"]: g["bytes_per_token"] for g in report["roofline"]["groups"]}
+    experts = bpt * groups.get("routed experts", 0) / (sum(groups.values()) or 1)
+    missed = experts * split_share * (1.0 - met["hit_rate"])
+    return 1.0 / (missed / ((ram + pcie) * 1e9) + (bpt - missed) / (hbm * 1e9))
+
+
 def bound_fields(prefix, b):
     """Extra fields of a results.jsonl row: both bounds (tok/s) and the one that binds."""
     return {f"{prefix}memory_ceiling_tok_s": None if b["memory"] is None else sig(b["memory"]),
@@ -266,7 +296,7 @@ def report(args):
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     commit = args.commit or git_commit()
 
-    rows, table = [], []
+    rows, table, cached = [], [], []
     compared_peers = set()
     for s_name, p_name in m["compare"]:
         if s_name not in parsed or p_name not in parsed:
@@ -294,6 +324,13 @@ def report(args):
                          "ceiling_fraction": None if sf is None else sig(sf),
                          "peer_ceiling_fraction": None if pf is None else sig(pf),
                          **bound_fields("", s_b), **bound_fields("peer_", p_b)})
+            cb = cached_bound(s_rep, s["result"], probe) if runs[s_name].get("placement") == "three-lane" else None
+            if cb:
+                hit = s_rep["placement"]["metrics"]["hit_rate"]
+                rows[-1].update({"cached_ceiling_tok_s": sig(cb), "cached_ceiling_fraction": sig(s["tok_s"] / cb),
+                                 "hit_rate": sig(hit)})
+                cached.append(f"{name} {s_name}: {fmt_ts(cb)} tok/s at hit rate {hit:.3f}, "
+                              f"{fmt_frac(s['tok_s'], cb)} of it")
     # Peers with no sluice counterpart: their figures, with the ceiling of their placement.
     for p_name, r in runs.items():
         if r["engine"] != "llama.cpp" or p_name in compared_peers or p_name not in parsed:
@@ -341,6 +378,10 @@ def report(args):
             print("  ".join(str(x).ljust(w) for x, w in zip(line, widths)))
     else:
         print("(no comparable tests: see the messages above)")
+    if cached:
+        print("three-lane ceiling with the run's cache hits (misses from RAM + PCIe, the rest from HBM):")
+        for c in cached:
+            print("  " + c)
 
     if not args.record:
         print("\n(not recorded: pass --record to append to bench/RESULTS.md and bench/results.jsonl)")
@@ -362,6 +403,9 @@ def report(args):
                     f"{fmt_ts(bw.get('ram_read_gb_s'))} GB/s with {sluice_report['threads']} threads"
                     + (f"; GPU HBM {gpu['hbm_read_gb_s']:.0f} GB/s, PCIe {gpu['pcie_h2d_gb_s']:.1f} GB/s" if gpu
                        else f"; {bw.get('gpu_note', 'no GPU')}") + "."]
+    if cached:
+        section += ["", "The three-lane ceiling with each run's cache hits (the split layers' misses from RAM and "
+                    "PCIe at once, every other byte from HBM): " + "; ".join(cached) + "."]
     if extra:
         section += ["", "| sluice run | test | time | speed | of ceiling | |", "|---|---|---|---|---|---|"] + extra
     with pathlib.Path(args.md).open("a") as f:

@@ -177,6 +177,28 @@ def test_record_py_holds_a_peer_to_its_own_micro_batch(report, tmp_path):
     assert row["memory_ceiling_tok_s"] == pytest.approx(b16["memory"], rel=1e-5)
 
 
+def test_record_py_cached_ceiling_counts_only_the_split_layers_misses():
+    sys.path.insert(0, str(ROOT / "bench"))
+    import record  # noqa: E402
+    # 4 layers of 8 experts, one whole; routed 600 of 1000 bytes a token; RAM 10 + PCIe 5 GB/s,
+    # HBM 100 GB/s; the split layers hit half their lookups.
+    rep = {"bandwidth": {"ram_read_gb_s": 10.0, "gpu": {"hbm_read_gb_s": 100.0, "pcie_h2d_gb_s": 5.0}},
+           "roofline": {"traffic": {"n_expert": 8}, "groups": [{"name": "routed experts", "bytes_per_token": 600},
+                                                               {"name": "attention/dense", "bytes_per_token": 400}]},
+           "placement": {"total_experts": 32, "whole_layers": 1, "metrics": {"experts": 48, "hit_rate": 0.5}}}
+    tg = {"kind": "decode", "bytes_per_token": 1000.0}
+    missed = 600 * 0.75 * 0.5   # three split layers of four, half of their lookups missed
+    want = 1.0 / (missed / 15e9 + (1000 - missed) / 100e9)
+    assert record.cached_bound(rep, tg) == pytest.approx(want)
+    # No hits at all and no whole layer: the plain three-lane memory bound.
+    rep0 = json.loads(json.dumps(rep))
+    rep0["placement"].update({"whole_layers": 0, "metrics": {"experts": 48, "hit_rate": 0.0}})
+    assert record.cached_bound(rep0, tg) == pytest.approx(record.memory_bound(rep0, tg, "three-lane"))
+    # Nothing split (no placement metrics), or not a decode: none.
+    assert record.cached_bound({**rep, "placement": None}, tg) is None
+    assert record.cached_bound(rep, {"kind": "prefill", "bytes_per_token": 1000.0}) is None
+
+
 def test_run_scripts_parse_and_plan_both_engines_with_the_same_threads(tmp_path):
     for script in ("run_cpu.sh", "run_gpu.sh"):
         subprocess.run(["bash", "-n", str(ROOT / "bench" / script)], check=True)
