@@ -223,12 +223,14 @@ def memory_bound(report, result, placement, probe=None):
 
 
 def cached_bound(report, result, probe=None):
-    """The three-lane memory bound of a decode `result` with the run's cache hits counted (tok/s),
-    or None. The plain three-lane ceiling assumes no routed expert is cached, so a run whose cache
-    hits goes past it; here only the misses of the split layers come from RAM and PCIe together,
-    and every other byte (whole layers, hits, dense weights) from HBM. The hit rate is the run's
-    (placement.metrics: the split layers' planned lookups; a streamed prefill plans none, so it is
-    the decode steps')."""
+    """The three-lane memory bound (memory only: no compute bound is applied) of a decode
+    `result` with the run's cache hits counted (tok/s), or None. The plain three-lane ceiling
+    assumes no routed expert is cached, so a run whose cache hits goes past it; here only the
+    misses of the split layers come from RAM and PCIe together, and every other byte (whole
+    layers, hits, dense weights) from HBM; the swaps' own copies are left out. The hit rate is the
+    run's (placement.metrics: the split layers' planned lookups, the decode steps' and those of
+    any window below the streaming cut-over; a streamed prefill plans none). Every layer is taken
+    to hold routed experts of one size (the MoE shapes measured here)."""
     pl = (report or {}).get("placement") or {}
     met = pl.get("metrics") or {}
     if not (result and result.get("kind") == "decode" and result.get("bytes_per_token") and met.get("experts")):

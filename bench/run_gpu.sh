@@ -501,7 +501,7 @@ if [ $placement_runs = 1 ]; then
   llama_cap=$(( 30 + model_gb + ptoks * split_reps / 300 )) sluice_cap=$(( 90 + ptoks * split_reps / 1000 ))
   # --profile-text: the routing profile the budget runs' caches start from (a stale one goes
   # first, so no run ranks by a profile this call did not make).
-  rm -f "$model.profile.bin"
+  [ $mode = dry ] || rm -f "$model.profile.bin"
   if [ -n "$profile_text" ] && [ -n "$sluice_gpu" ]; then
     run "sluice profile" "$(cap 150 90)" "$sluice_gpu" profile "$model" --text "$root/$profile_text" \
       --max-tokens "$profile_tokens" -t "$threads" | tail -n 3

@@ -53,13 +53,17 @@ void cuda_expert_lanes::adapt() {
     }
     in_flight_.clear();
     // The event follows whatever copies were enqueued, also when a copy call throws part way
-    // (else the next query would find an older event and take those copies as landed).
+    // (else the next query would find an older event and take those copies as landed). Where
+    // the record itself fails, the copies are waited for here instead, so that a query of the
+    // older event cannot let a slot with a copy in flight into the maps.
     struct record_after {
         std::vector<placement::cache_swap>& in_flight;
         void* event;
         cudaStream_t stream;
         ~record_after() {
-            if (!in_flight.empty()) cudaEventRecord(static_cast<cudaEvent_t>(event), stream);
+            if (in_flight.empty() || cudaEventRecord(static_cast<cudaEvent_t>(event), stream) == cudaSuccess) return;
+            cudaGetLastError();
+            cudaStreamSynchronize(stream);
         }
     } record{in_flight_, swaps_landed_, ss};
     for (const placement::cache_swap& s : cache_.end_step()) {

@@ -190,7 +190,10 @@ private:
     std::vector<placement::cache_swap> in_flight_;   // swaps whose copies are enqueued on swap_stream_
     // The swaps' copies have a stream of their own: behind the next forward's staged copies on
     // the copy stream they would hold its first split layers back (8 swaps: ~24 MB, ~0.5 ms of
-    // PCIe for the 30B shape); beside them they share the link.
+    // PCIe for the 30B shape); beside them they share the link. A forward that ends before they
+    // land makes no swaps, so the swaps (and hit rates) of a run can depend on the copies'
+    // timing; the tokens cannot (E3). In session 21's runs they always landed in time: the same
+    // hit rates and swap counts as session 20's, whose forward-end sync waited for them.
     void* swap_stream_ = nullptr;             // cudaStream_t
     void* swaps_landed_ = nullptr;            // cudaEvent_t: recorded after in_flight_'s copies
     bool map_stale_ = false;                  // local_slot_ changed since d_local_slot_'s last upload
