@@ -49,7 +49,7 @@ __global__ void split_streamed_pairs_kernel(const int32_t* __restrict__ ids, int
     if (p >= pairs) return;
     const int32_t e = ids[p];
     const int32_t s = e >= 0 && e < n_expert ? local_slot[e] : -1;
-    slot_ids[p] = s >= 0 ? s : -1;   // any negative map entry means not resident
+    slot_ids[p] = s;
     rest_ids[p] = e >= 0 && e < n_expert && s < 0 ? e : -1;
 }
 

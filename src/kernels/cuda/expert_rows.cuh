@@ -44,7 +44,8 @@ void ring_routing_bell(const routing_bell& b, void* stream);
 // A streamed split layer's pairs (a prefill chunk, issue 10 part 5) by where their expert is:
 // resident ones from their cache slot, the others from the layer buffer the copy stream filled.
 //   ids:        device [pairs] routed expert ids
-//   local_slot: device [n_expert] the layer's slot per expert, -1: not resident
+//   local_slot: device [n_expert] the layer's slot per expert, -1: not resident (the only
+//               negative value; the lanes' map never holds another)
 //   slot_ids:   device [pairs] out: local_slot[id], or -1
 //   rest_ids:   device [pairs] out: id where it is not resident, else -1
 // An id outside 0..n_expert-1 gets -1 in both (the router never makes one). Enqueued on `stream`.
