@@ -5,7 +5,8 @@
 //      kernels::dot_ref's bits on random rows;
 //   2. (GPU) cuda::matmul gives dot_ref's bits for every output element, for windows of 1..16
 //      rows, a prefill of 100 rows and expert mode (ids, act_div), and each row of a window
-//      equals the same row computed alone (E1);
+//      equals the same row computed alone (E1); and one-row launches of more than a wave (the
+//      one-wave kernel, matmul_row_stream.cuh): plain, paired with accumulate, expert mode;
 //   3. (GPU) router_topk's one launch (the router's last block routes the row) equals matmul
 //      then route_topk, bit for bit;
 //   4. (GPU, timing) one-row matmul GB/s on an expert-sized matrix (2048 x 768) and a large
@@ -383,6 +384,136 @@ int gpu_parity(dtype t, int64_t n_in) {
     return ok ? 0 : 1;
 }
 
+// One-row launches of more than one wave (the one-wave kernel, matmul_row_stream.cuh, which
+// walks column blocks with the next one's weights in flight): every output equals dot_ref's
+// bits. A plain row over 4,500 columns (563 column blocks of 8, the last partial), the same with
+// a second matrix (its first 4,497 rows) and both accumulating, and expert mode: 40 pairs over 3
+// distinct experts of 1,500 columns with act_div 2 and some ids -1 (their rows must keep the
+// output's 0xff bytes), alone and paired (gate and up). The matrices repeat 61 distinct quantised
+// rows (quantising thousands of IQ2/IQ3 rows took most of a 121 s cap): column j of the plain
+// matrix is row j % 61, column j of expert e row (5 j + 17 e) % 61, so a column, matrix or
+// expert read from the wrong place gives another row's bits (61 is prime to the 8 columns of a
+// block and to the launches' strides).
+int row_stream_parity(dtype t, int64_t n_in) {
+    const int64_t n_plain = 4500, n_exp_out = 1500, n_distinct = 61;
+    const int n_exp = 3, n_pairs = 40, n_act = n_pairs / 2;
+    const size_t wrb = *bytes_for(t, n_in), arb = quant::act_row_bytes(quant::act_format_for(t), n_in);
+    const auto base = make_weights(t, n_in, n_distinct, 31);
+    const auto a = make_act(t, n_in, n_act, 32);
+    auto tiled = [&](int64_t n_out, auto row_of) {
+        std::vector<std::byte> m(static_cast<size_t>(n_out) * wrb);
+        for (int64_t j = 0; j < n_out; ++j) std::memcpy(m.data() + j * wrb, base.data() + row_of(j) * wrb, wrb);
+        return m;
+    };
+    const auto w = tiled(n_plain, [&](int64_t j) { return j % n_distinct; });
+    std::vector<std::vector<std::byte>> we;
+    for (int e = 0; e < n_exp; ++e) we.push_back(tiled(n_exp_out, [&](int64_t j) { return (5 * j + 17 * e) % n_distinct; }));
+    // dot_ref of every distinct row with every activation row: [act row][distinct row].
+    std::vector<float> dots(static_cast<size_t>(n_act * n_distinct));
+    for (int r = 0; r < n_act; ++r)
+        for (int64_t k = 0; k < n_distinct; ++k)
+            dots[r * n_distinct + k] = kernels::dot_ref(t, base.data() + k * wrb, a.data() + r * arb, n_in);
+    const std::string fmt_name(name(t));
+    int bad = 0;
+    auto expect = [&](const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+        for (size_t i = 0; i < got.size(); ++i)
+            if (f2u(got[i]) != f2u(want[i]) && bad++ == 0)
+                std::printf("  %s n_in %lld %s: element %zu gpu %.9g, want %.9g\n", fmt_name.c_str(),
+                            static_cast<long long>(n_in), what, i, got[i], want[i]);
+    };
+    dev_buf dw(w.size()), da(a.size()), dy(n_plain * 4), dy2(n_plain * 4);
+    CK(cudaMemcpy(dw.p, w.data(), w.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(da.p, a.data(), a.size(), cudaMemcpyHostToDevice));
+    // Plain: activation row 1.
+    std::vector<float> ref(n_plain), got(n_plain), got2(n_plain - 3);
+    for (int64_t j = 0; j < n_plain; ++j) ref[j] = dots[1 * n_distinct + j % n_distinct];
+    cuda::mm_args m;
+    m.type = t;
+    m.w = dw.as<std::byte>();
+    m.row_bytes = wrb;
+    m.n_in = n_in;
+    m.n_out = n_plain;
+    m.act = da.as<std::byte>() + arb;
+    m.act_stride = arb;
+    m.n_rows = 1;
+    m.y = dy.as<float>();
+    m.y_stride = n_plain;
+    cuda::matmul(m, nullptr);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(got.data(), dy.p, n_plain * 4, cudaMemcpyDeviceToHost));
+    expect(got, ref, "one row");
+    // Paired and accumulating: y = init + dot, y2 = init2 + dot.
+    const auto init = random_floats(n_plain, 33, 1.0f), init2 = random_floats(n_plain - 3, 34, 1.0f);
+    CK(cudaMemcpy(dy.p, init.data(), n_plain * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dy2.p, init2.data(), (n_plain - 3) * 4, cudaMemcpyHostToDevice));
+    m.accumulate = true;
+    m.w2 = dw.as<std::byte>();
+    m.n_out2 = n_plain - 3;
+    m.y2 = dy2.as<float>();
+    m.y2_stride = n_plain - 3;
+    cuda::matmul(m, nullptr);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(got.data(), dy.p, n_plain * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(got2.data(), dy2.p, (n_plain - 3) * 4, cudaMemcpyDeviceToHost));
+    std::vector<float> want(n_plain), want2(n_plain - 3);
+    for (int64_t j = 0; j < n_plain; ++j) want[j] = init[j] + ref[j];
+    for (int64_t j = 0; j < n_plain - 3; ++j) want2[j] = init2[j] + ref[j];
+    expect(got, want, "paired, accumulate (first)");
+    expect(got2, want2, "paired, accumulate (second)");
+    // Expert mode: pair p is expert (p * 7) % 4 - 1 (every fourth pair -1), activation row p / 2.
+    const size_t es = we[0].size();
+    dev_buf dwe(es * n_exp), dids(n_pairs * 4), dye(n_pairs * n_exp_out * 4), dye2(n_pairs * n_exp_out * 4);
+    for (int e = 0; e < n_exp; ++e) CK(cudaMemcpy(dwe.as<std::byte>() + e * es, we[e].data(), es, cudaMemcpyHostToDevice));
+    std::vector<int32_t> ids(n_pairs);
+    for (int p = 0; p < n_pairs; ++p) ids[p] = (p * 7) % 4 - 1;
+    CK(cudaMemcpy(dids.p, ids.data(), n_pairs * 4, cudaMemcpyHostToDevice));
+    std::vector<float> ref_e(n_pairs * n_exp_out), got_e(ref_e.size()), got_e2(ref_e.size());
+    for (int p = 0; p < n_pairs; ++p)
+        for (int64_t j = 0; j < n_exp_out; ++j) {
+            float v;
+            const uint32_t nan_bits = 0xffffffffu;
+            if (ids[p] < 0) std::memcpy(&v, &nan_bits, 4);
+            else v = dots[(p / 2) * n_distinct + (5 * j + 17 * ids[p]) % n_distinct];
+            ref_e[p * n_exp_out + j] = v;
+        }
+    cuda::mm_args me;
+    me.type = t;
+    me.w = dwe.as<std::byte>();
+    me.row_bytes = wrb;
+    me.n_in = n_in;
+    me.n_out = n_exp_out;
+    me.ids = dids.as<int32_t>();
+    me.expert_stride = es;
+    me.act = da.as<std::byte>();
+    me.act_stride = arb;
+    me.act_div = 2;
+    me.n_rows = n_pairs;
+    me.y = dye.as<float>();
+    me.y_stride = n_exp_out;
+    for (int paired = 0; paired < 2; ++paired) {
+        CK(cudaMemset(dye.p, 0xff, ref_e.size() * 4));
+        CK(cudaMemset(dye2.p, 0xff, ref_e.size() * 4));
+        if (paired) {
+            me.w2 = dwe.as<std::byte>();
+            me.n_out2 = n_exp_out;
+            me.y2 = dye2.as<float>();
+            me.y2_stride = n_exp_out;
+        }
+        cuda::matmul(me, nullptr);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(got_e.data(), dye.p, ref_e.size() * 4, cudaMemcpyDeviceToHost));
+        expect(got_e, ref_e, paired ? "expert mode, paired (first)" : "expert mode");
+        if (paired) {
+            CK(cudaMemcpy(got_e2.data(), dye2.p, ref_e.size() * 4, cudaMemcpyDeviceToHost));
+            expect(got_e2, ref_e, "expert mode, paired (second)");
+        }
+    }
+    std::printf("%s gpu %-8s n_in %5lld: one-wave one-row kernel (%lld columns, %d pairs of %lld) %s\n",
+                bad ? "FAIL" : "PASS", fmt_name.c_str(), static_cast<long long>(n_in), static_cast<long long>(n_plain),
+                n_pairs, static_cast<long long>(n_exp_out), bad ? "DIFFER" : "bit-identical");
+    return bad ? 1 : 0;
+}
+
 // ---- part 3: one-row bandwidth -------------------------------------------------------------
 // n_copies distinct matrices cycled so that most reads come from HBM, not the 60 MB L2.
 // router_topk: the router's product and its top-k in one launch (a decode step's row of an F32 /
@@ -620,6 +751,11 @@ int main(int argc, char** argv) {
         // Float weights: 2072 = 32 x 64 + 24, so the tile kernel's last chunk is partial and ends
         // inside a 16-element group.
         if (info(t).block_elems == 1) failures += gpu_parity(t, 2072);
+        // The one-wave one-row kernel at each pieces-a-lane choice it makes (int8 formats).
+        if (!is_float(t)) {
+            failures += row_stream_parity(t, 2048) + row_stream_parity(t, 768);
+            failures += row_stream_parity(t, info(t).block_elems == 32 ? 256 : 512);
+        }
     }
     failures += router_topk_parity();
     if (do_bench && failures == 0) {

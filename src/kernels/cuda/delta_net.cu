@@ -1,6 +1,7 @@
 // Device Gated DeltaNet ops (delta_net.cuh), operation for operation the scalar reference of
 // src/kernels/cpu/delta_net.cpp and the gate loop of models/hybrid_blocks.cpp.
 #include "kernels/cuda/delta_net.cuh"
+#include "kernels/cuda/async_copy.cuh"
 
 #include "core/error.h"
 #include "kernels/cuda/lanes.cuh"
@@ -51,24 +52,33 @@ __global__ void conv_kernel(const float* w, float* state, const float* x, float*
     }
 }
 
-// x[i] = (x[i] * (1 / sqrt(sum x^2 + eps))) * scale (delta_net.cpp's l2_normalise), x in shared
-// memory: the serial sum by lane `who`, then every lane scales its share.
-__device__ void l2_normalise_warp(float* x, int n, float eps, float scale, int who) {
+// q[i] = (q[i] * (1 / sqrt(sum q^2 + eps))) * qscale and the same for k with scale 1
+// (delta_net.cpp's l2_normalise), q and k in shared memory: the two serial sums at once, q's by
+// lane 0 and k's by lane 1 (they were one after the other), then every lane scales its share.
+__device__ void l2_normalise_qk_warp(float* q, float* k, int n, float eps, float qscale) {
     const int lane = static_cast<int>(threadIdx.x & 31);
     float ss = 0.0f;
-    if (lane == who)
+    if (lane < 2) {
+        const float* x = lane == 0 ? q : k;
         for (int i = 0; i < n; ++i) ss = __fadd_rn(ss, __fmul_rn(x[i], x[i]));
-    ss = __shfl_sync(k_full, ss, who);
-    const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(ss, eps)));
+    }
+    const float inv_q = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__shfl_sync(k_full, ss, 0), eps)));
+    const float inv_k = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__shfl_sync(k_full, ss, 1), eps)));
     __syncwarp();
-    for (int i = lane; i < n; i += 32) x[i] = __fmul_rn(__fmul_rn(x[i], inv), scale);
+    for (int i = lane; i < n; i += 32) {
+        q[i] = __fmul_rn(__fmul_rn(q[i], inv_q), qscale);
+        k[i] = __fmul_rn(__fmul_rn(k[i], inv_k), 1.0f);
+    }
     __syncwarp();
 }
 
 // A warp per (value head h, group of 32 state columns), the rows in order. Column j of the state
 // evolves on its own (the rule only mixes rows i of a column), so lane j keeps S[:, j] in shared
 // memory [dk][32] and does delta_net_rule_row's loops for it: decay, the k-projection sum in i
-// order, d_j, the update, the q-projection sum in i order.
+// order, d_j, the update, the q-projection sum in i order. The column's dk words are copied in
+// by cp.async, all in flight while the first row's q, k and gates are read and normalised: a
+// load-then-store loop waited a memory latency every few words, 16.06 us a decode step's rule
+// on the Qwen3.6-35B-A3B shape (ncu, caches not flushed), for 2 MB of state.
 __global__ void __launch_bounds__(32)
     rule_kernel(kernels::delta_net_shape s, const float* qkv, dn_gates gates, float* state, float* out, int64_t rows,
                 float qscale, float* ck_slot0, int64_t ck_stride, int64_t ck_first) {
@@ -86,7 +96,7 @@ __global__ void __launch_bounds__(32)
     const int kh = s.k_head_of(h);
     float* Sg = state + static_cast<int64_t>(h) * dk * dv;   // [dk, dv]
     if (live)
-        for (int i = 0; i < dk; ++i) S[i * k_rule_cols + lane] = Sg[static_cast<int64_t>(i) * dv + j];
+        for (int i = 0; i < dk; ++i) copy4(S + i * k_rule_cols + lane, Sg + static_cast<int64_t>(i) * dv + j);
     const int rep = s.n_v_heads / s.n_k_heads;
     for (int64_t r = 0; r < rows; ++r) {
         const float* q = qkv + r * C + static_cast<int64_t>(kh) * dk;
@@ -96,8 +106,7 @@ __global__ void __launch_bounds__(32)
             ks[i] = k[i];
         }
         __syncwarp();
-        l2_normalise_warp(qs, dk, s.eps, qscale, 0);
-        l2_normalise_warp(ks, dk, s.eps, 1.0f, 1);
+        l2_normalise_qk_warp(qs, ks, dk, s.eps, qscale);
         float b_logit, a_logit;
         if (gates.alpha) {
             b_logit = gates.ba[r * nv + h];
@@ -110,6 +119,7 @@ __global__ void __launch_bounds__(32)
         const float b = kernels::sigmoid_f32(b_logit);
         const float g = __fmul_rn(kernels::softplus_f32(__fadd_rn(a_logit, gates.dt_bias[h])), gates.a_coef[h]);
         const float decay = kernels::exp_f32(g);
+        stage_wait();   // this lane's column (issued before the loop; nothing pending after row 0)
         if (live) {
             if (ck_slot0 && r >= ck_first) {
                 float* slot = ck_slot0 + (r - ck_first) * ck_stride + static_cast<int64_t>(h) * dk * dv;

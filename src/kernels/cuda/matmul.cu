@@ -39,6 +39,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <mutex>
 #include <type_traits>
 
@@ -111,6 +112,35 @@ __device__ inline int32_t group_sum(int32_t v) {
         for (int off = L / 2; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
         return v;
     }
+}
+
+// One piece's integer sums for a row: si += sc * dot(q, x) and, for formats with a min,
+// sm += mn * sum(x), over the piece's 8 elements (ab: the row's activation block; pc: the piece).
+template <dtype T>
+__device__ inline void piece_sums(int32_t q0, int32_t q1, int sc, int mn, const uint8_t* ab, int pc, int32_t& si,
+                                  int32_t& sm) {
+    const int32_t x0 = *reinterpret_cast<const int32_t*>(ab + 4 + 8 * pc);
+    const int32_t x1 = *reinterpret_cast<const int32_t*>(ab + 8 + 8 * pc);
+    si += sc * __dp4a(q1, x1, __dp4a(q0, x0, 0));
+    if constexpr (fmt_traits<T>::kind != term_kind::sym) sm += mn * __dp4a(x1, 0x01010101, __dp4a(x0, 0x01010101, 0));
+}
+
+// One warp step's terms folded into a row's y: the L lanes of each block add their si / sm
+// (integers: any order), every lane forms its block's term with dot_ref's expression, and the
+// step's 32 / L terms are taken in block order, y = t (the row's first block: first_block 0),
+// then y + t; `left` blocks of the step are real. Every lane returns the same y.
+template <dtype T, int L>
+__device__ inline float fold_step(float y, int32_t si, int32_t sm, float d, float dmin, float dx, int64_t first_block,
+                                  int left) {
+    si = group_sum<L>(si);
+    if constexpr (fmt_traits<T>::kind != term_kind::sym) sm = group_sum<L>(sm);
+    const float t = block_term<fmt_traits<T>::kind>(d, dmin, dx, si, sm);
+#pragma unroll
+    for (int gg = 0; gg < 32 / L; ++gg) {
+        const float tg = __shfl_sync(0xffffffffu, t, gg * L);
+        if (gg < left) y = first_block + gg == 0 ? tg : __fadd_rn(y, tg);
+    }
+    return y;
 }
 
 // grid (ceil(n_out / warps), row groups), blocks of `warps` = blockDim.x / 32 warps (4 or 8);
@@ -221,21 +251,11 @@ __global__ void __launch_bounds__(k_warps_max * 32, MAXR == 1 ? 4 : 3)
                     for (int pp = 0; pp < P; ++pp) {
                         const int pc = piece * P + pp;
                         if constexpr (P > 1) decode_piece_packed<T>(b, pc, tb, w_aligned, q0, q1, sc, mn);
-                        const int32_t x0 = *reinterpret_cast<const int32_t*>(ab + 4 + 8 * pc);
-                        const int32_t x1 = *reinterpret_cast<const int32_t*>(ab + 8 + 8 * pc);
-                        si += sc * __dp4a(q1, x1, __dp4a(q0, x0, 0));
-                        if constexpr (tr::kind != term_kind::sym) sm += mn * __dp4a(x1, 0x01010101, __dp4a(x0, 0x01010101, 0));
+                        piece_sums<T>(q0, q1, sc, mn, ab, pc, si, sm);
                     }
                     dx = *reinterpret_cast<const float*>(ab);
                 }
-                si = group_sum<L>(si);
-                if constexpr (tr::kind != term_kind::sym) sm = group_sum<L>(sm);
-                const float t = block_term<tr::kind>(d, dmin, dx, si, sm);
-#pragma unroll
-                for (int gg = 0; gg < BPW; ++gg) {
-                    const float tg = __shfl_sync(0xffffffffu, t, gg * L);
-                    if (ib0 + gg < nb) acc[r] = cb + ib0 + gg == 0 ? tg : __fadd_rn(acc[r], tg);
-                }
+                acc[r] = fold_step<T, L>(acc[r], si, sm, d, dmin, dx, cb + ib0, nb - ib0);
             }
         }
     }
@@ -301,6 +321,7 @@ __global__ void group_pairs_kernel(const int32_t* ids, int n_pairs, int n_expert
 }  // namespace sluice::cuda
 
 #include "kernels/cuda/matmul_mma.cuh"
+#include "kernels/cuda/matmul_row_stream.cuh"
 
 namespace sluice::cuda {
 namespace {
@@ -318,16 +339,57 @@ bool g_tables_done[64] = {};
 // Qwen3-30B-A3B layer were timed (kernel_bench on the H200, 2026-12-02: 8 blocks at P = 8, wq
 // 8.51 -> 5.97 us; 3 blocks at P = 4, the experts' down rows 16.80 -> 14.17 us), not the others.
 template <dtype T>
-auto one_row_kernel(int64_t nb) {
+int one_row_pieces(int64_t nb) {
     if constexpr (fmt_traits<T>::qk == 256) {
         // Q3_K at 8 pieces a lane spills (248 bytes, ptxas for sm_90): 4 at most.
         if constexpr (T != dtype::q3_k)
-            if (nb >= 6) return mm_quant_kernel<T, 1, 8>;
-        if (nb >= 3) return mm_quant_kernel<T, 1, 4>;
+            if (nb >= 6) return 8;
+        if (nb >= 3) return 4;
     } else {
-        if (nb >= 16) return mm_quant_kernel<T, 1, 4>;
+        if (nb >= 16) return 4;
     }
-    return mm_quant_kernel<T, 1, 1>;
+    return 1;
+}
+
+template <dtype T>
+auto one_row_kernel(int64_t nb) {
+    const int p = one_row_pieces<T>(nb);
+    if constexpr (fmt_traits<T>::qk == 256 && T != dtype::q3_k)
+        if (p == 8) return mm_quant_kernel<T, 1, 8>;
+    return p == 4 ? mm_quant_kernel<T, 1, 4> : mm_quant_kernel<T, 1, 1>;
+}
+
+// The same pieces a lane for the one-wave form (matmul_row_stream.cuh).
+template <dtype T>
+auto row_stream_kernel(int64_t nb) {
+    const int p = one_row_pieces<T>(nb);
+    if constexpr (fmt_traits<T>::qk == 256 && T != dtype::q3_k)
+        if (p == 8) return mm_row_stream_kernel<T, 8>;
+    return p == 4 ? mm_row_stream_kernel<T, 4> : mm_row_stream_kernel<T, 1>;
+}
+
+// Blocks of 8 warps resident at once on an H200 (132 SMs, 4 blocks each: the kernels' launch
+// bounds): one wave.
+constexpr int64_t k_wave_blocks = 4 * 132;
+
+// A one-row (or one-pair) launch of more than one wave whose rows fit one staged chunk: the
+// one-wave kernel instead (matmul_row_stream.cuh), each block walking its share of the column
+// blocks with the next column's weights in flight. False (nothing launched) otherwise.
+template <dtype T>
+bool launch_row_stream(const mm_args& a, unsigned pairs, cudaStream_t s) {
+    static_assert(2 * k_warps_max * stage_sizes<T>::w_region + stage_sizes<T>::a_region <= 48 * 1024,
+                  "shared memory within the default limit");
+    const int64_t nb = a.n_in / fmt_traits<T>::qk;
+    if (a.tiles || (!a.ids && a.n_rows != 1) || nb > stage_sizes<T>::blocks) return false;
+    const int64_t cb1 = (a.n_out + k_warps_max - 1) / k_warps_max;
+    const int64_t n_cb = cb1 + (a.w2 ? (a.n_out2 + k_warps_max - 1) / k_warps_max : 0);
+    if (n_cb * pairs <= k_wave_blocks) return false;
+    const int64_t gx = std::min<int64_t>(n_cb, std::max<int64_t>(1, k_wave_blocks / pairs));
+    launch(row_stream_kernel<T>(nb), dim3(static_cast<unsigned>(gx), pairs), dim3(k_warps_max * 32),
+           row_stream_smem_bytes<T>(k_warps_max), s, reinterpret_cast<const uint8_t*>(a.w), a.row_bytes, nb, a.n_out,
+           a.ids, a.expert_stride, reinterpret_cast<const uint8_t*>(a.act), a.act_stride, a.act_div, a.y, a.y_stride,
+           a.accumulate, cb1, n_cb, reinterpret_cast<const uint8_t*>(a.w2), a.n_out2, a.y2, a.y2_stride);
+    return true;
 }
 
 // Windows of 2..4 rows of Q4_K or Q8_0: the one-row kernel's pieces a lane with an
@@ -351,6 +413,7 @@ template <dtype T>
 void launch_quant(const mm_args& a, dim3 grid, cudaStream_t s) {
     const int64_t nb = a.n_in / fmt_traits<T>::qk;
     const int rows = a.tiles ? k_max_rows : a.ids ? 1 : static_cast<int>(a.n_rows < k_max_rows ? a.n_rows : k_max_rows);
+    if (rows == 1 && launch_row_stream<T>(a, grid.y, s)) return;
     // At most 4 x 2.2 KB of weights + 16 x 2.4 KB of activations (windows), or 8 x 2.2 KB + 2.4 KB
     // (one row): within the default 48 KB.
     static_assert(k_warps * stage_sizes<T>::w_region + k_max_rows * stage_sizes<T>::a_region <= 48 * 1024,

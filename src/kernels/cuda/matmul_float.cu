@@ -5,6 +5,7 @@
 // through shared memory (mm_float_tile_kernel: prefill chunks), and a block a column with the row
 // staged whole (mm_float_col_kernel: the router, with its top-k fused for a decode step).
 #include "kernels/cuda/matmul_common.cuh"
+#include "kernels/cuda/async_copy.cuh"
 
 #include "core/error.h"
 #include "kernels/cuda/lanes.cuh"
@@ -172,9 +173,12 @@ __global__ void __launch_bounds__(k_ft_threads)
 // before any store (one memory latency instead of one per few elements, which left
 // mm_float_kernel at 35 us for a 128 x 2048 F32 router on the H200: kernel_bench), then lanes
 // 0..15 run mm_float_kernel's FMA chains (same terms, same order: the same bits) for each row
-// of the group, reading x from global memory (the rows every block shares).
+// of the group. With stage_x (one row, a decode step's router) the row x is copied into shared
+// memory beside the weights in the same round, so the chain reads only shared memory; else x is
+// read from global memory (the rows every block shares), and then each batch of the chain's
+// loads waited an L2 latency: 13.45 us a router launch with its top-k in the 30B decode profile
+// (ncu, caches not flushed).
 constexpr int k_col_threads = 128;
-constexpr int k_col_loads = 8;   // 16-byte loads in flight per thread per round
 // The router's top-k fused into its matmul's launch (router_topk): when arrivals is set, the
 // last block to finish runs route_topk_warp on the one row y holds.
 struct route_tail {
@@ -189,26 +193,19 @@ __global__ void __launch_bounds__(k_col_threads)
     mm_float_col_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
                         const uint8_t* __restrict__ act, size_t act_stride, int64_t n_rows, float* __restrict__ y,
                         int64_t y_stride, bool accumulate, int64_t n_cb1, const uint8_t* __restrict__ w2, int64_t n_out2,
-                        float* __restrict__ y2, int64_t y2_stride, route_tail rt) {
+                        float* __restrict__ y2, int64_t y2_stride, route_tail rt, bool stage_x) {
     wait_prior_grids();   // first: see launch.cuh
-    extern __shared__ uint4 col_smem[];
+    extern __shared__ uint4 col_smem[];   // the weight row (row_bytes), then x (n_in floats) when staged
     const int64_t j = pick_matrix(n_cb1, w, n_out, y, y_stride, w2, n_out2, y2, y2_stride);
-    // Rows are 16-byte aligned (the launch checks): whole words.
+    // Rows are 16-byte aligned (the launch checks): whole words. The weights' words, then x's
+    // (stage_x: the launch checked its alignment and n_in % 4 == 0), all in flight at once.
     const uint4* src = reinterpret_cast<const uint4*>(w + static_cast<size_t>(j) * row_bytes);
-    const int words = static_cast<int>(row_bytes / 16);
-    for (int base = 0; base < words; base += k_col_threads * k_col_loads) {
-        uint4 v[k_col_loads];
-#pragma unroll
-        for (int k = 0; k < k_col_loads; ++k) {
-            const int i = base + k * k_col_threads + static_cast<int>(threadIdx.x);
-            if (i < words) v[k] = __ldg(src + i);
-        }
-#pragma unroll
-        for (int k = 0; k < k_col_loads; ++k) {
-            const int i = base + k * k_col_threads + static_cast<int>(threadIdx.x);
-            if (i < words) col_smem[i] = v[k];
-        }
-    }
+    const int w_words = static_cast<int>(row_bytes / 16);
+    const int words = w_words + (stage_x ? static_cast<int>(n_in / 4) : 0);
+    const uint4* xsrc = reinterpret_cast<const uint4*>(act + static_cast<size_t>(blockIdx.y) * k_max_rows * act_stride);
+    for (int i = static_cast<int>(threadIdx.x); i < words; i += k_col_threads)
+        copy16(col_smem + i, i < w_words ? src + i : xsrc + (i - w_words));
+    stage_wait();
     __syncthreads();
     // Half warp h computes rows h, h + 8, ... of the block's (a window's rows in parallel: 8 rows
     // took 51.5 us one after the other in a half warp, against 9.3 us for one row; the 30B
@@ -221,10 +218,16 @@ __global__ void __launch_bounds__(k_col_threads)
         const int64_t r0 = static_cast<int64_t>(blockIdx.y) * k_max_rows;
         const int nr = static_cast<int>(n_rows - r0 < k_max_rows ? n_rows - r0 : k_max_rows);
         for (int r = h; r < nr; r += k_col_threads / 16) {
-            const float* x = reinterpret_cast<const float*>(act + static_cast<size_t>(r0 + r) * act_stride);
             float a = 0.0f;
+            if (stage_x) {   // nr == 1
+                const float* xs = reinterpret_cast<const float*>(col_smem + w_words);
+#pragma unroll 16
+                for (int64_t i = l; i < n_in; i += 16) a = __fmaf_rn(load_w<T>(ws, i), xs[i], a);
+            } else {
+                const float* x = reinterpret_cast<const float*>(act + static_cast<size_t>(r0 + r) * act_stride);
 #pragma unroll 8
-            for (int64_t i = l; i < n_in; i += 16) a = __fmaf_rn(load_w<T>(ws, i), __ldg(x + i), a);
+                for (int64_t i = l; i < n_in; i += 16) a = __fmaf_rn(load_w<T>(ws, i), __ldg(x + i), a);
+            }
             for (int s = 8; s >= 1; s >>= 1) a = __fadd_rn(a, __shfl_down_sync(half, a, s, 16));
             if (l == 0) {
                 float* yy = y + (r0 + r) * y_stride + j;
@@ -257,10 +260,15 @@ bool launch_float_col(const mm_args& a, dim3 grid, cudaStream_t s, route_tail rt
         reinterpret_cast<uintptr_t>(a.w) % 16 != 0 || (a.w2 && reinterpret_cast<uintptr_t>(a.w2) % 16 != 0))
         return false;
     grid.x = static_cast<unsigned>(all_cols);
-    launch(mm_float_col_kernel<T>, dim3(grid), dim3(k_col_threads), a.row_bytes, s,
+    // One row (a decode step) whose floats fit beside the weight row in the default 48 KB: x
+    // staged too.
+    const bool stage_x = a.n_rows == 1 && a.n_in % 4 == 0 && reinterpret_cast<uintptr_t>(a.act) % 16 == 0 &&
+                         a.row_bytes + static_cast<size_t>(a.n_in) * 4 <= 48 * 1024;
+    const size_t smem = a.row_bytes + (stage_x ? static_cast<size_t>(a.n_in) * 4 : 0);
+    launch(mm_float_col_kernel<T>, dim3(grid), dim3(k_col_threads), smem, s,
            reinterpret_cast<const uint8_t*>(a.w), a.row_bytes, a.n_in, a.n_out,
            reinterpret_cast<const uint8_t*>(a.act), a.act_stride, a.n_rows, a.y, a.y_stride, a.accumulate, a.n_out,
-           reinterpret_cast<const uint8_t*>(a.w2), a.n_out2, a.y2, a.y2_stride, rt);
+           reinterpret_cast<const uint8_t*>(a.w2), a.n_out2, a.y2, a.y2_stride, rt, stage_x);
     return true;
 }
 

@@ -1,0 +1,145 @@
+// The one-row quantised matmul for launches of many waves (a decode step's routed experts, the
+// LM head), bit-identical to mm_quant_kernel<T, 1, P> (E1, E3). Included by matmul.cu only,
+// after its device tables and helpers (stage, stage_sizes, piece_sums, fold_step).
+//
+// Why: mm_quant_kernel gives each warp one output column; a block stages its columns' weight
+// rows, waits for them, decodes, folds, writes and exits, and the next block on that SM starts
+// the same way. A launch of several waves therefore pays, per wave, one memory latency plus the
+// decode (the 30B-A3B shape's gate + up of 8 experts: 1,536 blocks, about 3 waves of 528 on the
+// H200) with nothing overlapping them: 15.4 us for 14.2 MB (921 GB/s), the LM head 145 us at
+// 1.77 TB/s (ncu, caches not flushed, tests/gpu/decode_profile_warm.h200.txt).
+// Here the grid is one wave; each block keeps one activation row (staged once) and walks the
+// column blocks vb = blockIdx.x, + gridDim.x, ...; each warp double-buffers its weight rows: the
+// copy of the next column's row is issued before the current one is decoded, so the loads of
+// one column overlap the arithmetic of the one before. Measured the same way after: gate + up
+// 14.17 us, the experts' down 13.49 (was 15.62), the LM head 132.8 us (1.92 TB/s); a whole
+// 48-layer decode step 4.387 -> 4.114 ms with the other two changes of that call (decode_bench,
+// old and new tree in one call, tests/gpu/decode_bench.h200.log). A block walks only ~3 column
+// blocks of a decode step's experts, so most of a launch is still its first latency.
+//
+// The bits: each column's terms and their fold are mm_quant_kernel's for a row that fits in
+// one staged chunk (the only rows this kernel takes): the same decode, the same integer sums,
+// block_term, and the fold t0, + t1, + t2, ... in block order.
+#pragma once
+
+namespace sluice::cuda {
+namespace {
+
+// Per warp two weight regions (the current column and the next), then the activation row.
+template <dtype T>
+size_t row_stream_smem_bytes(int warps) {
+    return static_cast<size_t>(2 * warps) * stage_sizes<T>::w_region + stage_sizes<T>::a_region;
+}
+
+// grid (blocks of one wave, pairs or 1), blocks of `warps` warps; n_cb column blocks in all,
+// [0, n_cb1) the first matrix's (w, n_out, y), the rest the second's (w2, n_out2, y2). Rows of
+// n_blocks <= stage_sizes<T>::blocks format blocks. Expert mode (ids): row blockIdx.y of the
+// matrices of expert ids[blockIdx.y] (a negative id: another lane's pair, skipped), its
+// activations row blockIdx.y / act_div; else row 0.
+template <dtype T, int P>
+__global__ void __launch_bounds__(k_warps_max * 32, 4)
+    mm_row_stream_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_blocks, int64_t n_out,
+                         const int32_t* __restrict__ ids, size_t expert_stride, const uint8_t* __restrict__ act,
+                         size_t act_stride, int act_div, float* __restrict__ y, int64_t y_stride, bool accumulate,
+                         int64_t n_cb1, int64_t n_cb, const uint8_t* __restrict__ w2, int64_t n_out2,
+                         float* __restrict__ y2, int64_t y2_stride) {
+    wait_prior_grids();   // first: see launch.cuh
+    using tr = fmt_traits<T>;
+    using ss = stage_sizes<T>;
+    constexpr int L = tr::qk / 8 / P;   // lanes per block (each decodes P consecutive pieces)
+    constexpr int BPW = 32 / L;         // blocks per warp step
+    static_assert(L >= 1 && ss::blocks % BPW == 0, "a chunk is whole warp steps");
+    constexpr int AB = tr::act_bytes;
+    constexpr int BB = tr::block_bytes;
+    constexpr int A = packed_alignment<T> > 0 ? packed_alignment<T> : 1;
+    extern __shared__ uint4 smem[];
+    const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x & 31);
+    const int nw = static_cast<int>(blockDim.x / 32);
+    const int nb = static_cast<int>(n_blocks);
+    int64_t row = 0;
+    if (ids) {
+        const int32_t e = ids[blockIdx.y];
+        if (e < 0) return;   // another lane's pair: the whole block, before any barrier
+        row = blockIdx.y;
+        w += static_cast<size_t>(e) * expert_stride;
+        if (w2) w2 += static_cast<size_t>(e) * expert_stride;
+    }
+    // This warp's two weight regions: the current column's and the next one's (swapped each
+    // round; named pointers, not an array indexed at run time, which went to the stack).
+    uint4* sw_cur = smem + (2 * warp) * (ss::w_region / 16);
+    uint4* sw_next = sw_cur + ss::w_region / 16;
+    uint4* const sa = smem + 2 * nw * (ss::w_region / 16);
+    // Column block vb's weight row for this warp, and where its result goes (null: past the
+    // last column of its matrix; the warp still takes part in the block's barrier).
+    struct column {
+        const uint8_t* wrow = nullptr;
+        float* out = nullptr;
+    };
+    auto column_of = [&](int64_t vb) {
+        const bool second = vb >= n_cb1;
+        const int64_t j = (second ? vb - n_cb1 : vb) * nw + warp;
+        column c;
+        if (j < (second ? n_out2 : n_out)) {
+            c.wrow = (second ? w2 : w) + static_cast<size_t>(j) * row_bytes;
+            c.out = second ? y2 + row * y2_stride + j : y + row * y_stride + j;
+        }
+        return c;
+    };
+    // The activation row and the first column's weights: one group of copies.
+    const uint8_t* ab = stage(act + static_cast<size_t>(row / act_div) * act_stride, nb * AB, sa,
+                              static_cast<int>(threadIdx.x), nw * 32);
+    column cur = column_of(blockIdx.x);
+    const uint8_t* wc_cur = cur.wrow ? stage(cur.wrow, nb * BB, sw_cur, lane, 32) : nullptr;
+    const uint8_t* wc_next = nullptr;
+    stage_commit();
+    const iq_tables tb = device_tables();
+    const int g = lane / L, piece = lane % L;
+    for (int64_t vb = blockIdx.x; vb < n_cb; vb += gridDim.x) {
+        // The next column's copies go out before this one is decoded.
+        column next;
+        if (vb + gridDim.x < n_cb) {
+            next = column_of(vb + gridDim.x);
+            if (next.wrow) wc_next = stage(next.wrow, nb * BB, sw_next, lane, 32);
+        }
+        stage_commit();
+        stage_wait_but<1>();   // all but the group just committed: this column's (and the row's)
+        if (vb == static_cast<int64_t>(blockIdx.x)) __syncthreads();   // the row, staged by the block
+        else __syncwarp();                                               // the weights, by this warp
+        if (cur.wrow) {
+            const uint8_t* wcur = wc_cur;
+            const bool w_aligned = packed_aligned<T>(wcur) && BB % A == 0;
+            float acc = 0.0f;
+            for (int ib0 = 0; ib0 < nb; ib0 += BPW) {
+                const int ib = ib0 + g;
+                const bool valid = ib < nb;
+                int32_t si = 0, sm = 0;
+                float d = 0.0f, dmin = 0.0f, dx = 0.0f;
+                if (valid) {
+                    const uint8_t* b = wcur + ib * BB;
+                    const uint8_t* abk = ab + ib * AB;
+                    decode_scales<T>(b, d, dmin);
+#pragma unroll
+                    for (int pp = 0; pp < P; ++pp) {
+                        const int pc = piece * P + pp;
+                        int32_t q0 = 0, q1 = 0;
+                        int sc = 0, mn = 0;
+                        decode_piece_packed<T>(b, pc, tb, w_aligned, q0, q1, sc, mn);
+                        piece_sums<T>(q0, q1, sc, mn, abk, pc, si, sm);
+                    }
+                    dx = *reinterpret_cast<const float*>(abk);
+                }
+                acc = fold_step<T, L>(acc, si, sm, d, dmin, dx, ib0, nb - ib0);
+            }
+            if (lane == 0) *cur.out = accumulate ? __fadd_rn(*cur.out, acc) : acc;
+        }
+        __syncwarp();   // every lane has read sw_cur before the next round's copy refills it
+        cur = next;
+        uint4* const sw_done = sw_cur;
+        sw_cur = sw_next;
+        sw_next = sw_done;
+        wc_cur = wc_next;
+    }
+}
+
+}  // namespace
+}  // namespace sluice::cuda
