@@ -43,7 +43,10 @@ Rows appended to results.jsonl (one per compared test):
 metric: "prefill" / "decode" (tok/s; scenario names the test, e.g. cpu/q30-12l/tg64@d0); the two
 last keys are each engine's fraction of its roofline ceiling (null where none was measured).
 Peer-only runs (no sluice counterpart, e.g. llama.cpp fully on the GPU) are recorded with value
-and ratio null.
+and ratio null. A sluice run's oracle-tape windows give metric "spec_speedup" rows: each drafted
+run (windows of several rows, or the MTP head drafting) against the same run's one-row windows at
+the same depth and acceptance (serial decoding through the same path), with "tokens_per_step",
+"acceptance" and "same_tokens" (spec_speedup_rows).
 """
 import argparse
 import datetime
@@ -359,6 +362,9 @@ def report(args):
     for name, r_ in runs.items():
         if r_["engine"] != "sluice" or name not in parsed:
             continue
+        rows += spec_speedup_rows(parsed[name][1], name, r_.get("command", ""),
+                                  {"date": date, "commit": commit, "machine": machine, "model": args.model},
+                                  args.scenario)
         for r in parsed[name][1]["results"]:
             if r["kind"] == "window":
                 extra.append(f"| {name} | {r['test']} | {r['mean_s'] * 1e3:.2f} ms | {r['tok_s']:.1f} rows/s | "
@@ -414,6 +420,29 @@ def report(args):
         f.write("\n".join(section) + "\n")
     print(f"\nrecorded: {len(rows)} rows to {jsonl}, a section to {args.md}")
     return 0
+
+
+def spec_speedup_rows(rep, run_name, command, common, scenario):
+    """results.jsonl rows (metric spec_speedup) for a sluice report's oracle-tape runs: each drafted
+    run (windows of more than one row, or the MTP head drafting) against the same run's one-row
+    windows at the same depth and acceptance, which are serial decoding through the same path
+    (the standard's peer for spec_speedup). Runs without that baseline give no row."""
+    spec = [r for r in rep.get("results", []) if r.get("kind") == "spec"]
+    base = {(r["accept"], r["depth"]): r for r in spec
+            if r["rows"] == 1 and not r["test"].startswith("spec+") and r.get("tok_s")}
+    out = []
+    for r in spec:
+        b = base.get((r["accept"], r["depth"]))
+        if b is None or r is b or not r.get("tok_s"):
+            continue
+        out.append({**{k: common[k] for k in ("date", "commit", "machine")},
+                    "scenario": f"{scenario}/{r['test']} accept {r['accept']}", "model": common["model"],
+                    "metric": "spec_speedup", "value": r["tok_s"],
+                    "peer": f"serial decoding ({b['test']} of {run_name})", "peer_value": b["tok_s"],
+                    "ratio": round(r["tok_s"] / b["tok_s"], 3), "command": command,
+                    "tokens_per_step": sig(r["tokens_per_step"]), "acceptance": sig(r["acceptance"]),
+                    "same_tokens": bool(r["same_tokens"])})
+    return out
 
 
 def tests_of_sluice_first(parsed, runs):

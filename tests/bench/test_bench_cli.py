@@ -120,7 +120,12 @@ def test_record_py_writes_documented_rows_and_ratios(report, tmp_path):
     p = subprocess.run(rec + ["report", m, "--model", "tiny", "--scenario", "test/tiny", "--record", "--jsonl",
                               str(jsonl), "--md", str(md), "--commit", "abc1234"], capture_output=True, text=True,
                        check=True)
-    rows = [json.loads(x) for x in jsonl.read_text().splitlines()]
+    all_rows = [json.loads(x) for x in jsonl.read_text().splitlines()]
+    # The oracle runs' rows (metric spec_speedup, against the same run's serial windows) have
+    # their own test below; here the speed comparisons.
+    rows = [r for r in all_rows if r["metric"] != "spec_speedup"]
+    n_spec = len(all_rows) - len(rows)
+    assert n_spec == len(record_spec_rows(report))
     keys = ["date", "commit", "machine", "scenario", "model", "metric", "value", "peer", "peer_value", "ratio",
             "command"]
     # The standard keys in order, then each engine's fraction of its ceiling, then (extra fields)
@@ -140,7 +145,14 @@ def test_record_py_writes_documented_rows_and_ratios(report, tmp_path):
     assert speed["test/tiny/pp48"]["machine"] == report["machine"]
     assert all(r["ceiling_fraction"] == pytest.approx(2 * r["peer_ceiling_fraction"], rel=1e-3) for r in rows)
     assert "| pp48 | sluice |" in md.read_text()
-    assert p.stdout.rstrip().splitlines()[-1].startswith("recorded: 2 rows")
+    assert p.stdout.rstrip().splitlines()[-1].startswith(f"recorded: {2 + n_spec} rows")
+
+
+def record_spec_rows(report):
+    sys.path.insert(0, str(ROOT / "bench"))
+    import record  # noqa: E402
+    common = {"date": "d", "commit": "c", "machine": "m", "model": "tiny"}
+    return record.spec_speedup_rows(report, "sluice", "", common, "test/tiny")
 
 
 def test_record_py_holds_a_peer_to_its_own_micro_batch(report, tmp_path):
@@ -197,6 +209,32 @@ def test_record_py_cached_ceiling_counts_only_the_split_layers_misses():
     # Nothing split (no placement metrics), or not a decode: none.
     assert record.cached_bound({**rep, "placement": None}, tg) is None
     assert record.cached_bound(rep, {"kind": "prefill", "bytes_per_token": 1000.0}) is None
+
+
+def test_record_py_spec_speedup_rows_use_the_same_runs_serial_windows():
+    sys.path.insert(0, str(ROOT / "bench"))
+    import record  # noqa: E402
+
+    def spec(test, rows, accept, tok_s, depth=512):
+        return {"kind": "spec", "test": test, "rows": rows, "accept": accept, "depth": depth, "tok_s": tok_s,
+                "tokens_per_step": 1.0 if rows == 1 else 3.37, "acceptance": 0.0 if rows == 1 else 0.82,
+                "same_tokens": True}
+
+    rep = {"results": [{"kind": "decode", "test": "tg64@d0", "tok_s": 120.0},
+                       spec("spec 1@d512", 1, 0.87, 80.0), spec("spec 4@d512", 4, 0.87, 100.0),
+                       spec("spec+mtp 4@d512", 4, 0.87, 110.0),
+                       spec("spec 4@d512", 4, 0.6, 60.0),            # no serial run at acceptance 0.6: no row
+                       spec("spec 4@d64", 4, 0.87, 90.0, depth=64)]}  # nor at another depth
+    common = {"date": "2026-12-04", "commit": "abc1234", "machine": "m", "model": "tiny"}
+    rows = record.spec_speedup_rows(rep, "sluice", "sluice bench X", common, "test/tiny")
+    assert [r["scenario"] for r in rows] == ["test/tiny/spec 4@d512 accept 0.87", "test/tiny/spec+mtp 4@d512 accept 0.87"]
+    keys = ["date", "commit", "machine", "scenario", "model", "metric", "value", "peer", "peer_value", "ratio",
+            "command"]
+    for r, v in zip(rows, (100.0, 110.0)):
+        assert list(r)[:len(keys)] == keys
+        assert r["metric"] == "spec_speedup" and r["value"] == v and r["peer_value"] == 80.0
+        assert r["ratio"] == pytest.approx(v / 80.0, abs=1e-3)
+        assert r["peer"] == "serial decoding (spec 1@d512 of sluice)" and r["same_tokens"] is True
 
 
 def test_run_scripts_parse_and_plan_both_engines_with_the_same_threads(tmp_path):
