@@ -384,7 +384,11 @@ bool launch_row_stream(const mm_args& a, unsigned pairs, cudaStream_t s) {
     const int64_t cb1 = (a.n_out + k_warps_max - 1) / k_warps_max;
     const int64_t n_cb = cb1 + (a.w2 ? (a.n_out2 + k_warps_max - 1) / k_warps_max : 0);
     if (n_cb * pairs <= k_wave_blocks) return false;
-    const int64_t gx = std::min<int64_t>(n_cb, std::max<int64_t>(1, k_wave_blocks / pairs));
+    // Rounded down, so the grid stays one wave; from 133 pairs on (a wide verify window's
+    // ungrouped experts) a block row would get 3 blocks or fewer and leave up to a third of the
+    // wave idle: the many-wave kernel instead.
+    const int64_t gx = std::min<int64_t>(n_cb, k_wave_blocks / pairs);
+    if (gx < 4) return false;
     launch(row_stream_kernel<T>(nb), dim3(static_cast<unsigned>(gx), pairs), dim3(k_warps_max * 32),
            row_stream_smem_bytes<T>(k_warps_max), s, reinterpret_cast<const uint8_t*>(a.w), a.row_bytes, nb, a.n_out,
            a.ids, a.expert_stride, reinterpret_cast<const uint8_t*>(a.act), a.act_stride, a.act_div, a.y, a.y_stride,

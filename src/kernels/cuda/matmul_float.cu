@@ -260,10 +260,11 @@ bool launch_float_col(const mm_args& a, dim3 grid, cudaStream_t s, route_tail rt
         reinterpret_cast<uintptr_t>(a.w) % 16 != 0 || (a.w2 && reinterpret_cast<uintptr_t>(a.w2) % 16 != 0))
         return false;
     grid.x = static_cast<unsigned>(all_cols);
-    // One row (a decode step) whose floats fit beside the weight row in the default 48 KB: x
-    // staged too.
+    // One row (a decode step) whose floats fit beside the weight row in the default 48 KB, less
+    // the kernel's own static shared memory (the top-k's 2 KB: ptxas reports 2,064 bytes; 4 KB
+    // kept for it, else the launch is refused): x staged too.
     const bool stage_x = a.n_rows == 1 && a.n_in % 4 == 0 && reinterpret_cast<uintptr_t>(a.act) % 16 == 0 &&
-                         a.row_bytes + static_cast<size_t>(a.n_in) * 4 <= 48 * 1024;
+                         a.row_bytes + static_cast<size_t>(a.n_in) * 4 + 4 * 1024 <= 48 * 1024;
     const size_t smem = a.row_bytes + (stage_x ? static_cast<size_t>(a.n_in) * 4 : 0);
     launch(mm_float_col_kernel<T>, dim3(grid), dim3(k_col_threads), smem, s,
            reinterpret_cast<const uint8_t*>(a.w), a.row_bytes, a.n_in, a.n_out,
