@@ -19,6 +19,9 @@ failed=0   # a source that does not compile (or a program that does not link) fa
 # E3: no contraction on either compiler.
 cxxflags="-std=c++20 -O2 -ffp-contract=off -DFMT_HEADER_ONLY -DSLUICE_HAVE_CUDA=1 -Isrc -Iinclude -I$deps -I$cudainc"
 nvflags="-std=c++17 -O2 --fmad=false -arch=sm_$arch -Xcompiler -ffp-contract=off -DFMT_HEADER_ONLY -Isrc -Iinclude -I$deps"
+# STEP_TRACE=1: every kernel records when its wait began and returned (launch.cuh), for
+# bench/gpu/step_trace.cu; a build for that program only (the others run, a little slower).
+if [ "${STEP_TRACE:-0}" = 1 ]; then cxxflags="$cxxflags -DSLUICE_STEP_TRACE"; nvflags="$nvflags -DSLUICE_STEP_TRACE"; fi
 srcs=$(ls src/core/*.cpp src/io/*.cpp src/quant/*.cpp src/kernels/cpu/*.cpp src/models/*.cpp src/moe/*.cpp src/kv/*.cpp 2>/dev/null)
 # The placement layer the split model uses (cache, planner, metrics); not calibration.cpp, which
 # needs the tokenizer layer this build does not compile.

@@ -75,8 +75,7 @@ int main(int argc, char** argv) {
         forward_scratch s = m->make_scratch(n_prompt > 16 ? n_prompt : 16, pool);
         s.last_row_logits_only = true;
         std::vector<float> logits(static_cast<size_t>(hp.n_vocab) * 16);
-        std::vector<token_id> prompt(static_cast<size_t>(n_prompt));
-        for (int i = 0; i < n_prompt; ++i) prompt[static_cast<size_t>(i)] = (i * 7919 + 13) % hp.n_vocab;
+        const std::vector<token_id> prompt = gpu_bench::synthetic_prompt(n_prompt, hp.n_vocab);
 
         // Warm-up (allocations, first launches) on its own cache.
         {

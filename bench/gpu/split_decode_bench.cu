@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
                     std::printf("model: %s, %d layers, %d of %d experts in VRAM (%d whole layers), PCIe lane %s; loaded in %.1f s\n",
                                 hp.arch.c_str(), hp.n_layer, info.resident, info.total, info.whole_layers,
                                 info.pcie_lane ? "on" : info.pcie_note.c_str(), now_s() - t0);
-                    for (int i = 0; i < n_prompt; ++i) prompt[static_cast<size_t>(i)] = (i * 7919 + 13) % hp.n_vocab;
+                    prompt = gpu_bench::synthetic_prompt(n_prompt, hp.n_vocab);
                 }
                 thread_pool pool(n_threads);
                 forward_scratch s = m->make_scratch(n_prompt > 16 ? n_prompt : 16, pool);

@@ -425,6 +425,7 @@ void cuda_model::enqueue(std::span<const batch_segment> batch, const std::vector
     ck(cudaMemcpyAsync(x_, h_x_, static_cast<size_t>(n * E) * 4, cudaMemcpyHostToDevice, stream_), "embeddings");
     if (pos_dev) ck(cudaMemcpyAsync(d_pos_, h_pos_, 4, cudaMemcpyHostToDevice, stream_), "position");
     attn_rows_.clear();
+    pending_residual_ = {};   // none left by an enqueue that threw
     for (size_t i = 0; i < batch.size(); ++i)
         attn_rows_.push_back({batch[i].pos0, static_cast<int64_t>(batch[i].tokens.size()), batch[i].kv->shape().n_ctx,
                               kv_bufs[i]});
@@ -432,9 +433,12 @@ void cuda_model::enqueue(std::span<const batch_segment> batch, const std::vector
         const dlayer& l = layers_[static_cast<size_t>(il)];
         if (l.recurrent) delta_net_block(l, batch, n);
         else attention_block(l, il, attn_rows_, n, pos_dev);
+        defer_residual_ = il + 1 < hp_.n_layer;   // the next layer's first launch is its norm
         if (spec_.moe) moe_block(l, il, n);
         else dense_block(l, n);
     }
+    defer_residual_ = false;
+    flush_residual();   // never pending here (the last layer's add is not deferred): a guard
     // Output: the rows that want logits, packed, then one LM-head matmul.
     const auto fo = fmt(output_);
     const size_t act_row = fo == quant::act_format::f32 ? 0 : quant::act_row_bytes(fo, E);
@@ -528,6 +532,14 @@ cuda::mm_args cuda_model::mm_args_for(const dmat& w, const float* x, int64_t n_r
 }
 
 bool cuda_model::norm(const float* x, const float* w, float* out, int64_t n, quant::act_format f, std::byte* act) {
+    if (pending_residual_.ey) {
+        if (x == x_ && out != x_ && n == pending_rows_ && f != quant::act_format::f32 && hp_.n_embd <= 8192) {
+            cuda::moe_residual_rmsnorm_quant(pending_residual_, x_, w, out, n, hp_.n_embd, hp_.rms_eps, f, act, stream_);
+            pending_residual_ = {};
+            return true;
+        }
+        flush_residual();
+    }
     if (f == quant::act_format::f32) {
         cuda::rmsnorm(x, w, out, n, hp_.n_embd, hp_.rms_eps, stream_);
         return false;
@@ -583,13 +595,16 @@ void cuda_model::attention_block(const dlayer& l, int il, std::span<const attn_r
     mm(l.wo, attn_, n, x_, false, nullptr, 1, true);
 }
 
-bool cuda_model::swiglu_for(const dmat& down, int64_t rows, int64_t width) {
+void cuda_model::swiglu_down(const dmat& down, int64_t rows, float* y, const int32_t* ids, bool accumulate,
+                             bool ids_settled) {
     if (fmt(down) == quant::act_format::f32) {
-        cuda::swiglu(gate_, up_, gate_, rows * width, stream_);
-        return false;
+        cuda::swiglu(gate_, up_, gate_, rows * down.n_in, stream_);
+        mm(down, gate_, rows, y, false, ids, 1, accumulate);
+        return;
     }
-    cuda::swiglu_quant(gate_, up_, rows, width, fmt(down), act_, stream_);
-    return true;
+    cuda::mm_args a = mm_args_for(down, gate_, rows, y, true, ids, 1, accumulate);   // act_: where the rows go
+    a.ids_settled = ids_settled;
+    cuda::matmul_swiglu(a, gate_, up_, stream_);
 }
 
 void cuda_model::dense_block(const dlayer& l, int64_t n) {
@@ -600,8 +615,7 @@ void cuda_model::dense_block(const dlayer& l, int64_t n) {
         mm(l.gate, xn_, n, gate_, g_act);
         mm(l.up, xn_, n, up_, fmt(l.gate) != quant::act_format::f32 && fmt(l.up) == fmt(l.gate));
     }
-    const bool d_act = swiglu_for(l.down, n, hp_.n_ff);
-    mm(l.down, gate_, n, x_, d_act, nullptr, 1, true);   // x += down . swiglu
+    swiglu_down(l.down, n, x_, nullptr, true);   // x += down . swiglu
 }
 
 }  // namespace sluice::cuda_impl

@@ -274,16 +274,24 @@ private:
                               const dmat* w2 = nullptr, float* y2 = nullptr);
 
     // out = rmsnorm(x) * w for n rows; when f is an int8 format, act_ gets out's activation rows
-    // in the same launch (returns true), else act_ is untouched (false).
+    // in the same launch (returns true), else act_ is untouched (false). A residual add the MoE
+    // block left pending (pending_residual_) is made first: in the same launch when x is x_ and
+    // the rows are quantised (moe_residual_rmsnorm_quant), else by its own launches.
     bool norm(const float* x, const float* w, float* out, int64_t n, quant::act_format f, std::byte* act);
+    // x_ += the MoE block's pending sum (its own launches), if one is pending.
+    void flush_residual();
 
     // x += attention(rmsnorm(x)) against KV layer il of each sequence's cache (segs: the rows in
     // order).
     void attention_block(const dlayer& l, int il, std::span<const attn_rows> segs, int64_t n, const int32_t* pos_dev);
 
-    // SwiGLU of gate_ and up_ ([rows, width]) as the down projection's input: quantised straight
-    // into act_ when `down` takes int8 rows (returns true: reuse them), else in place in gate_.
-    bool swiglu_for(const dmat& down, int64_t rows, int64_t width);
+    // y = down . swiglu(gate_, up_) for `rows` rows of down's width (y += with accumulate; ids:
+    // expert mode, the pairs' experts): int8 formats through cuda::matmul_swiglu (the SwiGLU
+    // quantised by the down launch's own blocks where the one-wave kernel takes it, else into
+    // act_ first), float formats by the SwiGLU in place in gate_ and then the product.
+    // ids_settled: see cuda::mm_args (the ids' writer ran two launches or more before the SwiGLU).
+    void swiglu_down(const dmat& down, int64_t rows, float* y, const int32_t* ids = nullptr, bool accumulate = false,
+                     bool ids_settled = false);
 
     void dense_block(const dlayer& l, int64_t n);
 
@@ -309,6 +317,12 @@ private:
     // il: the trunk layer (the split model's lanes know it), or -1 for the MTP block (every
     // expert in VRAM).
     void moe_block(const dlayer& l, int il, int64_t n);
+    // The MoE block's residual add left to the next norm (defer_residual_: set by enqueue for
+    // every trunk layer but the last, whose next launch is that norm): saves up to three launches
+    // a layer, the same bits (ops.cuh).
+    bool defer_residual_ = false;
+    cuda::moe_residual pending_residual_;   // ey set: pending for pending_rows_ rows
+    int64_t pending_rows_ = 0;
 
     // ---- hybrid models (cuda_model_hybrid.cpp) ----------------------------------------------
     // Binds and uploads layer il of a hybrid file (its MoE FFN as the other MoE models do).

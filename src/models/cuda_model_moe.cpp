@@ -22,8 +22,10 @@ void cuda_model::routed_experts(const dlayer& l, int64_t n, const int32_t* ids, 
         mm(l.gate_exps, xn_, n * K, gate_, g_act, ids, static_cast<int>(K));
         mm(l.up_exps, xn_, n * K, up_, fg != quant::act_format::f32 && fmt(l.up_exps) == fg, ids, static_cast<int>(K));
     }
-    const bool d_act = swiglu_for(l.down_exps, n * K, hp_.n_ff_exp);
-    mm(l.down_exps, gate_, n * K, ey_, d_act, ids, 1);
+    // Whoever wrote the ids (the router, the split's kernels, an upload) ran before the gate and up
+    // launch, and that one before the down projection's launches: their blocks may read the ids
+    // before they wait (cuda::mm_args::ids_settled).
+    swiglu_down(l.down_exps, n * K, ey_, ids, false, true);
 }
 
 void cuda_model::all_experts(const dlayer& l, int64_t n, bool g_act, const int32_t* ids) {
@@ -43,17 +45,31 @@ void cuda_model::all_experts(const dlayer& l, int64_t n, bool g_act, const int32
 void cuda_model::moe_block(const dlayer& l, int il, int64_t n) {
     const int64_t K = hp_.n_expert_used;
     const auto fg = fmt(l.gate_exps);
-    bool g_act = norm(x_, l.ffn_norm, xn_, n, fg, act_);
-    // The router (F32 in the files llama.cpp writes: it reads xn_ and leaves act_ alone) and its
-    // top-k: one launch for a decode step's row (the router's last block routes it).
+    // The norm, the router (F32 in the files llama.cpp writes: it reads xn_ and leaves act_ alone)
+    // and its top-k: for a decode step's row one launch (the router's blocks each normalise the
+    // row, its first block writes xn_ and act_, its last block routes), else the norm's launch
+    // and then the router's.
     const auto fr = fmt(l.router);
     kernels::router_params rp;
     rp.n_expert = hp_.n_expert;
     rp.n_used = hp_.n_expert_used;
     rp.renormalize = hp_.expert_weights_norm;
-    cuda::router_topk(mm_args_for(l.router, xn_, n, router_, g_act && fr == fg), rp, ids_, ew_, route_arrivals_, stream_);
-    if (fr != quant::act_format::f32 && fr != fg) g_act = false;   // act_ was overwritten
     const bool split = lanes_ && il >= 0 && !lanes_->whole_layer(il);   // il -1: the MTP block, all in VRAM
+    bool g_act = false;
+    if (n == 1 && fr == quant::act_format::f32 && !pending_residual_.ey) {
+        cuda::router_norm rn;
+        rn.x = x_;
+        rn.w = l.ffn_norm;
+        rn.eps = hp_.rms_eps;
+        rn.f = fg;
+        rn.act = act_;
+        cuda::norm_router_topk(mm_args_for(l.router, xn_, n, router_, false), rn, rp, ids_, ew_, route_arrivals_, stream_);
+        g_act = fg != quant::act_format::f32;
+    } else {
+        g_act = norm(x_, l.ffn_norm, xn_, n, fg, act_);
+        cuda::router_topk(mm_args_for(l.router, xn_, n, router_, g_act && fr == fg), rp, ids_, ew_, route_arrivals_, stream_);
+        if (fr != quant::act_format::f32 && fr != fg) g_act = false;   // act_ was overwritten
+    }
     bool shared_done = false;   // the split path enqueues the shared expert before its CPU lane
     if (split && lanes_->streaming()) {
         // A streamed split layer (prefill): its experts not resident copied into a layer buffer
@@ -112,13 +128,23 @@ void cuda_model::moe_block(const dlayer& l, int il, int64_t n) {
     }
     if (!shared_done) shared_expert(l, n);
     grouped_ = false;
-    const int64_t E = hp_.n_embd;
-    if (!l.sh_inp) {
-        cuda::moe_combine(ey_, ew_, static_cast<int>(K), n, E, x_, stream_, true);   // x += the rank-order sum
+    pending_residual_ = cuda::moe_residual{ey_, ew_, static_cast<int>(K), l.sh_inp ? shexp_ : nullptr,
+                                           l.sh_inp ? shgate_ : nullptr};
+    pending_rows_ = n;
+    if (!defer_residual_) flush_residual();
+}
+
+void cuda_model::flush_residual() {
+    if (!pending_residual_.ey) return;
+    const cuda::moe_residual r = pending_residual_;
+    const int64_t n = pending_rows_, E = hp_.n_embd;
+    pending_residual_ = {};
+    if (!r.sh) {
+        cuda::moe_combine(r.ey, r.weights, r.K, n, E, x_, stream_, true);   // x += the rank-order sum
         return;
     }
-    cuda::moe_combine(ey_, ew_, static_cast<int>(K), n, E, out_buf_, stream_);
-    cuda::add_gated(out_buf_, shexp_, shgate_, n, E, stream_);
+    cuda::moe_combine(r.ey, r.weights, r.K, n, E, out_buf_, stream_);
+    cuda::add_gated(out_buf_, r.sh, r.sh_gate, n, E, stream_);
     cuda::add(x_, out_buf_, n * E, stream_);
 }
 
@@ -147,11 +173,9 @@ void cuda_model::shared_expert(const dlayer& l, int64_t n) {
     if (!l.sh_inp) return;
     // After the routed experts' launches: gate_ and up_ are theirs until the down projection
     // has read them (the stream orders it). The bits do not depend on where it is enqueued.
-    const int64_t S = hp_.n_ff_shexp;
     mm(l.sh_gate, xn_, n, gate_, false);
     mm(l.sh_up, xn_, n, up_, l.sh_up.type == l.sh_gate.type);
-    cuda::swiglu(gate_, up_, gate_, n * S, stream_);
-    mm(l.sh_down, gate_, n, shexp_, false);   // [n, E]
+    swiglu_down(l.sh_down, n, shexp_);   // [n, E]
     mm(l.sh_inp, xn_, n, shgate_, false);     // [n, 1]
 }
 

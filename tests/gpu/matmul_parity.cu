@@ -6,13 +6,16 @@
 //   2. (GPU) cuda::matmul gives dot_ref's bits for every output element, for windows of 1..16
 //      rows, a prefill of 100 rows and expert mode (ids, act_div), and each row of a window
 //      equals the same row computed alone (E1); and one-row launches of more than a wave (the
-//      one-wave kernel, matmul_row_stream.cuh): plain, paired with accumulate, expert mode;
+//      one-wave kernel, matmul_row_stream.cuh): plain, paired with accumulate, expert mode (with
+//      the ids read before the wait, ids_settled), and matmul_swiglu (the SwiGLU rows made in
+//      the launch) against swiglu_quant then matmul;
 //   3. (GPU) router_topk's one launch (the router's last block routes the row) equals matmul
 //      then route_topk, bit for bit;
 //   4. (GPU, timing) one-row matmul GB/s on an expert-sized matrix (2048 x 768) and a large
 //      dense one, for a few formats.
 // Exit 0 when everything matches, 1 on a difference, 77 (skipped) without a GPU after part 1.
 #include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/ops.cuh"
 #include "kernels/cuda/quant_decode.cuh"
 
 #include "kernels/cpu/dot_ref.h"
@@ -320,20 +323,25 @@ int gpu_parity(dtype t, int64_t n_in) {
             if (f2u(got[p * n_out + j]) != f2u(ref[(p / 2) * n_out + j]) && bad_exp++ == 0)
                 std::printf("  %s expert pair %d col %lld differs\n", std::string(name(t)).c_str(), p, static_cast<long long>(j));
     // Again with every third pair's id -1 (another lane's pair in a split layer): those rows keep
-    // what the output held (0xff bytes), the others are computed as before.
+    // what the output held (0xff bytes), the others are computed as before; then the same with
+    // ids_settled (the blocks read their ids and stage their weights before the wait).
     for (int p = 0; p < n_pairs; p += 3) ids[static_cast<size_t>(p)] = -1;
     CK(cudaMemcpy(dids.p, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemset(dy.p, 0xff, static_cast<size_t>(n_pairs * n_out) * 4));
-    cuda::matmul(m, nullptr);
-    CK(cudaDeviceSynchronize());
-    CK(cudaMemcpy(got.data(), dy.p, static_cast<size_t>(n_pairs * n_out) * 4, cudaMemcpyDeviceToHost));
-    for (int p = 0; p < n_pairs; ++p)
-        for (int64_t j = 0; j < n_out; ++j) {
-            const uint32_t want = p % 3 == 0 ? 0xffffffffu : f2u(ref[(p / 2) * n_out + j]);
-            if (f2u(got[p * n_out + j]) != want && bad_exp++ == 0)
-                std::printf("  %s expert pair %d (id %d) col %lld differs\n", std::string(name(t)).c_str(), p,
-                            ids[static_cast<size_t>(p)], static_cast<long long>(j));
-        }
+    for (int settled = 0; settled < 2; ++settled) {
+        m.ids_settled = settled == 1;
+        CK(cudaMemset(dy.p, 0xff, static_cast<size_t>(n_pairs * n_out) * 4));
+        cuda::matmul(m, nullptr);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(got.data(), dy.p, static_cast<size_t>(n_pairs * n_out) * 4, cudaMemcpyDeviceToHost));
+        for (int p = 0; p < n_pairs; ++p)
+            for (int64_t j = 0; j < n_out; ++j) {
+                const uint32_t want = p % 3 == 0 ? 0xffffffffu : f2u(ref[(p / 2) * n_out + j]);
+                if (f2u(got[p * n_out + j]) != want && bad_exp++ == 0)
+                    std::printf("  %s expert pair %d (id %d, ids_settled %d) col %lld differs\n", std::string(name(t)).c_str(),
+                                p, ids[static_cast<size_t>(p)], settled, static_cast<long long>(j));
+            }
+    }
+    m.ids_settled = false;
     // Grouped expert mode (int8 formats), for both tile sizes: 60 pairs over the 3 experts (20
     // each: tiles of 16 and 4 for the dp4a kernel, one of 20 for the tensor-core kernel), then 200
     // pairs over 2 experts (100 each: tiles of 64 and 36); grouped on the device by group_pairs;
@@ -490,7 +498,9 @@ int row_stream_parity(dtype t, int64_t n_in) {
     me.n_rows = n_pairs;
     me.y = dye.as<float>();
     me.y_stride = n_exp_out;
-    for (int paired = 0; paired < 2; ++paired) {
+    for (int run = 0; run < 4; ++run) {   // unpaired, paired; then both again with ids_settled
+        const int paired = run % 2;
+        me.ids_settled = run >= 2;
         CK(cudaMemset(dye.p, 0xff, ref_e.size() * 4));
         CK(cudaMemset(dye2.p, 0xff, ref_e.size() * 4));
         if (paired) {
@@ -502,13 +512,62 @@ int row_stream_parity(dtype t, int64_t n_in) {
         cuda::matmul(me, nullptr);
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(got_e.data(), dye.p, ref_e.size() * 4, cudaMemcpyDeviceToHost));
-        expect(got_e, ref_e, paired ? "expert mode, paired (first)" : "expert mode");
+        expect(got_e, ref_e, paired ? (run >= 2 ? "expert mode, paired, ids settled (first)" : "expert mode, paired (first)")
+                                    : (run >= 2 ? "expert mode, ids settled" : "expert mode"));
         if (paired) {
             CK(cudaMemcpy(got_e2.data(), dye2.p, ref_e.size() * 4, cudaMemcpyDeviceToHost));
-            expect(got_e2, ref_e, "expert mode, paired (second)");
+            expect(got_e2, ref_e, run >= 2 ? "expert mode, paired, ids settled (second)" : "expert mode, paired (second)");
         }
     }
-    std::printf("%s gpu %-8s n_in %5lld: one-wave one-row kernel (%lld columns, %d pairs of %lld) %s\n",
+    // matmul_swiglu: the activation rows swiglu(gate, up) made in the launch's blocks, against
+    // swiglu_quant then matmul (both checked against the CPU elsewhere: ops_parity, above), for
+    // the expert launch (one wave: its act buffer must stay untouched) and a 3-row plain launch
+    // (no one-wave kernel: swiglu_quant fills the buffer first).
+    {
+        me.w2 = nullptr;
+        me.y2 = nullptr;
+        me.n_out2 = 0;
+        me.ids_settled = true;
+        const auto gate = random_floats(static_cast<size_t>(n_act * n_in), 35, 3.0f);
+        const auto up = random_floats(static_cast<size_t>(n_act * n_in), 36, 1.0f);
+        dev_buf dg(gate.size() * 4), du(up.size() * 4), dsw(a.size()), dsw2(a.size());
+        CK(cudaMemcpy(dg.p, gate.data(), gate.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(du.p, up.data(), up.size() * 4, cudaMemcpyHostToDevice));
+        const auto f = quant::act_format_for(t);
+        std::vector<std::byte> untouched(a.size()), after(a.size());
+        std::memset(untouched.data(), 0x5a, untouched.size());
+        for (int plain = 0; plain < 2; ++plain) {
+            cuda::mm_args& s = plain ? m : me;
+            s.accumulate = false;
+            s.w2 = nullptr;
+            s.y2 = nullptr;
+            s.n_out2 = 0;
+            if (plain) s.n_rows = 3;
+            const size_t ys = static_cast<size_t>(plain ? 3 * n_plain : n_pairs * n_exp_out) * 4;
+            dev_buf dyw(ys), dyf(ys);
+            CK(cudaMemset(dyw.p, 0xff, ys));
+            CK(cudaMemset(dyf.p, 0xff, ys));
+            cuda::swiglu_quant(dg.as<float>(), du.as<float>(), n_act, n_in, f, dsw.as<std::byte>(), nullptr);
+            s.act = dsw.as<std::byte>();
+            s.y = dyw.as<float>();
+            cuda::matmul(s, nullptr);
+            CK(cudaMemcpy(dsw2.p, untouched.data(), untouched.size(), cudaMemcpyHostToDevice));
+            s.act = dsw2.as<std::byte>();
+            s.y = dyf.as<float>();
+            cuda::matmul_swiglu(s, dg.as<float>(), du.as<float>(), nullptr);
+            CK(cudaDeviceSynchronize());
+            std::vector<float> want(ys / 4), got_f(ys / 4);
+            CK(cudaMemcpy(want.data(), dyw.p, ys, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(got_f.data(), dyf.p, ys, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(after.data(), dsw2.p, after.size(), cudaMemcpyDeviceToHost));
+            expect(got_f, want, plain ? "matmul_swiglu, 3 plain rows" : "matmul_swiglu, expert mode");
+            const bool written = after != untouched;
+            if (written != (plain == 1) && bad++ == 0)
+                std::printf("  %s n_in %lld matmul_swiglu %s: the act buffer was %s\n", fmt_name.c_str(),
+                            static_cast<long long>(n_in), plain ? "plain" : "experts", written ? "written" : "not written");
+        }
+    }
+    std::printf("%s gpu %-8s n_in %5lld: one-wave one-row kernel (%lld columns, %d pairs of %lld; SwiGLU rows made in the launch) %s\n",
                 bad ? "FAIL" : "PASS", fmt_name.c_str(), static_cast<long long>(n_in), static_cast<long long>(n_plain),
                 n_pairs, static_cast<long long>(n_exp_out), bad ? "DIFFER" : "bit-identical");
     return bad ? 1 : 0;
@@ -522,6 +581,89 @@ int row_stream_parity(dtype t, int64_t n_in) {
 // ids and weights bit for bit, over several launches on one arrival counter (which must be
 // left at zero), for Qwen3-30B-A3B's 128 experts top-8 (renormalised), qwen2moe's 60 top-4 and
 // a row of ties (every column the same weights).
+// norm_router_topk: the residual row's RMSNorm made in the router's launch (its first block
+// writing the normalised row and its int8 rows) against rmsnorm_quant (or rmsnorm) then
+// router_topk's two launches: the normalised row, the activation bytes, the probabilities, ids
+// and weights bit for bit, for F32 and BF16 routers and each activation format, checking that
+// the one-launch form is the one compared (router_one_launch).
+int norm_router_parity() {
+    int f = 0;
+    const int64_t n_in = 2048;
+    const int n_expert = 128;
+    kernels::router_params p;
+    p.n_expert = n_expert;
+    p.n_used = 8;
+    p.renormalize = true;
+    const auto x = random_floats(static_cast<size_t>(n_in), 90, 3.0f), nw = random_floats(static_cast<size_t>(n_in), 91, 1.0f);
+    for (dtype t : {dtype::f32, dtype::bf16})
+        for (auto af : {quant::act_format::q8_256, quant::act_format::q8_32, quant::act_format::f32}) {
+            const size_t row_bytes = static_cast<size_t>(n_in) * (t == dtype::f32 ? 4 : 2);
+            std::vector<uint8_t> w(row_bytes * n_expert);
+            const auto v = random_floats(static_cast<size_t>(n_in) * n_expert, 92, 0.05f);
+            for (size_t i = 0; i < v.size(); ++i) {
+                const uint32_t u = f2u(v[i]);
+                if (t == dtype::f32) std::memcpy(w.data() + 4 * i, &u, 4);
+                else {
+                    w[2 * i] = static_cast<uint8_t>(u >> 16);
+                    w[2 * i + 1] = static_cast<uint8_t>(u >> 24);
+                }
+            }
+            const size_t ab = af == quant::act_format::f32 ? 16 : quant::act_row_bytes(af, n_in);
+            dev_buf dw(w.size()), dx(n_in * 4), dnw(n_in * 4), arrivals(4);
+            dev_buf dxn[2] = {dev_buf(n_in * 4), dev_buf(n_in * 4)}, dact[2] = {dev_buf(ab), dev_buf(ab)};
+            dev_buf dy[2] = {dev_buf(n_expert * 4), dev_buf(n_expert * 4)}, dids[2] = {dev_buf(32), dev_buf(32)},
+                    dwt[2] = {dev_buf(32), dev_buf(32)};
+            CK(cudaMemcpy(dw.p, w.data(), w.size(), cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(dx.p, x.data(), n_in * 4, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(dnw.p, nw.data(), n_in * 4, cudaMemcpyHostToDevice));
+            CK(cudaMemset(arrivals.p, 0, 4));
+            bool one_launch = false;
+            for (int k = 0; k < 2; ++k) {   // 0: one launch, 1: the norm's launch, then the router's two
+                CK(cudaMemset(dact[k].p, 0, ab));
+                cuda::mm_args a;
+                a.type = t;
+                a.w = dw.as<std::byte>();
+                a.row_bytes = row_bytes;
+                a.n_in = n_in;
+                a.n_out = n_expert;
+                a.act = dxn[k].as<std::byte>();
+                a.act_stride = static_cast<size_t>(n_in) * 4;
+                a.n_rows = 1;
+                a.y = dy[k].as<float>();
+                a.y_stride = n_expert;
+                cuda::router_norm rn;
+                rn.x = dx.as<float>();
+                rn.w = dnw.as<float>();
+                rn.eps = 1e-6f;
+                rn.f = af;
+                rn.act = dact[k].as<std::byte>();
+                if (k == 0) {
+                    one_launch = cuda::router_one_launch(a, p, &rn);
+                    cuda::norm_router_topk(a, rn, p, dids[k].as<int32_t>(), dwt[k].as<float>(), arrivals.as<unsigned>(), nullptr);
+                } else {
+                    if (af == quant::act_format::f32) cuda::rmsnorm(rn.x, rn.w, dxn[k].as<float>(), 1, n_in, rn.eps, nullptr);
+                    else cuda::rmsnorm_quant(rn.x, rn.w, dxn[k].as<float>(), 1, n_in, rn.eps, af, rn.act, nullptr);
+                    cuda::router_topk(a, p, dids[k].as<int32_t>(), dwt[k].as<float>(), nullptr, nullptr);
+                }
+            }
+            CK(cudaDeviceSynchronize());
+            auto same_bytes = [&](dev_buf* b, size_t n) {
+                std::vector<uint8_t> h0(n), h1(n);
+                CK(cudaMemcpy(h0.data(), b[0].p, n, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(h1.data(), b[1].p, n, cudaMemcpyDeviceToHost));
+                return h0 == h1;
+            };
+            const bool same = same_bytes(dxn, n_in * 4) && same_bytes(dact, ab) && same_bytes(dy, n_expert * 4) &&
+                              same_bytes(dids, 32) && same_bytes(dwt, 32);
+            const char* fname = af == quant::act_format::q8_256 ? "q8_256" : af == quant::act_format::q8_32 ? "q8_32" : "f32";
+            std::printf("%s norm_router_topk %s router, %s activations: %s%s\n", same && one_launch ? "PASS" : "FAIL",
+                        std::string(name(t)).c_str(), fname, same ? "bit-identical to the norm's launch + router_topk" : "DIFFER",
+                        one_launch ? "" : " (not one launch)");
+            f += same && one_launch ? 0 : 1;
+        }
+    return f;
+}
+
 int router_topk_parity() {
     int f = 0;
     struct cfg { dtype t; int n_expert, n_used; bool renorm, ties; };
@@ -760,7 +902,7 @@ int main(int argc, char** argv) {
             failures += row_stream_parity(t, info(t).block_elems == 32 ? 256 : 512);
         }
     }
-    failures += router_topk_parity();
+    failures += router_topk_parity() + norm_router_parity();
     if (do_bench && failures == 0) {
         for (dtype t : {dtype::q4_k, dtype::q8_0, dtype::q4_0, dtype::q6_k, dtype::iq4_xs, dtype::mxfp4}) {
             bench(t, 2048, 768, 128, 1, "expert");

@@ -3,8 +3,8 @@
 // per-head rows), RoPE (normal, NeoX, YaRN) from the host's rope_table, attention (decode, a
 // verify window, prefills with both kernels; GQA; head_dim 128, 80, 72 and 64), the router's softmax + top-k (with ties),
 // SwiGLU, the MoE rank-order combine and the shared-expert gate; the fused forms the CUDA
-// model runs (rmsnorm + int8 activation rows, SwiGLU + int8 activation rows, combine + residual)
-// against the CPU's two steps (kernels::rmsnorm / swiglu, then quant::quantize_act_row). Also E1 for attention on the
+// model runs (rmsnorm + int8 activation rows, SwiGLU + int8 activation rows, combine + residual,
+// the MoE residual add with or without the shared expert folded into the next norm) against the CPU's two steps (kernels::rmsnorm / swiglu, then quant::quantize_act_row). Also E1 for attention on the
 // GPU: a window's rows equal the same rows computed one at a time (by the one-row kernel).
 // Before the GPU: (host) the router's one-row function that the device runs
 // (src/kernels/cuda/router.cuh) equals kernels::route_topk on the host.
@@ -300,6 +300,52 @@ int report_bytes(const std::string& what, const std::vector<std::byte>& cpu, con
     return bad ? 1 : 0;
 }
 
+// The MoE block's residual add folded into the next norm (moe_residual_rmsnorm_quant) against the
+// CPU's steps: x + (rank-order sum) or x + (sum + sigmoid(g) * shared), then rmsnorm and the
+// activation rows; the new x, the normed rows and the activation bytes, for both formats.
+int test_residual_norm() {
+    int f = 0;
+    const int rows = 3, K = 8;
+    const int64_t E = 2048;
+    auto ey = rnd(static_cast<size_t>(rows * K * E), 40), wk = rnd(static_cast<size_t>(rows * K), 41, 0.3f);
+    auto x = rnd(static_cast<size_t>(rows * E), 42, 2.0f), nw = rnd(static_cast<size_t>(E), 43);
+    auto sh = rnd(static_cast<size_t>(rows * E), 44), gl = rnd(static_cast<size_t>(rows), 45, 3.0f);
+    for (auto fmt : {quant::act_format::q8_32, quant::act_format::q8_256})
+        for (int shared = 0; shared < 2; ++shared) {
+            const std::string tag = std::string(fmt == quant::act_format::q8_32 ? "q8_32" : "q8_256") +
+                                    (shared ? " + shared expert" : "");
+            std::vector<float> nx(x.size()), cpu(x.size());
+            for (int r = 0; r < rows; ++r) {
+                const float s = kernels::sigmoid_f32(gl[static_cast<size_t>(r)]);
+                for (int64_t i = 0; i < E; ++i) {
+                    float o = 0.0f;
+                    for (int k = 0; k < K; ++k) o = o + wk[static_cast<size_t>(r * K + k)] * ey[static_cast<size_t>((r * K + k) * E + i)];
+                    if (shared) o = o + s * sh[static_cast<size_t>(r * E + i)];
+                    nx[static_cast<size_t>(r * E + i)] = x[static_cast<size_t>(r * E + i)] + o;
+                }
+                kernels::rmsnorm(nx.data() + r * E, nw.data(), cpu.data() + r * E, E, 1e-6f);
+            }
+            const auto act = cpu_act(fmt, cpu, rows, E);
+            dvec dey(ey), dwk(wk), dx(x), dnw(nw), dsh(sh), dgl(gl), dout(x.size());
+            std::byte* da = nullptr;
+            CK(cudaMalloc(&da, act.size()));
+            cuda::moe_residual m;
+            m.ey = dey.p;
+            m.weights = dwk.p;
+            m.K = K;
+            if (shared) {
+                m.sh = dsh.p;
+                m.sh_gate = dgl.p;
+            }
+            cuda::moe_residual_rmsnorm_quant(m, dx.p, dnw.p, dout.p, rows, E, 1e-6f, fmt, da, nullptr);
+            f += report("moe residual + rmsnorm_quant: x " + tag, nx, dx.get());
+            f += report("moe residual + rmsnorm_quant: out " + tag, cpu, dout.get());
+            f += report_bytes("moe residual + rmsnorm_quant: act " + tag, act, da);
+            cudaFree(da);
+        }
+    return f;
+}
+
 int test_fused() {
     int f = 0;
     for (auto fmt : {quant::act_format::q8_32, quant::act_format::q8_256})
@@ -392,6 +438,7 @@ int test_fused() {
     dvec dey(ey), dw(w), dx(x);
     cuda::moe_combine(dey.p, dw.p, K, rows, E, dx.p, nullptr, true);
     f += report("moe combine + residual", ref, dx.get());
+    f += test_residual_norm();
     return f;
 }
 

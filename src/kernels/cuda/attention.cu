@@ -312,14 +312,14 @@ struct rows_chunk_buffers {
     float v[kernels::k_attn_chunk][k_rows_hd<U>];        // [k_attn_chunk, head_dim]
 };
 
-// The block's threads copy n K and V rows of a chunk (kg, vg: the chunk's first row of this KV
-// head, rows kv_stride floats apart) into b: as asynchronous 16-byte copies where every row
+// The block's threads copy K and V rows j0..n-1 of a chunk (kg, vg: the chunk's first row of this
+// KV head, rows kv_stride floats apart) into b: as asynchronous 16-byte copies where every row
 // is 16-byte aligned (head_dim and the stride multiples of 4: every model here; the caller then
 // calls stage_wait before its barrier), else float by float. Copies only. The copies of a thread
 // are all in flight at once: a float4 load-then-store loop took a memory latency per iteration
 // (4 a thread for a 32-position chunk of 128-wide heads at 256 threads).
 template <int U>
-__device__ inline void stage_chunk(const float* kg, const float* vg, int64_t kv_stride, int n, int hd,
+__device__ inline void stage_chunk(const float* kg, const float* vg, int64_t kv_stride, int j0, int n, int hd,
                                    rows_chunk_buffers<U>& b) {
     auto& sk = b.k;
     auto& sv = b.v;
@@ -327,14 +327,14 @@ __device__ inline void stage_chunk(const float* kg, const float* vg, int64_t kv_
     const bool vec4 = hd % 4 == 0 && kv_stride % 4 == 0 && ((reinterpret_cast<uintptr_t>(kg) | reinterpret_cast<uintptr_t>(vg)) & 15) == 0;
     if (vec4) {
         const int q4 = hd / 4;
-        for (int i = tid; i < n * q4; i += nt) {
+        for (int i = j0 * q4 + tid; i < n * q4; i += nt) {
             const int j = i / q4, d = 4 * (i - j * q4);
             copy16(&sk[j][d], kg + j * kv_stride + d);
             copy16(&sv[j][d], vg + j * kv_stride + d);
         }
         return;
     }
-    for (int i = tid; i < n * hd; i += nt) {
+    for (int i = j0 * hd + tid; i < n * hd; i += nt) {
         const int j = i / hd, d = i - j * hd;
         sk[j][d] = kg[j * kv_stride + d];
         sv[j][d] = vg[j * kv_stride + d];
@@ -401,7 +401,7 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
     auto issue = [&](int64_t c0, rows_chunk_buffers<U>& b) {
         const int n_stage = static_cast<int>(n_kv_tile - c0 < kernels::k_attn_chunk ? n_kv_tile - c0 : kernels::k_attn_chunk);
         stage_chunk(kc + c0 * kv_stride + static_cast<int64_t>(kvh) * hd, vc + c0 * kv_stride + static_cast<int64_t>(kvh) * hd,
-                    kv_stride, n_stage, hd, b);
+                    kv_stride, 0, n_stage, hd, b);
     };
     issue(0, bufs[0]);
     for (int64_t c0 = 0, ib = 0; c0 < n_kv_tile; c0 += kernels::k_attn_chunk, ib ^= 1) {
@@ -451,7 +451,9 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
 // into a record in global memory (the chunk's max, exp sum and V sum). The last block of a KV
 // head to finish (an arrival counter) merges every chunk of its G heads in chunk order with
 // attention_kernel's merge (the prefix of maxima, then the serial l / o updates), so the bits are
-// the one-block kernel's, which are the CPU's. Why: attention_kernel gives a decode step one
+// the one-block kernel's, which are the CPU's. The rows of the block's first chunk before the
+// step's position were written by earlier steps: they are staged before the wait for the kernel
+// before (launch.cuh), which writes only the row at the position (and q). Why: attention_kernel gives a decode step one
 // block per head, 32 blocks on 132 SMs reading every K/V row once per query head; at 512
 // positions that took 16.3 us a layer (kernel_bench, session 9), this reads each row once per
 // KV head from all SMs.
@@ -461,7 +463,7 @@ template <int U>
 __global__ void __launch_bounds__(k_rows_warps * 32)
     attention_split_kernel(kernels::attention_params p, const float* q, const float* kc, const float* vc, int32_t pos0,
                            const int32_t* pos_dev, float* rec, unsigned* arrivals, int64_t max_chunks, float* out) {
-    wait_prior_grids();   // first: see launch.cuh
+    // The position: copied in before the step's first launch (pos_dev), so settled here.
     if (pos_dev) pos0 = *pos_dev;
     extern __shared__ float4 split_dyn[];
     rows_chunk_buffers<U>& chunk = *reinterpret_cast<rows_chunk_buffers<U>*>(split_dyn);   // this KV head's chunk rows
@@ -474,18 +476,29 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
     const int64_t kv_stride = static_cast<int64_t>(p.n_kv_head) * hd;
     const int64_t rs = hd + 2;   // floats per record
     float* hrec = rec + static_cast<int64_t>(h) * max_chunks * rs;
-    for (int d = lane; d < hd; d += 32) sq[warp][d] = q[static_cast<int64_t>(h) * hd + d];
     const int64_t n_kv = static_cast<int64_t>(pos0) + 1;
     const int64_t n_chunks = (n_kv + kernels::k_attn_chunk - 1) / kernels::k_attn_chunk;
     if (n_chunks > max_chunks) __trap();   // the caller sizes rec for its cache: never
     const bool vec16 = hd % 16 == 0;
+    auto rows_of = [&](int64_t c) {
+        return static_cast<int>(n_kv - c * kernels::k_attn_chunk < kernels::k_attn_chunk ? n_kv - c * kernels::k_attn_chunk
+                                                                                          : kernels::k_attn_chunk);
+    };
+    auto k_rows = [&](int64_t c) { return kc + c * kernels::k_attn_chunk * kv_stride + static_cast<int64_t>(kvh) * hd; };
+    auto v_rows = [&](int64_t c) { return vc + c * kernels::k_attn_chunk * kv_stride + static_cast<int64_t>(kvh) * hd; };
+    // The first chunk's rows before the position, staged before the wait (above).
+    int early_rows = 0;
+    if (blockIdx.y < n_chunks) {
+        const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kernels::k_attn_chunk;
+        early_rows = static_cast<int>(pos0 - c0 < rows_of(blockIdx.y) ? pos0 - c0 : rows_of(blockIdx.y));
+        if (early_rows > 0) stage_chunk<U>(k_rows(blockIdx.y), v_rows(blockIdx.y), kv_stride, 0, early_rows, hd, chunk);
+    }
+    wait_prior_grids();   // see launch.cuh
+    for (int d = lane; d < hd; d += 32) sq[warp][d] = q[static_cast<int64_t>(h) * hd + d];
     for (int64_t c = blockIdx.y; c < n_chunks; c += gridDim.y) {
-        const int64_t c0 = c * kernels::k_attn_chunk;
-        const int n = static_cast<int>(n_kv - c0 < kernels::k_attn_chunk ? n_kv - c0 : kernels::k_attn_chunk);
+        const int n = rows_of(c);
         __syncthreads();   // the previous chunk's reads are done (and sq is written)
-        const float* kg = kc + c0 * kv_stride + static_cast<int64_t>(kvh) * hd;
-        const float* vg = vc + c0 * kv_stride + static_cast<int64_t>(kvh) * hd;
-        stage_chunk<U>(kg, vg, kv_stride, n, hd, chunk);
+        stage_chunk<U>(k_rows(c), v_rows(c), kv_stride, c == blockIdx.y ? early_rows : 0, n, hd, chunk);
         stage_wait();
         __syncthreads();
         float mc[1], lc[1], oc[1][U];

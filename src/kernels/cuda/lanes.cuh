@@ -29,9 +29,17 @@ __device__ inline float fold16(float (&acc)[16]) {
 __device__ inline float warp_dot_lanes(const float* a, const float* b, int64_t n) {
     const int l = static_cast<int>(threadIdx.x & 15);
     float acc = 0.0f;
+#pragma unroll 8
     for (int64_t i = l; i < n; i += 16) acc = __fmaf_rn(a[i], b[i], acc);
     for (int s = 8; s >= 1; s >>= 1) acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, s, 16));
     return __shfl_sync(0xffffffffu, acc, 0);
+}
+
+// kernels::rmsnorm's scale of the row x [n], 1 / sqrt(mean(x * x) + eps), the squares summed by
+// warp_dot_lanes; every lane of the calling warp returns it.
+__device__ inline float rms_scale_warp(const float* x, int64_t n, float eps) {
+    const float mean = __fdiv_rn(warp_dot_lanes(x, x, n), static_cast<float>(n));
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
 }
 
 }  // namespace sluice::cuda

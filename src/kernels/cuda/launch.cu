@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 namespace sluice::cuda {
 namespace {
@@ -33,5 +34,18 @@ bool programmatic_launch() {
     return m == 1;
 }
 void set_programmatic_launch(bool on) { g_programmatic.store(on ? 1 : 0, std::memory_order_relaxed); }
+
+#ifdef SLUICE_STEP_TRACE
+namespace {
+std::vector<void (*)(step_trace*)>& step_trace_setters() {
+    static std::vector<void (*)(step_trace*)> v;   // filled at static initialisation, before main
+    return v;
+}
+}  // namespace
+void register_step_trace_setter(void (*set)(step_trace*)) { step_trace_setters().push_back(set); }
+void set_step_trace(step_trace* t) {
+    for (auto* set : step_trace_setters()) set(t);
+}
+#endif
 
 }  // namespace sluice::cuda

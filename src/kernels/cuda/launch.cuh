@@ -16,6 +16,9 @@
 #pragma once
 
 #include "core/error.h"
+#ifdef SLUICE_STEP_TRACE
+#include "kernels/cuda/step_trace.h"
+#endif
 
 #include <cuda_runtime.h>
 
@@ -26,9 +29,37 @@ namespace sluice::cuda {
 bool programmatic_launch();
 void set_programmatic_launch(bool on);
 
+#ifdef SLUICE_STEP_TRACE
+// A build for bench/gpu/step_trace.cu only (step_trace.h): block (0, 0) of every kernel records,
+// in wait_prior_grids, when it entered the wait and when the wait returned (%globaltimer).
+namespace {
+__device__ step_trace* g_step_trace = nullptr;   // this file's copy (no relocatable device code)
+void set_this_file_trace(step_trace* t) { cudaMemcpyToSymbol(g_step_trace, &t, sizeof t); }
+const bool g_step_trace_registered = (register_step_trace_setter(&set_this_file_trace), true);
+}  // namespace
+
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#endif
+
 __device__ __forceinline__ void wait_prior_grids() {
+#ifdef SLUICE_STEP_TRACE
+    const unsigned long long entered = global_ns();
+#endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+#ifdef SLUICE_STEP_TRACE
+    if (g_step_trace && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0) {
+        const unsigned long long waited = global_ns();
+        const unsigned i = atomicAdd(&g_step_trace->n, 1u);
+        if (i < g_step_trace->cap) g_step_trace->rec[i] = {entered, waited, gridDim.x, gridDim.y, blockDim.x, 0u};
+    }
+#endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }

@@ -29,11 +29,14 @@
 #include "kernels/cuda/quant_decode.cuh"
 #include "kernels/cuda/matmul_common.cuh"
 #include "kernels/cuda/async_copy.cuh"
+#include "kernels/cuda/act_quant_dev.cuh"
 #include "kernels/cuda/ops.cuh"
 
 #include "core/error.h"
 #include "kernels/cuda/lanes.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/math.h"
+#include "quant/act.h"
 #include "quant/iq_tables.h"
 
 #include <cuda_fp16.h>
@@ -153,6 +156,10 @@ __device__ inline float fold_step(float y, int32_t si, int32_t sm, float d, floa
 // for one row (64 registers: ptxas for sm_90 fits every format at 1, 4 and 8 pieces a lane
 // without spilling, but Q3_K at 8, which one_row_kernel never picks; 6 blocks would spill ~100
 // bytes at a piece a lane), 3 for windows (~80).
+// The first chunk of the block's weight rows is staged before the kernel waits for the one before
+// it (launch.cuh: weights are written by no kernel) wherever the rows are known without reading
+// what that kernel may write: a plain matrix, or expert mode with ids_settled (the ids were
+// complete before the kernel before this one started: a decode step's down projection).
 template <dtype T, int MAXR, int P>
 __global__ void __launch_bounds__(k_warps_max * 32, MAXR == 1 ? 4 : 3)
     mm_quant_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_blocks, int64_t n_out,
@@ -160,9 +167,8 @@ __global__ void __launch_bounds__(k_warps_max * 32, MAXR == 1 ? 4 : 3)
                     size_t act_stride, int act_div, int64_t n_rows, float* __restrict__ y, int64_t y_stride,
                     bool accumulate, int64_t n_cb1, const uint8_t* __restrict__ w2, int64_t n_out2,
                     float* __restrict__ y2, int64_t y2_stride, const int32_t* __restrict__ tiles,
-                    const int32_t* __restrict__ n_tiles, const int32_t* __restrict__ perm) {
-    wait_prior_grids();   // first: see launch.cuh
-    const int64_t bx = pick_matrix(n_cb1, w, n_out, y, y_stride, w2, n_out2, y2, y2_stride);
+                    const int32_t* __restrict__ n_tiles, const int32_t* __restrict__ perm, bool ids_settled) {
+    const int64_t bx = pick_matrix(n_cb1, w, n_out, y, y_stride, w2, n_out2, y2, y2_stride);   // arguments only
     using tr = fmt_traits<T>;
     using ss = stage_sizes<T>;
     constexpr int L = tr::qk / 8 / P;   // lanes per block (each decodes P consecutive pieces)
@@ -184,16 +190,24 @@ __global__ void __launch_bounds__(k_warps_max * 32, MAXR == 1 ? 4 : 3)
     // The block's rows: r0 + r (plain windows), one (token, expert) pair (expert mode), or
     // rows[r] (grouped expert mode: up to 16 pairs of one expert, a tile made by group_pairs).
     int64_t r0 = 0;
-    int nr;
+    int nr = 0;
     const int32_t* rows = nullptr;
-    const uint8_t* wrow;
+    const uint8_t* wrow = nullptr;
+    // The first chunk's weights, staged before the wait where the rows are known (see above).
+    const uint8_t* wc_first = nullptr;
+    const bool early = !tiles && (!ids || (ids_settled && ids[blockIdx.y] >= 0));
+    if (early) {
+        wrow = mm_detail::block_rows(w, ids, expert_stride, row_bytes, j, live, n_rows, r0, nr);
+        if (live) wc_first = stage(wrow, static_cast<int>(n_blocks < CB ? n_blocks : CB) * BB, sw, lane, 32);
+    }
+    wait_prior_grids();   // see launch.cuh; no early return above it
     if (tiles) {
         const int64_t t = blockIdx.y;
         if (t >= *n_tiles) return;   // the whole block, before any barrier
         rows = perm + tiles[3 * t];
         nr = tiles[3 * t + 1];
         wrow = w + static_cast<size_t>(tiles[3 * t + 2]) * expert_stride + static_cast<size_t>(live ? j : 0) * row_bytes;
-    } else {
+    } else if (!early) {
         if (ids && ids[blockIdx.y] < 0) return;   // another lane's pair: the whole block, before any barrier
         wrow = mm_detail::block_rows(w, ids, expert_stride, row_bytes, j, live, n_rows, r0, nr);
     }
@@ -208,7 +222,7 @@ __global__ void __launch_bounds__(k_warps_max * 32, MAXR == 1 ? 4 : 3)
         const int nb = static_cast<int>(n_blocks - cb < CB ? n_blocks - cb : CB);
         __syncthreads();   // the previous chunk is consumed
         const uint8_t* wc = nullptr;
-        if (live) wc = stage(wrow + static_cast<size_t>(cb) * BB, nb * BB, sw, lane, 32);
+        if (live) wc = cb == 0 && wc_first ? wc_first : stage(wrow + static_cast<size_t>(cb) * BB, nb * BB, sw, lane, 32);
         // Row r's chunk lands at sa_r + 4 * ((ao >> 2r) & 3): activation rows start at multiples
         // of 4 bytes, so two bits per row keep where (one register instead of 16 pointers).
         uint32_t ao = 0;
@@ -375,8 +389,10 @@ constexpr int64_t k_wave_blocks = 4 * 132;
 // A one-row (or one-pair) launch of more than one wave whose rows fit one staged chunk: the
 // one-wave kernel instead (matmul_row_stream.cuh), each block walking its share of the column
 // blocks with the next column's weights in flight. False (nothing launched) otherwise.
+// sw_gate / sw_up: the activation rows made in the blocks from the SwiGLU's inputs (matmul_swiglu).
 template <dtype T>
-bool launch_row_stream(const mm_args& a, unsigned pairs, cudaStream_t s) {
+bool launch_row_stream(const mm_args& a, unsigned pairs, cudaStream_t s, const float* sw_gate = nullptr,
+                       const float* sw_up = nullptr) {
     static_assert(2 * k_warps_max * stage_sizes<T>::w_region + stage_sizes<T>::a_region <= 48 * 1024,
                   "shared memory within the default limit");
     const int64_t nb = a.n_in / fmt_traits<T>::qk;
@@ -392,7 +408,8 @@ bool launch_row_stream(const mm_args& a, unsigned pairs, cudaStream_t s) {
     launch(row_stream_kernel<T>(nb), dim3(static_cast<unsigned>(gx), pairs), dim3(k_warps_max * 32),
            row_stream_smem_bytes<T>(k_warps_max), s, reinterpret_cast<const uint8_t*>(a.w), a.row_bytes, nb, a.n_out,
            a.ids, a.expert_stride, reinterpret_cast<const uint8_t*>(a.act), a.act_stride, a.act_div, a.y, a.y_stride,
-           a.accumulate, cb1, n_cb, reinterpret_cast<const uint8_t*>(a.w2), a.n_out2, a.y2, a.y2_stride);
+           a.accumulate, cb1, n_cb, reinterpret_cast<const uint8_t*>(a.w2), a.n_out2, a.y2, a.y2_stride, a.ids_settled,
+           sw_gate, sw_up);
     return true;
 }
 
@@ -434,7 +451,8 @@ void launch_quant(const mm_args& a, dim3 grid, cudaStream_t s) {
     launch(kernel, dim3(grid), dim3(warps * 32), quant_smem_bytes<T>(rows, warps), s,
            reinterpret_cast<const uint8_t*>(a.w), a.row_bytes, nb, a.n_out, a.ids, a.expert_stride,
            reinterpret_cast<const uint8_t*>(a.act), a.act_stride, a.act_div, a.n_rows, a.y, a.y_stride, a.accumulate,
-           cb1, reinterpret_cast<const uint8_t*>(a.w2), a.n_out2, a.y2, a.y2_stride, a.tiles, a.n_tiles, a.perm);
+           cb1, reinterpret_cast<const uint8_t*>(a.w2), a.n_out2, a.y2, a.y2_stride, a.tiles, a.n_tiles, a.perm,
+           a.ids_settled);
 }
 
 // Calls f(std::integral_constant<dtype, T>{}) for an int8-activation format T (the caller has
@@ -566,6 +584,49 @@ void matmul(const mm_args& a, void* stream) {
     }
     }
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) fail("cuda: matmul: launch failed: {}", cudaGetErrorString(e));
+}
+
+void matmul_swiglu(const mm_args& a, const float* gate, const float* up, void* stream) {
+    const int64_t row_groups = checked_row_groups(a);
+    const auto f = quant::act_format_for(a.type);
+    if (f == quant::act_format::f32 || a.w2)
+        fail("cuda: matmul_swiglu: {} weights{}: expected one int8-format matrix", name(a.type),
+             a.w2 ? " with a second matrix" : "");
+    if (a.n_rows == 0) return;
+    auto s = static_cast<cudaStream_t>(stream);
+    bool done = false;
+    if (!a.tiles && (a.ids || a.n_rows == 1))
+        with_int8_format(a.type, [&](auto fmt) {
+            constexpr dtype T = decltype(fmt)::value;
+            done = launch_row_stream<T>(a, static_cast<unsigned>(row_groups), s, gate, up);
+        });
+    if (done) {
+        if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) fail("cuda: matmul_swiglu: launch failed: {}", cudaGetErrorString(e));
+        return;
+    }
+    swiglu_quant(gate, up, a.ids ? a.n_rows / a.act_div : a.n_rows, a.n_in, f, const_cast<std::byte*>(a.act), stream);
+    matmul(a, stream);
+}
+
+bool router_one_launch(const mm_args& a, const kernels::router_params& p, const router_norm* norm) {
+    return mm_detail::router_fuses(a, p, norm);
+}
+
+void norm_router_topk(const mm_args& a, const router_norm& norm, const kernels::router_params& p, int32_t* ids,
+                      float* weights, unsigned* arrivals, void* stream) {
+    checked_row_groups(a);
+    if (a.type != dtype::f32 && a.type != dtype::f16 && a.type != dtype::bf16)
+        fail("cuda: norm_router_topk: a {} router (expected F32, F16 or BF16: its input is the float row)", name(a.type));
+    if (!norm.x || !a.act || a.n_rows != 1) fail("cuda: norm_router_topk: expected one residual row and its output buffer");
+    auto s = static_cast<cudaStream_t>(stream);
+    if (arrivals && launch_router_topk(a, p, ids, weights, arrivals, s, &norm)) {
+        if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) fail("cuda: norm_router_topk: launch failed: {}", cudaGetErrorString(e));
+        return;
+    }
+    float* xn = const_cast<float*>(reinterpret_cast<const float*>(a.act));
+    if (norm.f == quant::act_format::f32) rmsnorm(norm.x, norm.w, xn, 1, a.n_in, norm.eps, stream);
+    else rmsnorm_quant(norm.x, norm.w, xn, 1, a.n_in, norm.eps, norm.f, norm.act, stream);
+    router_topk(a, p, ids, weights, arrivals, stream);
 }
 
 void router_topk(const mm_args& a, const kernels::router_params& p, int32_t* ids, float* weights, unsigned* arrivals,

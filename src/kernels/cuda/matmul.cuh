@@ -4,6 +4,7 @@
 #pragma once
 
 #include "core/dtype.h"
+#include "quant/act.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -39,6 +40,12 @@ struct mm_args {
     // lane computes.
     const int32_t* ids = nullptr;     // device [n_rows], or nullptr for one plain matrix
     size_t expert_stride = 0;         // bytes between experts' matrices
+    // The ids were written two launches or more before this one (a decode step's down projection:
+    // the router, then gate and up): this launch's blocks start only once every block of the
+    // launch before has passed its wait, so that writer is complete, and they may read the ids
+    // before their own wait to stage their experts' weights early (launch.cuh). False: they
+    // wait first.
+    bool ids_settled = false;
     // Activations: row r reads activation row r / act_div (an expert pair (row, k) reads its
     // token's row with act_div = n_expert_used). Rows as quant::quantize_act_row lays them out
     // for act_format_for(type): int8 blocks, or fp32 rows for F32/F16/BF16 weights.
@@ -89,6 +96,14 @@ void group_pairs(const int32_t* ids, int64_t n_pairs, int n_expert, int tile_row
 // Enqueues the product on `stream` (a cudaStream_t). Fails on an unsupported format or bad
 // sizes (a caller bug, checked before the launch).
 void matmul(const mm_args& a, void* stream);
+// The product of a's matrix (an int8 format: a down projection) with the activation rows
+// swiglu(gate, up) ([n_rows / act_div, n_in] floats each) quantised as swiglu_quant makes them
+// (ops.cuh), a.act = act_buf being where they go: where the one-wave kernel takes the launch, each
+// block makes its own row from gate and up (one launch instead of two; act_buf is not written),
+// else (windows, grouped prefill tiles) swiglu_quant into act_buf and then matmul. The same bits
+// either way.
+void matmul_swiglu(const mm_args& a, const float* gate, const float* up, void* stream);
+
 // The router and its top-k (route_topk in ops.cuh) of y = a's product: for one row of a float
 // router (F32/F16/BF16) small enough for the column kernel, one launch, whose last block to
 // finish routes the row (arrivals: a device counter, zero before, left zero); otherwise, or
@@ -96,5 +111,24 @@ void matmul(const mm_args& a, void* stream);
 // ids, weights: [n_rows, p.n_used]; y is left holding the probabilities.
 void router_topk(const mm_args& a, const kernels::router_params& p, int32_t* ids, float* weights, unsigned* arrivals,
                  void* stream);
+
+// router_topk of the RMSNorm of one residual row, the norm made in the same launch where the fused
+// router applies (one row of an F32/F16/BF16 router that fits its column kernel, with the row
+// staged): every block normalises the row for its own column, and its first block writes the
+// normalised row to a.act (f32 rows: the router's input buffer, [1, n_in]) and, for f != f32,
+// its int8 activation rows to act (the expert launches' input). Otherwise rmsnorm_quant (or
+// rmsnorm) and then router_topk. The same bits either way (cuda::rmsnorm_quant's).
+struct router_norm {
+    const float* x = nullptr;                       // device [n_in]: the residual row
+    const float* w = nullptr;                       // device [n_in]: the norm's weights
+    float eps = 0.0f;
+    quant::act_format f = quant::act_format::f32;   // the experts' activation format
+    std::byte* act = nullptr;                       // device [act_row_bytes(f, n_in)]
+};
+void norm_router_topk(const mm_args& a, const router_norm& norm, const kernels::router_params& p, int32_t* ids,
+                      float* weights, unsigned* arrivals, void* stream);
+// Whether norm_router_topk (norm set) or router_topk (null) takes a in one launch (given a
+// counter): for the tests, which check that the one-launch form was the one they compared.
+bool router_one_launch(const mm_args& a, const kernels::router_params& p, const router_norm* norm);
 
 }  // namespace sluice::cuda

@@ -54,7 +54,9 @@ void launch_float_matmul(const mm_args& a, int64_t row_groups, cudaStream_t s);
 // The router's product and its top-k in one launch (the column kernel's last block routes the
 // row) when a is one row of a float router the column kernel takes; false (nothing launched)
 // otherwise. arrivals: the device counter, zero.
+// Whether launch_router_topk takes a in one launch (with the norm when given).
+bool router_fuses(const mm_args& a, const kernels::router_params& p, const router_norm* norm);
 bool launch_router_topk(const mm_args& a, const kernels::router_params& p, int32_t* ids, float* weights,
-                        unsigned* arrivals, cudaStream_t s);
+                        unsigned* arrivals, cudaStream_t s, const router_norm* norm = nullptr);
 
 }  // namespace sluice::cuda::mm_detail

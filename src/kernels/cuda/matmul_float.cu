@@ -5,12 +5,15 @@
 // through shared memory (mm_float_tile_kernel: prefill chunks), and a block a column with the row
 // staged whole (mm_float_col_kernel: the router, with its top-k fused for a decode step).
 #include "kernels/cuda/matmul_common.cuh"
+#include "kernels/cuda/act_quant_dev.cuh"
 #include "kernels/cuda/async_copy.cuh"
 
 #include "core/error.h"
 #include "kernels/cuda/lanes.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/route_warp.cuh"
+
+#include "quant/act.h"
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -188,25 +191,90 @@ struct route_tail {
     unsigned* arrivals = nullptr;  // zero before and after the launch; null: no top-k here
 };
 
+// The router's input row made in its own launch (norm_router_topk): every block stages the
+// residual row x, takes its RMSNorm with w into the staged row (rmsnorm_quant_kernel's
+// operations: rms_scale_warp, then (x * scale) * w element by element), and block 0 also writes
+// that row to xn and its int8 activation rows (width act_width: 32, 256, or 0 for none) to act,
+// with quantize_block_values, for the expert launches after it. Saves the norm's launch before a
+// decode step's router: 4.9 us of its ~85 us a layer (bench/gpu/step_trace, the 30B shape).
+struct norm_in {
+    const float* x = nullptr;    // [n_in]; null: the input is the activation row, as staged
+    const float* w = nullptr;    // [n_in] or null
+    float eps = 0.0f;
+    float* xn = nullptr;         // [n_in]
+    std::byte* act = nullptr;    // act_row_bytes(act_width's format, n_in)
+    int act_width = 0;
+};
+constexpr int k_norm_regs = 16;   // norm weights a thread loads before the wait (n_in <= 2,048 all of them)
+
+template <int W>
+__device__ inline void quantize_row_block0(const float* xs, int64_t n, std::byte* act) {
+    using Block = std::conditional_t<W == 32, quant::act_block32, quant::act_block256>;
+    Block* dst = reinterpret_cast<Block*>(act);
+    const int warp = static_cast<int>(threadIdx.x / 32);
+    for (int64_t b = warp; b < n / W; b += k_col_threads / 32) {
+        int16_t* bsums = nullptr;
+        if constexpr (W == 256) bsums = dst[b].bsums;
+        quantize_block_warp<W>(xs + b * W, &dst[b].d, dst[b].q, bsums);
+    }
+}
+
 template <dtype T>
 __global__ void __launch_bounds__(k_col_threads)
     mm_float_col_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
                         const uint8_t* __restrict__ act, size_t act_stride, int64_t n_rows, float* __restrict__ y,
                         int64_t y_stride, bool accumulate, int64_t n_cb1, const uint8_t* __restrict__ w2, int64_t n_out2,
-                        float* __restrict__ y2, int64_t y2_stride, route_tail rt, bool stage_x) {
-    wait_prior_grids();   // first: see launch.cuh
+                        float* __restrict__ y2, int64_t y2_stride, route_tail rt, bool stage_x, norm_in nrm) {
     extern __shared__ uint4 col_smem[];   // the weight row (row_bytes), then x (n_in floats) when staged
-    const int64_t j = pick_matrix(n_cb1, w, n_out, y, y_stride, w2, n_out2, y2, y2_stride);
-    // Rows are 16-byte aligned (the launch checks): whole words. The weights' words, then x's
-    // (stage_x: the launch checked its alignment and n_in % 4 == 0), all in flight at once.
+    const int64_t j = pick_matrix(n_cb1, w, n_out, y, y_stride, w2, n_out2, y2, y2_stride);   // arguments only
+    // Rows are 16-byte aligned (the launch checks): whole words. The weights' words before the
+    // wait for the kernel before (no kernel writes weights: launch.cuh), then x's (stage_x: the
+    // launch checked its alignment and n_in % 4 == 0), all in flight at once.
     const uint4* src = reinterpret_cast<const uint4*>(w + static_cast<size_t>(j) * row_bytes);
     const int w_words = static_cast<int>(row_bytes / 16);
-    const int words = w_words + (stage_x ? static_cast<int>(n_in / 4) : 0);
-    const uint4* xsrc = reinterpret_cast<const uint4*>(act + static_cast<size_t>(blockIdx.y) * k_max_rows * act_stride);
-    for (int i = static_cast<int>(threadIdx.x); i < words; i += k_col_threads)
-        copy16(col_smem + i, i < w_words ? src + i : xsrc + (i - w_words));
+    for (int i = static_cast<int>(threadIdx.x); i < w_words; i += k_col_threads) copy16(col_smem + i, src + i);
+    float nw[k_norm_regs];   // the norm's weights of this thread's elements, also before the wait
+#pragma unroll
+    for (int k = 0; k < k_norm_regs; ++k) {
+        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * k_col_threads;
+        nw[k] = nrm.x && nrm.w && i < n_in ? __ldg(nrm.w + i) : 1.0f;
+    }
+    wait_prior_grids();   // see launch.cuh
+    if (stage_x) {
+        const uint4* xsrc = nrm.x ? reinterpret_cast<const uint4*>(nrm.x)
+                                  : reinterpret_cast<const uint4*>(act + static_cast<size_t>(blockIdx.y) * k_max_rows * act_stride);
+        for (int i = static_cast<int>(threadIdx.x); i < static_cast<int>(n_in / 4); i += k_col_threads)
+            copy16(col_smem + w_words + i, xsrc + i);
+    }
     stage_wait();
     __syncthreads();
+    if (nrm.x) {   // the staged residual row becomes its RMSNorm (stage_x: the launch checked)
+        float* xs = reinterpret_cast<float*>(col_smem + w_words);
+        __shared__ float s_scale;
+        if (threadIdx.x < 32) {
+            const float scale = rms_scale_warp(xs, n_in, nrm.eps);
+            if (threadIdx.x == 0) s_scale = scale;
+        }
+        __syncthreads();
+        const float scale = s_scale;
+        auto normed = [&](int64_t i, float wv) {
+            const float v = nrm.w ? __fmul_rn(__fmul_rn(xs[i], scale), wv) : __fmul_rn(xs[i], scale);
+            xs[i] = v;
+            if (blockIdx.x == 0) nrm.xn[i] = v;
+        };
+#pragma unroll
+        for (int k = 0; k < k_norm_regs; ++k) {
+            const int64_t i = threadIdx.x + static_cast<int64_t>(k) * k_col_threads;
+            if (i < n_in) normed(i, nw[k]);
+        }
+        for (int64_t i = threadIdx.x + static_cast<int64_t>(k_norm_regs) * k_col_threads; i < n_in; i += k_col_threads)
+            normed(i, nrm.w ? __ldg(nrm.w + i) : 1.0f);
+        __syncthreads();
+        if (blockIdx.x == 0) {
+            if (nrm.act_width == 32) quantize_row_block0<32>(xs, n_in, nrm.act);
+            else if (nrm.act_width == 256) quantize_row_block0<256>(xs, n_in, nrm.act);
+        }
+    }
     // Half warp h computes rows h, h + 8, ... of the block's (a window's rows in parallel: 8 rows
     // took 51.5 us one after the other in a half warp, against 9.3 us for one row; the 30B
     // profile, tests/gpu/decode_profile.h200.txt); each row's chains and fold are the same.
@@ -252,24 +320,38 @@ __global__ void __launch_bounds__(k_col_threads)
 
 // Few columns of a plain float matrix whose row fits in shared memory (the router): a block a
 // column (mm_float_col_kernel), with rt's top-k in the same launch when rt.arrivals is set.
-// Returns false (launching nothing) where the kernel does not apply.
-template <dtype T>
-bool launch_float_col(const mm_args& a, dim3 grid, cudaStream_t s, route_tail rt) {
+// Returns false (launching nothing) where the kernel does not apply (col_plan).
+struct col_plan {
+    bool applies = false;
+    bool stage_x = false;
+};
+col_plan plan_float_col(const mm_args& a, unsigned row_groups, const float* norm_x) {
+    col_plan c;
     const int64_t all_cols = a.n_out + (a.w2 ? a.n_out2 : 0);
-    if (a.ids || all_cols * grid.y >= 4 * 132 * k_float_cols || a.row_bytes % 16 != 0 || a.row_bytes > 32 * 1024 ||
+    if (a.ids || all_cols * row_groups >= 4 * 132 * k_float_cols || a.row_bytes % 16 != 0 || a.row_bytes > 32 * 1024 ||
         reinterpret_cast<uintptr_t>(a.w) % 16 != 0 || (a.w2 && reinterpret_cast<uintptr_t>(a.w2) % 16 != 0))
-        return false;
-    grid.x = static_cast<unsigned>(all_cols);
+        return c;
     // One row (a decode step) whose floats fit beside the weight row in the default 48 KB, less
     // the kernel's own static shared memory (the top-k's 2 KB: ptxas reports 2,064 bytes; 4 KB
     // kept for it, else the launch is refused): x staged too.
-    const bool stage_x = a.n_rows == 1 && a.n_in % 4 == 0 && reinterpret_cast<uintptr_t>(a.act) % 16 == 0 &&
-                         a.row_bytes + static_cast<size_t>(a.n_in) * 4 + 4 * 1024 <= 48 * 1024;
+    c.stage_x = a.n_rows == 1 && a.n_in % 4 == 0 && reinterpret_cast<uintptr_t>(a.act) % 16 == 0 &&
+                a.row_bytes + static_cast<size_t>(a.n_in) * 4 + 4 * 1024 <= 48 * 1024;
+    // A norm in the launch needs the staged row, the residual row 16-byte aligned for its copies.
+    c.applies = !norm_x || (c.stage_x && reinterpret_cast<uintptr_t>(norm_x) % 16 == 0);
+    return c;
+}
+
+template <dtype T>
+bool launch_float_col(const mm_args& a, dim3 grid, cudaStream_t s, route_tail rt, const norm_in& nrm = {}) {
+    const col_plan c = plan_float_col(a, grid.y, nrm.x);
+    if (!c.applies) return false;
+    grid.x = static_cast<unsigned>(a.n_out + (a.w2 ? a.n_out2 : 0));
+    const bool stage_x = c.stage_x;
     const size_t smem = a.row_bytes + (stage_x ? static_cast<size_t>(a.n_in) * 4 : 0);
     launch(mm_float_col_kernel<T>, dim3(grid), dim3(k_col_threads), smem, s,
            reinterpret_cast<const uint8_t*>(a.w), a.row_bytes, a.n_in, a.n_out,
            reinterpret_cast<const uint8_t*>(a.act), a.act_stride, a.n_rows, a.y, a.y_stride, a.accumulate, a.n_out,
-           reinterpret_cast<const uint8_t*>(a.w2), a.n_out2, a.y2, a.y2_stride, rt, stage_x);
+           reinterpret_cast<const uint8_t*>(a.w2), a.n_out2, a.y2, a.y2_stride, rt, stage_x, nrm);
     return true;
 }
 
@@ -320,20 +402,39 @@ void launch_float_matmul(const mm_args& a, int64_t row_groups, cudaStream_t s) {
     }
 }
 
-bool launch_router_topk(const mm_args& a, const kernels::router_params& p, int32_t* ids, float* weights,
-                        unsigned* arrivals, cudaStream_t s) {
-    const bool fusable = a.n_rows == 1 && !a.ids && !a.w2 && !a.accumulate && a.n_out == p.n_expert && p.n_used >= 1 &&
-                         p.n_used <= p.n_expert && p.n_expert <= 32 * k_route_per_lane && p.n_used <= 32;
+bool router_fuses(const mm_args& a, const kernels::router_params& p, const router_norm* norm) {
+    const bool is_float = a.type == dtype::f32 || a.type == dtype::f16 || a.type == dtype::bf16;
+    const bool fusable = is_float && a.n_rows == 1 && !a.ids && !a.w2 && !a.accumulate && a.n_out == p.n_expert &&
+                         p.n_used >= 1 && p.n_used <= p.n_expert && p.n_expert <= 32 * k_route_per_lane && p.n_used <= 32;
     if (!fusable) return false;
+    if (norm) {
+        const int width = norm->f == quant::act_format::q8_32 ? 32 : norm->f == quant::act_format::q8_256 ? 256 : 1;
+        if (!norm->x || a.n_in % width != 0) return false;
+    }
+    return plan_float_col(a, 1, norm ? norm->x : nullptr).applies;
+}
+
+bool launch_router_topk(const mm_args& a, const kernels::router_params& p, int32_t* ids, float* weights,
+                        unsigned* arrivals, cudaStream_t s, const router_norm* norm) {
+    if (!router_fuses(a, p, norm)) return false;
     route_tail rt;
     rt.p = p;
     rt.ids = ids;
     rt.weights = weights;
     rt.arrivals = arrivals;
+    norm_in nrm;
+    if (norm) {
+        nrm.x = norm->x;
+        nrm.w = norm->w;
+        nrm.eps = norm->eps;
+        nrm.xn = const_cast<float*>(reinterpret_cast<const float*>(a.act));
+        nrm.act = norm->act;
+        nrm.act_width = norm->f == quant::act_format::q8_32 ? 32 : norm->f == quant::act_format::q8_256 ? 256 : 0;
+    }
     switch (a.type) {
-    case dtype::f32: return launch_float_col<dtype::f32>(a, dim3(1, 1), s, rt);
-    case dtype::f16: return launch_float_col<dtype::f16>(a, dim3(1, 1), s, rt);
-    case dtype::bf16: return launch_float_col<dtype::bf16>(a, dim3(1, 1), s, rt);
+    case dtype::f32: return launch_float_col<dtype::f32>(a, dim3(1, 1), s, rt, nrm);
+    case dtype::f16: return launch_float_col<dtype::f16>(a, dim3(1, 1), s, rt, nrm);
+    case dtype::bf16: return launch_float_col<dtype::bf16>(a, dim3(1, 1), s, rt, nrm);
     default: return false;
     }
 }

@@ -17,6 +17,17 @@
 // old and new tree in one call, tests/gpu/decode_bench.h200.log). A block walks only ~3 column
 // blocks of a decode step's experts, so most of a launch is still its first latency.
 //
+// Before the wait for the kernel before (launch.cuh), where the rows are known without reading what
+// that kernel may write (a plain matrix, or ids_settled: see mm_quant_kernel), the block stages its
+// first column's weights. (Asking the L2 for each warp's next two columns as well, by sm_90's bulk
+// prefetch, cost more than it saved: the 30B shape's whole-model decode 244.9 -> 237.5 tok/s, the
+// 35B shape's 8 layers 857.3 -> 827.7, decode_bench on the H200, session 23.)
+//
+// With sw_gate / sw_up (matmul_swiglu) the activation row is not read from act: the block's warps
+// make it from the pair's gate and up rows, block by block as swiglu_quant_kernel does (the same
+// expression, quantize_block_values), into the shared memory the staged row would take; that
+// saves the SwiGLU launch before a decode step's down projection.
+//
 // The bits: each column's terms and their fold are mm_quant_kernel's for a row that fits in
 // one staged chunk (the only rows this kernel takes): the same decode, the same integer sums,
 // block_term, and the fold t0, + t1, + t2, ... in block order.
@@ -42,8 +53,8 @@ __global__ void __launch_bounds__(k_warps_max * 32, 4)
                          const int32_t* __restrict__ ids, size_t expert_stride, const uint8_t* __restrict__ act,
                          size_t act_stride, int act_div, float* __restrict__ y, int64_t y_stride, bool accumulate,
                          int64_t n_cb1, int64_t n_cb, const uint8_t* __restrict__ w2, int64_t n_out2,
-                         float* __restrict__ y2, int64_t y2_stride) {
-    wait_prior_grids();   // first: see launch.cuh
+                         float* __restrict__ y2, int64_t y2_stride, bool ids_settled,
+                         const float* __restrict__ sw_gate, const float* __restrict__ sw_up) {
     using tr = fmt_traits<T>;
     using ss = stage_sizes<T>;
     constexpr int L = tr::qk / 8 / P;   // lanes per block (each decodes P consecutive pieces)
@@ -57,13 +68,18 @@ __global__ void __launch_bounds__(k_warps_max * 32, 4)
     const int nw = static_cast<int>(blockDim.x / 32);
     const int nb = static_cast<int>(n_blocks);
     int64_t row = 0;
-    if (ids) {
-        const int32_t e = ids[blockIdx.y];
-        if (e < 0) return;   // another lane's pair: the whole block, before any barrier
+    // The pair's expert (expert mode), read before the wait only when settled; a negative id:
+    // another lane's pair, the whole block returns (after the wait, before any barrier).
+    const bool early = !ids || ids_settled;
+    int32_t e = 0;
+    auto take_expert = [&] {
+        e = ids[blockIdx.y];
+        if (e < 0) return;
         row = blockIdx.y;
         w += static_cast<size_t>(e) * expert_stride;
         if (w2) w2 += static_cast<size_t>(e) * expert_stride;
-    }
+    };
+    if (ids && early) take_expert();
     // This warp's two weight regions: the current column's and the next one's (swapped each
     // round; named pointers, not an array indexed at run time, which went to the stack).
     uint4* sw_cur = smem + (2 * warp) * (ss::w_region / 16);
@@ -85,11 +101,49 @@ __global__ void __launch_bounds__(k_warps_max * 32, 4)
         }
         return c;
     };
-    // The activation row and the first column's weights: one group of copies.
-    const uint8_t* ab = stage(act + static_cast<size_t>(row / act_div) * act_stride, nb * AB, sa,
-                              static_cast<int>(threadIdx.x), nw * 32);
-    column cur = column_of(blockIdx.x);
-    const uint8_t* wc_cur = cur.wrow ? stage(cur.wrow, nb * BB, sw_cur, lane, 32) : nullptr;
+    // The first column's weights (one group of copies): before the wait where the rows are known,
+    // else after it.
+    column cur;
+    const uint8_t* wc_cur = nullptr;
+    auto first_column = [&] {
+        cur = column_of(blockIdx.x);
+        wc_cur = cur.wrow ? stage(cur.wrow, nb * BB, sw_cur, lane, 32) : nullptr;
+        stage_commit();
+    };
+    if (early && e >= 0) first_column();
+    wait_prior_grids();   // see launch.cuh; no early return above it
+    if (!early) {
+        take_expert();
+        if (e >= 0) first_column();
+    }
+    if (e < 0) return;   // another lane's pair: the whole block, before any barrier
+    // The activation row: the next group (the first column's is committed), or made here from the
+    // SwiGLU's inputs (visible to the block after the first round's barrier).
+    const uint8_t* ab;
+    if (sw_gate) {
+        constexpr int W = tr::qk;   // the activation blocks' width: the format's block
+        using Block = std::conditional_t<W == 32, quant::act_block32, quant::act_block256>;
+        static_assert(sizeof(Block) == AB, "activation blocks as the staged row lays them out");
+        const int64_t n_in = static_cast<int64_t>(nb) * W;
+        const float* g = sw_gate + (row / act_div) * n_in;
+        const float* u = sw_up + (row / act_div) * n_in;
+        Block* dst = reinterpret_cast<Block*>(sa);
+        for (int b = warp; b < nb; b += nw) {
+            float v[W / 32];
+#pragma unroll
+            for (int i = 0; i < W / 32; ++i) {
+                const int64_t k = static_cast<int64_t>(b) * W + lane * (W / 32) + i;
+                v[i] = __fmul_rn(kernels::silu_f32(g[k]), u[k]);
+            }
+            int16_t* bsums = nullptr;
+            if constexpr (W == 256) bsums = dst[b].bsums;
+            quantize_block_values<W>(v, &dst[b].d, dst[b].q, bsums);
+        }
+        ab = reinterpret_cast<const uint8_t*>(sa);
+    } else {
+        ab = stage(act + static_cast<size_t>(row / act_div) * act_stride, nb * AB, sa, static_cast<int>(threadIdx.x),
+                   nw * 32);
+    }
     const uint8_t* wc_next = nullptr;
     stage_commit();
     const iq_tables tb = device_tables();
@@ -102,7 +156,7 @@ __global__ void __launch_bounds__(k_warps_max * 32, 4)
             if (next.wrow) wc_next = stage(next.wrow, nb * BB, sw_next, lane, 32);
         }
         stage_commit();
-        stage_wait_but<1>();   // all but the group just committed: this column's (and the row's)
+        stage_wait_but<1>();   // all but the group just committed: this column's and the row's
         if (vb == static_cast<int64_t>(blockIdx.x)) __syncthreads();   // the row, staged by the block
         else __syncwarp();                                               // the weights, by this warp
         if (cur.wrow) {

@@ -35,9 +35,7 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, float* out, int64
     const int lane = static_cast<int>(threadIdx.x & 31);
     const float* xr = x + r * n;
     float* o = out + r * n;
-    const float sum = warp_dot_lanes(xr, xr, n);
-    const float mean = __fdiv_rn(sum, static_cast<float>(n));
-    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+    const float scale = rms_scale_warp(xr, n, eps);
     __syncwarp();
     for (int64_t i = lane; i < n; i += 32) o[i] = w ? __fmul_rn(__fmul_rn(xr[i], scale), w[i]) : __fmul_rn(xr[i], scale);
 }
@@ -49,9 +47,17 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, float* out, int64
 // them from the registers (quantize_block_values, quantize_rows_kernel's code). Measured on the
 // H200 (kernel_bench, n 2048, q8_256): 4.9 us a launch; 6.9 us with 4 warps re-reading `out`
 // through global memory to quantise it.
+// With res.ey set (staged rows only; x not aliasing out): the row staged is x's row plus the MoE
+// block's sum (moe_residual, ops.cuh), which is also written back to x; launched with 1024
+// threads then (k_residual_threads), so that each thread's expert rows' loads are few and all in
+// flight at once: with 256 threads, one thread's 8 elements of 8 experts' rows one after another,
+// the launch took 9.7 us in a decode step against 4.9 for the norm alone (bench/gpu/step_trace on
+// the H200, the 30B shape, session 23).
+constexpr int k_residual_threads = 1024;
 template <int W, class Block>
-__global__ void __launch_bounds__(256)
-    rmsnorm_quant_kernel(const float* x, const float* w, float* out, int64_t n, float eps, Block* act, bool staged) {
+__global__ void __launch_bounds__(k_residual_threads)
+    rmsnorm_quant_kernel(const float* x, const float* w, float* out, int64_t n, float eps, Block* act, bool staged,
+                         moe_residual res) {
     // The norm weights of the warp's first block, loaded before the wait: no kernel writes
     // weights, so with PDL their memory latency passes while the kernel before runs (the model
     // streams ~1.9 GB a token through the 50 MB L2, so they come from HBM).
@@ -70,7 +76,32 @@ __global__ void __launch_bounds__(256)
     float* o = out + r * n;
     if (staged) {
         float* xs = reinterpret_cast<float*>(s_x4);
-        if ((reinterpret_cast<uintptr_t>(xr) & 15) == 0 && n % 4 == 0) {
+        if (res.ey) {
+            // moe_combine_kernel's sum, add_gated's term, then the residual add, element by element.
+            const float* wr = res.weights + r * res.K;
+            const float* er = res.ey + r * res.K * n;
+            const float g = res.sh ? kernels::sigmoid_f32(res.sh_gate[r]) : 0.0f;
+            float* xw = const_cast<float*>(xr);   // the residual row, updated in place
+            for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+                // The experts' values 8 at a time, loaded before the chain of adds uses them.
+                float acc = 0.0f;
+                for (int k0 = 0; k0 < res.K; k0 += 8) {
+                    float e[8], wk[8];
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) {
+                        e[j] = k0 + j < res.K ? er[(k0 + j) * n + i] : 0.0f;
+                        wk[j] = k0 + j < res.K ? wr[k0 + j] : 0.0f;
+                    }
+#pragma unroll
+                    for (int j = 0; j < 8; ++j)
+                        if (k0 + j < res.K) acc = __fadd_rn(acc, __fmul_rn(wk[j], e[j]));
+                }
+                if (res.sh) acc = __fadd_rn(acc, __fmul_rn(g, res.sh[r * n + i]));
+                const float v = __fadd_rn(xr[i], acc);
+                xs[i] = v;
+                xw[i] = v;
+            }
+        } else if ((reinterpret_cast<uintptr_t>(xr) & 15) == 0 && n % 4 == 0) {
             const float4* x4 = reinterpret_cast<const float4*>(xr);
 #pragma unroll 4
             for (int64_t i = threadIdx.x; i < n / 4; i += blockDim.x) s_x4[i] = x4[i];
@@ -82,14 +113,8 @@ __global__ void __launch_bounds__(256)
         xr = xs;
     }
     if (threadIdx.x < 32) {
-        const int l = static_cast<int>(threadIdx.x & 15);
-        float acc = 0.0f;
-#pragma unroll 8
-        for (int64_t i = l; i < n; i += 16) acc = __fmaf_rn(xr[i], xr[i], acc);
-        for (int sft = 8; sft >= 1; sft >>= 1) acc = __fadd_rn(acc, __shfl_down_sync(k_full, acc, sft, 16));
-        acc = __shfl_sync(k_full, acc, 0);
-        const float mean = __fdiv_rn(acc, static_cast<float>(n));
-        if (threadIdx.x == 0) s_scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+        const float scale = rms_scale_warp(xr, n, eps);
+        if (threadIdx.x == 0) s_scale = scale;
     }
     __syncthreads();   // x is read before out (which may be x) is written: each warp below reads
                        // and writes only its own blocks' elements
@@ -322,27 +347,44 @@ void rmsnorm(const float* x, const float* w, float* out, int64_t n_rows, int64_t
     check_launch("rmsnorm");
 }
 
-void rmsnorm_quant(const float* x, const float* w, float* out, int64_t n_rows, int64_t n, float eps,
-                   quant::act_format f, std::byte* act, void* stream) {
+namespace {
+void launch_rmsnorm_quant(const float* x, const float* w, float* out, int64_t n_rows, int64_t n, float eps,
+                          quant::act_format f, std::byte* act, void* stream, const moe_residual& res) {
     if (n_rows <= 0) return;
     if (n_rows > 0x7fffffff) fail("cuda: rmsnorm_quant: {} rows exceed one launch", n_rows);
     auto s = static_cast<cudaStream_t>(stream);
     const unsigned grid = static_cast<unsigned>(n_rows);
     // Rows up to 8192 floats (32 KB) are staged in shared memory (see the kernel).
     const bool staged = n <= 8192;
+    if (res.ey && (!staged || x == out || res.K < 1 || (res.sh && !res.sh_gate)))
+        fail("cuda: moe_residual_rmsnorm_quant: rows of {} floats (at most 8192), x {} out, K {}, shared expert {} gate",
+             n, x == out ? "aliasing" : "apart from", res.K, res.sh && !res.sh_gate ? "without" : "with");
+    const unsigned threads = res.ey ? k_residual_threads : 256;
     const size_t smem = staged ? static_cast<size_t>(n) * 4 : 0;
     if (f == quant::act_format::q8_32) {
         if (n % 32 != 0) fail("cuda: rmsnorm_quant: n = {} is not a multiple of 32", n);
-        launch(rmsnorm_quant_kernel<32, quant::act_block32>, dim3(grid), dim3(256), smem, s, x, w, out, n, eps,
-               reinterpret_cast<quant::act_block32*>(act), staged);
+        launch(rmsnorm_quant_kernel<32, quant::act_block32>, dim3(grid), dim3(threads), smem, s, x, w, out, n, eps,
+               reinterpret_cast<quant::act_block32*>(act), staged, res);
     } else if (f == quant::act_format::q8_256) {
         if (n % 256 != 0) fail("cuda: rmsnorm_quant: n = {} is not a multiple of 256", n);
-        launch(rmsnorm_quant_kernel<256, quant::act_block256>, dim3(grid), dim3(256), smem, s, x, w, out, n, eps,
-               reinterpret_cast<quant::act_block256*>(act), staged);
+        launch(rmsnorm_quant_kernel<256, quant::act_block256>, dim3(grid), dim3(threads), smem, s, x, w, out, n, eps,
+               reinterpret_cast<quant::act_block256*>(act), staged, res);
     } else {
         fail("cuda: rmsnorm_quant: f32 activations are not quantised");
     }
     check_launch("rmsnorm_quant");
+}
+}  // namespace
+
+void rmsnorm_quant(const float* x, const float* w, float* out, int64_t n_rows, int64_t n, float eps,
+                   quant::act_format f, std::byte* act, void* stream) {
+    launch_rmsnorm_quant(x, w, out, n_rows, n, eps, f, act, stream, moe_residual{});
+}
+
+void moe_residual_rmsnorm_quant(const moe_residual& m, float* x, const float* w, float* out, int64_t n_rows, int64_t n,
+                                float eps, quant::act_format f, std::byte* act, void* stream) {
+    if (!m.ey || !m.weights) fail("cuda: moe_residual_rmsnorm_quant: no expert rows");
+    launch_rmsnorm_quant(x, w, out, n_rows, n, eps, f, act, stream, m);
 }
 
 void swiglu_quant(const float* gate, const float* up, int64_t n_rows, int64_t n, quant::act_format f, std::byte* act,

@@ -25,6 +25,21 @@ void rmsnorm(const float* x, const float* w, float* out, int64_t n_rows, int64_t
 void rmsnorm_quant(const float* x, const float* w, float* out, int64_t n_rows, int64_t n, float eps,
                    quant::act_format f, std::byte* act, void* stream);
 
+// The MoE block's residual add folded into the next layer's rmsnorm_quant (one launch instead of
+// up to four): x[r, :] = x[r, :] + s[r, :] where s is moe_combine's rank-order sum of the experts'
+// rows, and, with a shared expert, s + sigmoid(sh_gate[r]) * sh[r, :] (moe_combine into a buffer,
+// add_gated, add: the same operations in that order, so the same bits); then rmsnorm_quant of the
+// new x. x is written back (the residual stream) and must not alias out; n <= 8192.
+struct moe_residual {
+    const float* ey = nullptr;        // [n_rows * K, n] the experts' rows, rank order
+    const float* weights = nullptr;   // [n_rows, K] their routing weights
+    int K = 0;
+    const float* sh = nullptr;        // [n_rows, n] the shared expert's rows, or null
+    const float* sh_gate = nullptr;   // [n_rows] its gate logits (with sh)
+};
+void moe_residual_rmsnorm_quant(const moe_residual& m, float* x, const float* w, float* out, int64_t n_rows, int64_t n,
+                                float eps, quant::act_format f, std::byte* act, void* stream);
+
 // kernels::rope_apply for rows at positions pos0..pos0+n_rows-1. cs_table: [n_pos, n_rot]
 // rows made by kernels::rope_table on the host (uploaded), row p for position p.
 // x: [n_rows, n_head, head_dim], in place.
