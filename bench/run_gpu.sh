@@ -311,6 +311,9 @@ else
     say "llama.cpp CUDA build exists: $llama_bin"
   else
     lb_limit=$(cap 460 90)
+    # Beside sluice's build on 16 cores the llama.cpp CUDA build ran out of 325 s (session 23,
+    # --budget 415): with less than ~400 s left for it there will be no peer figures.
+    [ "$lb_limit" -lt 400 ] && say "warning: ${lb_limit}s for the llama.cpp build, which took more than 325 s beside sluice's (session 23): expect no llama.cpp figures; --budget 560 or more"
     say "llama.cpp CUDA build (background, timeout ${lb_limit}s, log /tmp/llama_build.log)"
     if [ $mode = run ]; then
       timeout "$lb_limit" "$root/tools/peers/build_llama_cpp.sh" --cuda --sdist "$bundle/llama.cpp-slim.tar.gz" \

@@ -30,6 +30,7 @@ bool cuda_model_supports(const std::string& arch) {
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <optional>
 
 namespace sluice::cuda_impl {
@@ -425,7 +426,16 @@ void cuda_model::enqueue(std::span<const batch_segment> batch, const std::vector
     ck(cudaMemcpyAsync(x_, h_x_, static_cast<size_t>(n * E) * 4, cudaMemcpyHostToDevice, stream_), "embeddings");
     if (pos_dev) ck(cudaMemcpyAsync(d_pos_, h_pos_, 4, cudaMemcpyHostToDevice, stream_), "position");
     attn_rows_.clear();
-    pending_residual_ = {};   // none left by an enqueue that threw
+    // The MoE residual add is deferred only inside this loop: whatever way enqueue leaves (an
+    // exception from a launch or a capture included), nothing stays deferred or pending.
+    pending_residual_ = {};
+    struct residual_scope {
+        cuda_model& m;
+        ~residual_scope() {
+            m.defer_residual_ = false;
+            if (std::uncaught_exceptions() > 0) m.pending_residual_ = {};
+        }
+    } residual_guard{*this};
     for (size_t i = 0; i < batch.size(); ++i)
         attn_rows_.push_back({batch[i].pos0, static_cast<int64_t>(batch[i].tokens.size()), batch[i].kv->shape().n_ctx,
                               kv_bufs[i]});

@@ -61,6 +61,10 @@ void cuda_model::mtp_forward(const mtp_pass& p) {
     ensure_rope(p.pos0 + static_cast<int32_t>(p.n));
     ensure_attention_split(p.n_ctx);
     const int64_t E = hp_.n_embd, n = p.n;
+    // No residual add of the trunk left pending (an enqueue that threw), and the block's own add
+    // made at once: its head norm below is not cuda_model::norm.
+    defer_residual_ = false;
+    pending_residual_ = {};
     ck(cudaMemcpyAsync(p.d_cat, p.h_cat, static_cast<size_t>(n * 2 * E) * 4, cudaMemcpyHostToDevice, stream_), "mtp rows");
     mm(mtp_->eh_proj, p.d_cat, n, x_, false);   // x = eh_proj(enorm(embed(t)) | hnorm(h))
     // One decoder block of the trunk's gated-attention kind against the head's own cache (its
@@ -68,6 +72,7 @@ void cuda_model::mtp_forward(const mtp_pass& p) {
     const attn_rows seg{p.pos0, n, p.n_ctx, p.kv};
     attention_block(mtp_->block, 0, std::span<const attn_rows>(&seg, 1), n, nullptr);
     moe_block(mtp_->block, -1, n);
+    flush_residual();   // never pending (defer_residual_ is off): a guard
     cuda::rmsnorm(x_, mtp_->head_norm, p.d_hout, n, E, hp_.rms_eps, stream_);   // h' = head_norm(x')
     ck(cudaMemcpyAsync(p.h_hout, p.d_hout, static_cast<size_t>(n * E) * 4, cudaMemcpyDeviceToHost, stream_), "mtp h'");
     if (p.logits) {

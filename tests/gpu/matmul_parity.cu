@@ -588,15 +588,16 @@ int row_stream_parity(dtype t, int64_t n_in) {
 // the one-launch form is the one compared (router_one_launch).
 int norm_router_parity() {
     int f = 0;
-    const int64_t n_in = 2048;
     const int n_expert = 128;
     kernels::router_params p;
     p.n_expert = n_expert;
     p.n_used = 8;
     p.renormalize = true;
-    const auto x = random_floats(static_cast<size_t>(n_in), 90, 3.0f), nw = random_floats(static_cast<size_t>(n_in), 91, 1.0f);
+    // 2048 inputs: each thread's norm weights all loaded before the wait; 4096: half of them after.
+    for (const int64_t n_in : {int64_t{2048}, int64_t{4096}})
     for (dtype t : {dtype::f32, dtype::bf16})
         for (auto af : {quant::act_format::q8_256, quant::act_format::q8_32, quant::act_format::f32}) {
+            const auto x = random_floats(static_cast<size_t>(n_in), 90, 3.0f), nw = random_floats(static_cast<size_t>(n_in), 91, 1.0f);
             const size_t row_bytes = static_cast<size_t>(n_in) * (t == dtype::f32 ? 4 : 2);
             std::vector<uint8_t> w(row_bytes * n_expert);
             const auto v = random_floats(static_cast<size_t>(n_in) * n_expert, 92, 0.05f);
@@ -656,8 +657,8 @@ int norm_router_parity() {
             const bool same = same_bytes(dxn, n_in * 4) && same_bytes(dact, ab) && same_bytes(dy, n_expert * 4) &&
                               same_bytes(dids, 32) && same_bytes(dwt, 32);
             const char* fname = af == quant::act_format::q8_256 ? "q8_256" : af == quant::act_format::q8_32 ? "q8_32" : "f32";
-            std::printf("%s norm_router_topk %s router, %s activations: %s%s\n", same && one_launch ? "PASS" : "FAIL",
-                        std::string(name(t)).c_str(), fname, same ? "bit-identical to the norm's launch + router_topk" : "DIFFER",
+            std::printf("%s norm_router_topk %s router of %lld inputs, %s activations: %s%s\n", same && one_launch ? "PASS" : "FAIL",
+                        std::string(name(t)).c_str(), static_cast<long long>(n_in), fname, same ? "bit-identical to the norm's launch + router_topk" : "DIFFER",
                         one_launch ? "" : " (not one launch)");
             f += same && one_launch ? 0 : 1;
         }

@@ -302,18 +302,21 @@ int report_bytes(const std::string& what, const std::vector<std::byte>& cpu, con
 
 // The MoE block's residual add folded into the next norm (moe_residual_rmsnorm_quant) against the
 // CPU's steps: x + (rank-order sum) or x + (sum + sigmoid(g) * shared), then rmsnorm and the
-// activation rows; the new x, the normed rows and the activation bytes, for both formats.
+// activation rows; the new x, the normed rows and the activation bytes, for both formats, with
+// 8 experts a token (Qwen3), 4 (Qwen2-MoE's, with its shared expert) and 10 (Qwen3-Next's: the
+// kernel's 8-at-a-time loop then has a partial second round).
 int test_residual_norm() {
     int f = 0;
-    const int rows = 3, K = 8;
+    const int rows = 3;
     const int64_t E = 2048;
-    auto ey = rnd(static_cast<size_t>(rows * K * E), 40), wk = rnd(static_cast<size_t>(rows * K), 41, 0.3f);
     auto x = rnd(static_cast<size_t>(rows * E), 42, 2.0f), nw = rnd(static_cast<size_t>(E), 43);
     auto sh = rnd(static_cast<size_t>(rows * E), 44), gl = rnd(static_cast<size_t>(rows), 45, 3.0f);
+    for (const int K : {8, 4, 10})
     for (auto fmt : {quant::act_format::q8_32, quant::act_format::q8_256})
         for (int shared = 0; shared < 2; ++shared) {
-            const std::string tag = std::string(fmt == quant::act_format::q8_32 ? "q8_32" : "q8_256") +
-                                    (shared ? " + shared expert" : "");
+            auto ey = rnd(static_cast<size_t>(rows * K * E), 40), wk = rnd(static_cast<size_t>(rows * K), 41, 0.3f);
+            const std::string tag = std::string(fmt == quant::act_format::q8_32 ? "q8_32" : "q8_256") + " K " +
+                                    std::to_string(K) + (shared ? " + shared expert" : "");
             std::vector<float> nx(x.size()), cpu(x.size());
             for (int r = 0; r < rows; ++r) {
                 const float s = kernels::sigmoid_f32(gl[static_cast<size_t>(r)]);

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# bench/gpu/ab.sh: one device call that measures a change of ours against a base tree, the way
+# session 23 did each of its calls: the working tree and the base built side by side, the parity
+# tests on the working tree, then the same decode runs on both builds, then the working tree's
+# decode step traced kernel by kernel (bench/gpu/step_trace).
+#
+#   bash bench/gpu/ab.sh --prepare [BASE]   (here) export BASE (a commit, default HEAD) into
+#                                           .peers/old-tree (src include bench tests/gpu)
+#   run(kind="nvidia-h200", timeout_s=560,
+#       carry=[".peers/gpu-bench/include", ".gpudeps/py", ".peers/old-tree"],
+#       command="OUT=$OUT bash bench/gpu/ab.sh")
+#
+# The script must be in the tree that travels (tracked, or untracked and not ignored).
+# ~250 s on a fresh H200: the builds (~110 s, three at once on 16 cores) while the synthetic
+# 48-layer Qwen3-30B-A3B file and an 8-layer Qwen3.6-35B-A3B file are written; the parity tests
+# (~25 s); decode_bench FILE 512 128 on each file and split_decode_bench FILE 8 512 128 1 on the
+# 30B file, base then working tree; step_trace on both files. $OUT gets summary.txt, ab.log,
+# parity_logs.txt (matmul, ops + delta_net, model + mtp, placement), trace_30b.log,
+# trace_35b.log, builds.log: 6 files (the machine returns 8 at most).
+# AB_TRACE=0 skips the trace build and runs; AB_SPLIT=0 the split runs; AB_35B=0 the 35B file.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+if [ "${1:-}" = --prepare ]; then
+  base=${2:-HEAD}
+  rm -rf .peers/old-tree && mkdir -p .peers/old-tree
+  git archive "$base" src include bench tests/gpu CMakeLists.txt | tar -x -C .peers/old-tree
+  echo "ab.sh: $(git rev-parse --short "$base") exported to .peers/old-tree ($(du -sh .peers/old-tree | cut -f1)); carry it"
+  exit 0
+fi
+
+O=${OUT:?OUT: the folder whose files come back}
+mkdir -p "$O"
+# Three builds and an 18 GB file: only where a GPU is.
+nvidia-smi -L > /dev/null 2>&1 || { echo "ab.sh: no GPU here (the device machine runs it)" | tee "$O/summary.txt"; exit 2; }
+[ -d .peers/old-tree/src ] || { echo "ab.sh: no .peers/old-tree (bash bench/gpu/ab.sh --prepare BASE, then carry it)" | tee "$O/summary.txt"; exit 2; }
+f30=/tmp/qwen3-30b-a3b-sluice.gguf
+f35=/tmp/q36-8-sluice.gguf
+B=build/gpu-direct
+
+# The base and the trace builds beside session.sh's own build (its parity tests, the 30B file).
+mkdir -p .peers/old-tree/.peers/gpu-bench && cp -r .peers/gpu-bench/include .peers/old-tree/.peers/gpu-bench/
+(cd .peers/old-tree && JOBS=5 CUDA_ARCH=90 bash bench/gpu/build.sh /tmp/ab-base > /tmp/ab-base.log 2>&1
+ echo "base build rc=$?" >> /tmp/ab-base.log) &
+if [ "${AB_TRACE:-1}" = 1 ]; then
+  (JOBS=5 CUDA_ARCH=90 STEP_TRACE=1 bash bench/gpu/build.sh /tmp/ab-trace > /tmp/ab-trace.log 2>&1
+   echo "trace build rc=$?" >> /tmp/ab-trace.log) &
+fi
+if [ "${AB_35B:-1}" = 1 ]; then
+  (PYTHONPATH=.gpudeps/py timeout 200 python3 tools/make_synthetic.py --shape qwen3.6-35b-a3b --mix q4_k_m --layers 8 \
+     -o "$f35" > /tmp/ab-synth35.log 2>&1; echo "make_synthetic 35B rc=$?" >> /tmp/ab-synth35.log) &
+fi
+OUT=/tmp/ab-session BUDGET_S=300 T_TEST=200 NCU=0 KERNEL_BENCH=0 PLACEMENT_SYNTH=0 DECODE_BENCH=0 SYNTH_LAYERS=48 \
+  N_PROMPT=512 SYNTH_FILE=$f30 bash bench/gpu/session.sh > /tmp/ab-session.out 2>&1
+wait
+{ tail -n 3 /tmp/ab-base.log /tmp/ab-trace.log /tmp/ab-synth35.log 2>/dev/null; cat /tmp/ab-session.out; } > "$O/builds.log"
+
+{
+  for b in /tmp/ab-base $B; do
+    echo "#### $b decode_bench 30B 48L"; timeout 60 $b/decode_bench $f30 512 128 2>&1 | grep -E "decode|identical|FAIL"
+  done
+  if [ -s "$f35" ]; then
+    for b in /tmp/ab-base $B; do
+      echo "#### $b decode_bench 35B 8L"; timeout 40 $b/decode_bench $f35 512 128 2>&1 | grep -E "decode|identical|FAIL"
+    done
+  fi
+  if [ "${AB_SPLIT:-1}" = 1 ]; then
+    for b in /tmp/ab-base $B; do
+      echo "#### $b split_decode_bench 30B 8 GiB"
+      timeout 60 $b/split_decode_bench $f30 8 512 128 1 2>&1 | grep -E "^cost|^cpu-only|identical|FAIL"
+    done
+  fi
+} > "$O/ab.log" 2>&1
+if [ "${AB_TRACE:-1}" = 1 ]; then
+  timeout 60 /tmp/ab-trace/step_trace $f30 512 32 > "$O/trace_30b.log" 2>&1
+  [ -s "$f35" ] && timeout 60 /tmp/ab-trace/step_trace $f35 512 32 > "$O/trace_35b.log" 2>&1
+fi
+s=/tmp/ab-session
+cp $s/summary.txt "$O/summary.txt" 2>/dev/null
+cat $s/matmul_parity.h200.log $s/ops_parity.h200.log $s/model_parity.h200.log $s/placement_parity.h200.log \
+  > "$O/parity_logs.txt" 2>/dev/null
+grep -E "^(#### |decode \(graphs \+ programmatic)" "$O/ab.log" | tee -a "$O/summary.txt"
