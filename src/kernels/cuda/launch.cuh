@@ -2,14 +2,19 @@
 // kernel's blocks may be scheduled while the kernel before it in the stream is still running,
 // so the launch latency between the ~700 dependent kernels of a decode step overlaps the work.
 // Every kernel of src/kernels/cuda calls wait_prior_grids() before its first access to memory
-// that an earlier kernel may write (as its first statement, but for loads of model weights,
-// which no kernel writes: rmsnorm_quant_kernel's norm weights): it returns only when the
-// previous kernel has completed and its memory is visible (griddepcontrol.wait waits for the
-// prerequisite grid's completion and memory flush, not for its trigger), so the order of those
-// accesses, and the bits, are those of a plain launch. Right after that
-// wait, each block signals griddepcontrol.launch_dependents: once every block of a kernel has
-// passed its wait, the next kernel's blocks may be launched and sit in their own wait, so the
-// launch latency hides behind the running kernel (the dependents still wait for completion).
+// that the kernel just before it may write: it returns only when that kernel has completed and
+// its memory is visible (griddepcontrol.wait waits for the prerequisite grid's completion and
+// memory flush, not for its trigger), so the order of those accesses, and the bits, are those of
+// a plain launch. Right after that wait, each block signals griddepcontrol.launch_dependents:
+// once every block of a kernel has passed its wait, the next kernel's blocks may be launched and
+// sit in their own wait, so the launch latency hides behind the running kernel.
+// Two rules follow, which every kernel keeps:
+//   - No block returns before its wait (a kernel whose blocks all left early would complete
+//     before the kernel before it, and the one after would no longer be ordered after that one).
+//   - Before its wait a block may read only what the kernel just before it cannot be writing:
+//     model weights (no kernel writes them), and what a launch two or more before wrote (it has
+//     completed: the launch just before passed its own wait before this one could start), e.g.
+//     a down projection's expert ids (mm_args::ids_settled) or the KV rows of earlier steps.
 // On by default on sm_90+ devices (off on older ones, and when the environment has
 // SLUICE_CUDA_PDL=0); set_programmatic_launch switches it (graphs captured after that use
 // programmatic edges or not). Include only from .cu files.
