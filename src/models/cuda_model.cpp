@@ -54,6 +54,7 @@ cuda_model::cuda_model(const model_file& f, const load_options&, int device, con
     ck(cudaGetDeviceCount(&n_dev), "cudaGetDeviceCount");
     if (device < 0 || device >= n_dev) fail("cuda model: device {}: expected 0..{}", device, n_dev - 1);
     ck(cudaSetDevice(dev_), "cudaSetDevice");
+    ck(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, dev_), "cudaDeviceGetAttribute");
     ck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     cuda::upload_tables();
 
@@ -517,6 +518,7 @@ cuda::mm_args cuda_model::mm_args_for(const dmat& w, const float* x, int64_t n_r
     a.y = y;
     a.y_stride = w.n_out;
     a.accumulate = accumulate;
+    a.sm_count = sm_count_;
     if (ids && grouped_ && f != quant::act_format::f32) {
         a.perm = perm_;
         a.tiles = tiles_;

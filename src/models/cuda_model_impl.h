@@ -342,6 +342,7 @@ private:
     void delta_net_block(const dlayer& l, std::span<const batch_segment> batch, int64_t n);
 
     int dev_;
+    int sm_count_ = 0;   // dev_'s SMs: the matmuls' one-wave launch shapes (cuda::mm_args::sm_count)
     cudaStream_t stream_ = nullptr;
     arch_spec spec_{};
     model_hparams hp_;

@@ -382,9 +382,10 @@ auto row_stream_kernel(int64_t nb) {
     return p == 4 ? mm_row_stream_kernel<T, 4> : mm_row_stream_kernel<T, 1>;
 }
 
-// Blocks of 8 warps resident at once on an H200 (132 SMs, 4 blocks each: the kernels' launch
-// bounds): one wave.
-constexpr int64_t k_wave_blocks = 4 * 132;
+// Blocks of 8 warps resident at once (4 an SM: the kernels' launch bounds): one wave. On a
+// card with fewer SMs than the H200's 132, a grid sized for 132 would leave a second, nearly
+// empty wave that doubles the launch's time.
+int64_t wave_blocks(const mm_args& a) { return 4 * static_cast<int64_t>(a.sm_count); }
 
 // A one-row (or one-pair) launch of more than one wave whose rows fit one staged chunk: the
 // one-wave kernel instead (matmul_row_stream.cuh), each block walking its share of the column
@@ -399,11 +400,11 @@ bool launch_row_stream(const mm_args& a, unsigned pairs, cudaStream_t s, const f
     if (a.tiles || (!a.ids && a.n_rows != 1) || nb > stage_sizes<T>::blocks) return false;
     const int64_t cb1 = (a.n_out + k_warps_max - 1) / k_warps_max;
     const int64_t n_cb = cb1 + (a.w2 ? (a.n_out2 + k_warps_max - 1) / k_warps_max : 0);
-    if (n_cb * pairs <= k_wave_blocks) return false;
+    if (n_cb * pairs <= wave_blocks(a)) return false;
     // Rounded down, so the grid stays one wave; from 133 pairs on (a wide verify window's
     // ungrouped experts) a block row would get 3 blocks or fewer and leave up to a third of the
     // wave idle: the many-wave kernel instead.
-    const int64_t gx = std::min<int64_t>(n_cb, k_wave_blocks / pairs);
+    const int64_t gx = std::min<int64_t>(n_cb, wave_blocks(a) / pairs);
     if (gx < 4) return false;
     launch(row_stream_kernel<T>(nb), dim3(static_cast<unsigned>(gx), pairs), dim3(k_warps_max * 32),
            row_stream_smem_bytes<T>(k_warps_max), s, reinterpret_cast<const uint8_t*>(a.w), a.row_bytes, nb, a.n_out,
@@ -442,9 +443,9 @@ void launch_quant(const mm_args& a, dim3 grid, cudaStream_t s) {
     static_assert(k_warps_max * stage_sizes<T>::w_region + stage_sizes<T>::a_region <= 48 * 1024,
                   "shared memory within the default limit");
     // One-row launches: 8 columns a block (the activation chunk staged once for 8 weight rows)
-    // where that still leaves 4 blocks per SM of an H200 (132 SMs), else 4; windows: 4.
+    // where that still leaves a wave's worth of blocks (4 an SM), else 4; windows: 4.
     const int64_t cols = a.n_out + (a.w2 ? a.n_out2 : 0);
-    const int warps = rows == 1 && (cols / k_warps_max) * static_cast<int64_t>(grid.y) >= 4 * 132 ? k_warps_max : k_warps;
+    const int warps = rows == 1 && (cols / k_warps_max) * static_cast<int64_t>(grid.y) >= wave_blocks(a) ? k_warps_max : k_warps;
     const int64_t cb1 = (a.n_out + warps - 1) / warps, cb2 = a.w2 ? (a.n_out2 + warps - 1) / warps : 0;
     grid.x = static_cast<unsigned>(cb1 + cb2);
     auto kernel = rows == 1 ? one_row_kernel<T>(nb) : a.tiles ? mm_quant_kernel<T, k_max_rows, 1> : window_kernel<T>(nb, rows);
@@ -548,6 +549,7 @@ int64_t checked_row_groups(const mm_args& a) {
         ((reinterpret_cast<uintptr_t>(a.act) | a.act_stride) & 3) != 0)
         fail("cuda: matmul: activation rows at {} with stride {}: expected 4-byte alignment", static_cast<const void*>(a.act),
              a.act_stride);
+    if (a.sm_count < 1) fail("cuda: matmul: sm_count = {}: expected the device's SM count", a.sm_count);
     if (a.ids && a.n_rows > 65535) fail("cuda: matmul: {} expert rows exceed one launch (65535)", a.n_rows);
     const bool is_float = a.type == dtype::f32 || a.type == dtype::f16 || a.type == dtype::bf16;
     if (a.tiles && (!a.ids || !a.perm || !a.n_tiles || a.max_tiles < 1 || is_float))

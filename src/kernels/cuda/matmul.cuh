@@ -77,6 +77,11 @@ struct mm_args {
     // k_tile_rows_window, the default), the dp4a kernel below; the same bits either way
     // (bench/gpu/window_bench.cu times both).
     int mma_from_rows = 0;
+    // The device's SMs (cudaDevAttrMultiProcessorCount). The launch shapes that aim at one wave
+    // of resident blocks (4 blocks of 8 warps an SM: the kernels' launch bounds) size it from
+    // this; it changes which exact kernel runs, never a bit. 132: the H200 the shapes were timed
+    // on (the tests' and benchmarks' default); cuda_model sets its device's count.
+    int sm_count = 132;
 };
 
 // Rows a block of the dp4a kernel takes (a verify window; grouped tiles for it), and rows a block

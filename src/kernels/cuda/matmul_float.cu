@@ -328,7 +328,7 @@ struct col_plan {
 col_plan plan_float_col(const mm_args& a, unsigned row_groups, const float* norm_x) {
     col_plan c;
     const int64_t all_cols = a.n_out + (a.w2 ? a.n_out2 : 0);
-    if (a.ids || all_cols * row_groups >= 4 * 132 * k_float_cols || a.row_bytes % 16 != 0 || a.row_bytes > 32 * 1024 ||
+    if (a.ids || all_cols * row_groups >= 4 * static_cast<int64_t>(a.sm_count) * k_float_cols || a.row_bytes % 16 != 0 || a.row_bytes > 32 * 1024 ||
         reinterpret_cast<uintptr_t>(a.w) % 16 != 0 || (a.w2 && reinterpret_cast<uintptr_t>(a.w2) % 16 != 0))
         return c;
     // One row (a decode step) whose floats fit beside the weight row in the default 48 KB, less
@@ -378,7 +378,7 @@ void launch_float(const mm_args& a, dim3 grid, cudaStream_t s) {
     // column's arithmetic is the same either way.
     const int64_t groups = grid.y;
     int cols = k_float_cols;
-    if (((a.n_out + (a.w2 ? a.n_out2 : 0)) / k_float_cols) * groups < 4 * 132) cols = 2;
+    if (((a.n_out + (a.w2 ? a.n_out2 : 0)) / k_float_cols) * groups < 4 * static_cast<int64_t>(a.sm_count)) cols = 2;
     const int64_t cb1 = (a.n_out + cols - 1) / cols;
     const int64_t cb2 = a.w2 ? (a.n_out2 + cols - 1) / cols : 0;
     grid.x = static_cast<unsigned>(cb1 + cb2);
