@@ -171,6 +171,14 @@ def main():
                                      "original_max_position_embeddings": -5}))
     single("config_experts_without_top_k", "without 'num_experts_per_tok'", good,
            {k: v for k, v in QWEN3MOE.items() if k != "num_experts_per_tok"})
+    # Counts the reader allocates by, bounded before it does: 2^32 - 1 experts asked for ~100 GB
+    # of expert slots, a head_dim of 2^32 - 1 made llama3's rope table take 16 GB and a minute.
+    single("config_huge_expert_count", "'num_experts': expected an integer in [1, 65536]", good,
+           dict(QWEN3MOE, num_experts=4294967295, num_experts_per_tok=1))
+    single("config_huge_head_dim", "'head_dim': expected an integer in [1, 65536]", good,
+           dict(LLAMA, head_dim=4294967295, rope_scaling={
+               "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 64}))
     single("unknown_tensor_name", "has no GGUF name", raw_file(
         dict(hdr, **{"model.mystery.weight": entry("F32", [8], 544, 576)}), data + f32(8)))
     single("layer_out_of_range", "num_hidden_layers 1", raw_file(

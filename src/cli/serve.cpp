@@ -4,6 +4,8 @@
 // requests (503), lets the ones in flight finish for a grace period, cancels the rest, and exits 0.
 #include "cli/commands.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "placement/vram_budget.h"
 #include "server/backend.h"
@@ -96,6 +98,9 @@ void serve(const serve_args& a) {
     if (!a.web_root.empty() && !std::filesystem::is_directory(so.web_root))
         fail("serve: --web-root {}: not a directory", a.web_root);
     so.max_body_bytes = static_cast<size_t>(a.max_body_mb) << 20;
+    // A request's n choices are submitted together: more than the batch and the queue hold at
+    // once could never be taken, so the parser refuses them (400) rather than a 429 forever.
+    so.max_n = std::max(1, std::min(so.max_n, a.parallel + a.queue));
     so.drafter = !a.draft_model.empty() ? drafter_kind::draft_model : a.spec ? drafter_kind::ngram : drafter_kind::none;
     if (a.spec && a.draft_model.empty() && a.spec_kind == "mtp") so.drafter = drafter_kind::mtp;
     if (a.spec_kind == "mtp" && !a.draft_model.empty()) fail("serve: --spec mtp and --draft-model: choose one drafter");

@@ -20,6 +20,12 @@ struct arch_row {
     bool permute_qk;            // interleaved RoPE in llama.cpp: q/k rows permuted at load
 };
 
+// Bounds on the counts the reader allocates by: the models' own limits (blocks.cpp) are these
+// or tighter (head_dim <= 512, layers <= 1,024), and are checked with the tensors.
+constexpr int64_t k_max_hf_width = int64_t{1} << 16;     // hidden size, heads, head_dim
+constexpr int64_t k_max_hf_layers = int64_t{1} << 16;
+constexpr int64_t k_max_hf_experts = int64_t{1} << 16;
+
 // One row per architecture: a new one adds a row here and its names in hf_names.cpp.
 constexpr std::array<arch_row, 6> k_archs{{
     {"LlamaForCausalLM", "llama", true},
@@ -41,21 +47,20 @@ public:
     }
 
     // A positive integer that fits the u32 the converter writes.
-    std::optional<int64_t> count(std::string_view key, int64_t min = 1) const {
+    std::optional<int64_t> count(std::string_view key, int64_t min = 1,
+                                 int64_t max = int64_t(std::numeric_limits<uint32_t>::max())) const {
         const json* v = find(key);
         if (!v) return std::nullopt;
         if (!v->is_number_integer())
             fail("{}: '{}': expected an integer, got {}", where_, key, v->dump());
         int64_t x = v->get<int64_t>();
         if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX)) x = -1;
-        if (x < min || x > int64_t(std::numeric_limits<uint32_t>::max()))
-            fail("{}: '{}': expected an integer in [{}, 4,294,967,295], got {}", where_, key, min,
-                 v->dump());
+        if (x < min || x > max) fail("{}: '{}': expected an integer in [{}, {}], got {}", where_, key, min, max, v->dump());
         return x;
     }
 
-    int64_t require_count(std::string_view key) const {
-        auto v = count(key);
+    int64_t require_count(std::string_view key, int64_t max = int64_t(std::numeric_limits<uint32_t>::max())) const {
+        auto v = count(key, 1, max);
         if (!v) fail("{}: missing '{}' (a positive integer)", where_, key);
         return *v;
     }
@@ -302,14 +307,16 @@ hf_config parse_hf_config(std::string_view json_text, std::string_view where,
     c.meta.set("general.name", str(std::string(model_name)));
     c.meta.set("sluice.hf.architecture", str(hf_class));
 
-    c.n_embd = r.require_count("hidden_size");
-    c.n_layer = r.require_count("num_hidden_layers");
-    c.n_head = r.require_count("num_attention_heads");
-    c.n_head_kv = r.count("num_key_value_heads").value_or(c.n_head);
+    // Counts that size what the reader allocates (per layer, per expert, per head dimension) are
+    // bounded here, before any allocation; the model checks its own, tighter limits later.
+    c.n_embd = r.require_count("hidden_size", k_max_hf_width);
+    c.n_layer = r.require_count("num_hidden_layers", k_max_hf_layers);
+    c.n_head = r.require_count("num_attention_heads", k_max_hf_width);
+    c.n_head_kv = r.count("num_key_value_heads", 1, k_max_hf_width).value_or(c.n_head);
     if (c.n_head % c.n_head_kv != 0)
         fail("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", where,
              c.n_head, c.n_head_kv);
-    if (auto hd = r.count("head_dim")) {
+    if (auto hd = r.count("head_dim", 1, k_max_hf_width)) {
         c.head_dim = *hd;
     } else {
         if (c.n_embd % c.n_head != 0)
@@ -344,8 +351,8 @@ hf_config parse_hf_config(std::string_view json_text, std::string_view where,
     if (c.llama3 && !row->permute_qk) c.llama3.reset();  // the converter does this for llama only
 
     // transformers 5 writes num_local_experts where 4.x wrote num_experts.
-    auto n_exp = r.count("num_experts");
-    if (!n_exp) n_exp = r.count("num_local_experts");
+    auto n_exp = r.count("num_experts", 1, k_max_hf_experts);
+    if (!n_exp) n_exp = r.count("num_local_experts", 1, k_max_hf_experts);
     if (auto v = n_exp) {
         c.n_expert = *v;
         c.meta.set(a + ".expert_count", u32(*v));

@@ -54,7 +54,9 @@ void* read_whole(int fd, size_t size, const std::filesystem::path& path, const r
 
 mapped_file::mapped_file(const std::filesystem::path& path, file_access access, const read_progress* progress)
     : path_(path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO would otherwise wait for a writer, before the check below can
+    // refuse it; it changes nothing for a regular file.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) fail("cannot open '{}': {}", path.string(), std::strerror(errno));
     struct stat st{};
     if (::fstat(fd, &st) != 0) {

@@ -14,12 +14,15 @@
 namespace sluice {
 namespace {
 
-// An integer key that llama.cpp also allows as a per-layer array: every entry must agree here.
-std::optional<int64_t> int_or_uniform_array(const metadata& m, const std::string& key) {
+// An integer key that llama.cpp also allows as a per-layer array (one entry a layer, as llama.cpp
+// requires): every entry must agree here.
+std::optional<int64_t> int_or_uniform_array(const metadata& m, const std::string& key, int64_t n_layer) {
     const meta_value* v = m.find(key);
     if (!v) return std::nullopt;
     if (const meta_array* a = v->as_array()) {
         if (a->ints.empty()) fail("model: key '{}': expected an integer or a non-empty integer array", key);
+        if (static_cast<int64_t>(a->ints.size()) != n_layer)
+            fail("model: key '{}': a per-layer array of {} entries, expected one a layer ({})", key, a->ints.size(), n_layer);
         for (int64_t x : a->ints)
             if (x != a->ints[0]) fail("model: key '{}': per-layer values differ ({} and {}); not supported", key, a->ints[0], x);
         return a->ints[0];
@@ -58,18 +61,30 @@ model_hparams read_transformer_hparams(const model_file& f, std::string_view arc
     hp.arch = a;
     hp.n_embd = checked_dim(a + ".embedding_length", m.require_int(a + ".embedding_length"), 1, 1 << 16);
     hp.n_layer = checked_dim(a + ".block_count", m.require_int(a + ".block_count"), 1, 1024);
+    // A tensor of a layer past block_count would be left unbound and the model run with fewer
+    // layers than the file holds (llama.cpp refuses such a file too): block_count counts every
+    // layer, the hybrids' MTP layers included.
+    for (const tensor_view& t : f.tensors()) {
+        const std::string_view name = t.name;
+        if (name.substr(0, 4) != "blk.") continue;
+        int64_t il = 0;
+        size_t i = 4;
+        for (; i < name.size() && name[i] >= '0' && name[i] <= '9' && il <= 1 << 20; ++i) il = il * 10 + (name[i] - '0');
+        if (i > 4 && il >= hp.n_layer)
+            fail("model: tensor '{}' is of layer {}, but {}.block_count is {}", name, il, a, hp.n_layer);
+    }
     hp.n_ctx_train = checked_dim(a + ".context_length", m.get_int(a + ".context_length").value_or(4096), 1, 1 << 24);
     hp.n_head = checked_dim(a + ".attention.head_count",
-                            int_or_uniform_array(m, a + ".attention.head_count").value_or(0), 1, 4096);
+                            int_or_uniform_array(m, a + ".attention.head_count", hp.n_layer).value_or(0), 1, 4096);
     hp.n_kv_head = checked_dim(a + ".attention.head_count_kv",
-                               int_or_uniform_array(m, a + ".attention.head_count_kv").value_or(hp.n_head), 1, hp.n_head);
+                               int_or_uniform_array(m, a + ".attention.head_count_kv", hp.n_layer).value_or(hp.n_head), 1, hp.n_head);
     if (hp.n_head % hp.n_kv_head != 0)
         fail("model: {}.attention.head_count ({}) is not a multiple of head_count_kv ({})", a, hp.n_head, hp.n_kv_head);
     const int64_t head_dim = m.get_int(a + ".attention.key_length").value_or(hp.n_embd / hp.n_head);
     hp.head_dim = checked_dim(a + ".attention.key_length", head_dim, 2, kernels::k_max_head_dim);
     if (auto vl = m.get_int(a + ".attention.value_length"); vl && *vl != hp.head_dim)
         fail("model: {}.attention.value_length: expected {} (= key_length), got {}", a, hp.head_dim, *vl);
-    hp.n_ff = checked_dim(a + ".feed_forward_length", int_or_uniform_array(m, a + ".feed_forward_length").value_or(0), 0, 1 << 20);
+    hp.n_ff = checked_dim(a + ".feed_forward_length", int_or_uniform_array(m, a + ".feed_forward_length", hp.n_layer).value_or(0), 0, 1 << 20);
     const double eps = m.get_float(a + ".attention.layer_norm_rms_epsilon").value_or(1e-6);
     if (!(eps > 0.0 && eps < 1.0)) fail("model: {}.attention.layer_norm_rms_epsilon: expected (0, 1), got {}", a, eps);
     hp.rms_eps = static_cast<float>(eps);
@@ -91,16 +106,22 @@ model_hparams read_transformer_hparams(const model_file& f, std::string_view arc
         fail("model: {}.rope.scaling.factor: expected 1..1024, got {}", a, factor);
     r.n_ctx_orig = checked_dim(a + ".rope.scaling.original_context_length",
                                m.get_int(a + ".rope.scaling.original_context_length").value_or(hp.n_ctx_train), 1, 1 << 24);
-    r.attn_factor = static_cast<float>(m.get_float(a + ".rope.scaling.attn_factor").value_or(1.0));
-    r.beta_fast = static_cast<float>(m.get_float(a + ".rope.scaling.yarn_beta_fast").value_or(32.0));
-    r.beta_slow = static_cast<float>(m.get_float(a + ".rope.scaling.yarn_beta_slow").value_or(1.0));
+    // YaRN's floats: finite and within what any model writes (a NaN here generates garbage).
+    auto rope_float = [&](const std::string& key, double fallback, double lo, double hi) {
+        const double v = m.get_float(key).value_or(fallback);
+        if (!(v >= lo && v <= hi)) fail("model: {}: expected {}..{}, got {}", key, lo, hi, v);
+        return static_cast<float>(v);
+    };
+    r.attn_factor = rope_float(a + ".rope.scaling.attn_factor", 1.0, 1e-3, 1e3);
+    r.beta_fast = rope_float(a + ".rope.scaling.yarn_beta_fast", 32.0, 0.0, 1e4);
+    r.beta_slow = rope_float(a + ".rope.scaling.yarn_beta_slow", 1.0, 0.0, 1e4);
     if (scaling == "none") {
         r.freq_scale = 1.0f;
     } else if (scaling == "linear") {
         r.freq_scale = static_cast<float>(1.0 / factor);
     } else if (scaling == "yarn") {
         r.freq_scale = static_cast<float>(1.0 / factor);
-        r.ext_factor = static_cast<float>(m.get_float(a + ".rope.scaling.yarn_ext_factor").value_or(1.0));
+        r.ext_factor = rope_float(a + ".rope.scaling.yarn_ext_factor", 1.0, 0.0, 1e3);
     } else {
         fail("model: {}.rope.scaling.type: expected none, linear or yarn, got '{}'", a, scaling);
     }

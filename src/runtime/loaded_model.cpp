@@ -61,10 +61,17 @@ loaded_model loaded_model::open(const std::filesystem::path& path, int n_ctx, co
     m.file = model_file::open(path, access, prog ? &reading : nullptr);
     m.tok = tokenizer::for_model(*m.file, path);
     m.net = load_model_on(path, *m.file, n_ctx, dev, prog);
-    if (m.tok->n_vocab() > m.net->hparams().n_vocab)
-        fail("model: {}: the tokenizer has {} tokens but the model's output has {}", path.string(), m.tok->n_vocab(),
-             m.net->hparams().n_vocab);
+    check_tokenizer_covers_output(m.tok->n_vocab(), m.net->hparams().n_vocab, std::filesystem::is_directory(path),
+                                  path.string());
     return m;
+}
+
+void check_tokenizer_covers_output(int64_t n_tokens, int64_t n_vocab, bool hf_directory, const std::string& where) {
+    // Fewer tokens than a GGUF file's output rows would let generation pick an id it cannot
+    // print: the request would end in an error halfway.
+    if (n_tokens > n_vocab || (!hf_directory && n_tokens != n_vocab))
+        fail("model: {}: the tokenizer has {} tokens but the model's output has {}{}", where, n_tokens, n_vocab,
+             hf_directory ? "" : " (a GGUF file lists a token for every output row)");
 }
 
 loaded_model open_target(const engine_options& o) {

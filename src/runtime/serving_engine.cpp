@@ -171,7 +171,10 @@ int64_t serving_engine::submit(completion_request r, token_callback on_token, do
     {
         std::lock_guard<std::mutex> lk(p_->mu);
         if (!p_->stopping) {
-            if (static_cast<int64_t>(p_->queue.size()) >= p_->opt.max_queue)
+            // Every request passes through the queue, so it holds max_queue waiting requests
+            // beyond the batch's free slots (with max_queue 0 an idle server still takes max_batch).
+            const int64_t free_slots = std::max<int64_t>(0, p_->opt.max_batch - p_->m.active);
+            if (static_cast<int64_t>(p_->queue.size()) >= p_->opt.max_queue + free_slots)
                 return std::max<int64_t>(static_cast<int64_t>(p_->queue.size()), 1);
             p_->queue.push_back(std::move(st));
             p_->m.queue_depth = static_cast<int64_t>(p_->queue.size());

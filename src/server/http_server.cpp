@@ -205,6 +205,20 @@ void http_server::impl::routes() {
     // Bearer authentication for the API; the page, /health, /ready and /metrics stay open (a
     // load balancer or Prometheus does not hold the key).
     svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+        // The body limit (set_payload_max_length) is checked against Content-Length only: httplib
+        // reads a chunked body, or inflates a compressed one, to any size. Both are refused here,
+        // before the body is read (the connection then closes: its bytes are left unread).
+        const std::string te = req.get_header_value("Transfer-Encoding");
+        const std::string ce = req.get_header_value("Content-Encoding");
+        if (!te.empty() || (!ce.empty() && ce != "identity")) {
+            res.set_header("Connection", "close");
+            const bool chunked = !te.empty();
+            send_error(res, make_error(chunked ? 411 : 415,
+                                       chunked ? "send the request body with a Content-Length (no Transfer-Encoding)"
+                                               : fmt::format("Content-Encoding '{}' is not accepted: send the body uncompressed", ce),
+                                       "invalid_request_error", chunked ? "length_required" : "unsupported_media_type"));
+            return httplib::Server::HandlerResponse::Handled;
+        }
         if (o.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
         if (req.get_header_value("Authorization") == "Bearer " + o.api_key)
             return httplib::Server::HandlerResponse::Unhandled;

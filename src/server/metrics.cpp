@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <string_view>
+
 namespace sluice {
 
 void server_metrics::histogram::observe(double v) {
@@ -25,8 +27,14 @@ void server_metrics::histogram::render(std::string& out, const char* name, const
 }
 
 void server_metrics::count_request(const std::string& path, int status) {
+    // The path label takes a fixed set of values: a client's own URL would add a series per
+    // distinct path (without bound) and carry quotes and newlines into the exposition text.
+    static constexpr std::string_view k_api_paths[] = {"/v1/models", "/v1/chat/completions", "/v1/completions"};
+    std::string label = "other";
+    for (std::string_view p : k_api_paths)
+        if (path == p) label = p;
     std::lock_guard<std::mutex> lock(m_);
-    ++requests_[{path, status}];
+    ++requests_[{label, status}];
 }
 
 void server_metrics::observe_ttft(double seconds) {

@@ -63,7 +63,10 @@ int64_t get_int(const ojson& v, const std::string& name, int64_t lo, int64_t hi)
     if (v.is_number_float()) {
         const double x = v.get<double>();
         if (!std::isfinite(x) || x != std::floor(x)) bad(name, "'{}': expected an integer, got {}", name, x);
-        if (x < static_cast<double>(lo) || x > static_cast<double>(hi) || x >= 9223372036854775808.0)
+        // +-2^63 itself is out of range either way: an integer literal beyond int64 arrives here as
+        // a double rounded to it (-9223372036854775809 becomes -2^63, which would pass x < lo).
+        if (x < static_cast<double>(lo) || x > static_cast<double>(hi) || x >= 9223372036854775808.0 ||
+            x <= -9223372036854775808.0)
             bad(name, "'{}': expected an integer in [{}, {}], got {}", name, lo, hi, x);
         return static_cast<int64_t>(x);
     }

@@ -158,7 +158,9 @@ ojson openai_session::sluice_block(int i) const {
     ojson s = ojson::object();
     s["token_sha"] = st.token_sha;
     s["exact"] = std::move(exact);
-    s["seed"] = c_.seeds[static_cast<size_t>(i)];
+    // As the request spells seeds: a signed 64-bit integer (a negative seed is the same 64 bits),
+    // so the echoed value can be sent back and reproduces the choice.
+    s["seed"] = static_cast<int64_t>(c_.seeds[static_cast<size_t>(i)]);
     s["stop_reason"] = st.stop_reason;
     s["spec"] = std::move(spec);
     s["prompt_tok_s"] = st.prompt_tok_s();

@@ -1,6 +1,7 @@
 // tokenizer::from_hf_dir: a Hugging Face tokenizer.json (BPE model, byte-level pre-tokenizer and
 // decoder) plus tokenizer_config.json for BOS/EOS, add_bos_token and the chat template.
 #include "core/error.h"
+#include "io/hf_config.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/tokenizer.h"
 
@@ -20,8 +21,12 @@ json read_json(const std::filesystem::path& p) {
     if (!f) fail("tokenizer: cannot open '{}'", p.string());
     std::stringstream ss;
     ss << f.rdbuf();
+    const std::string text = ss.str();
+    // nlohmann::json recurses once per level: a file of a million '[' would overflow the stack.
+    if (json_nesting_depth(text) > k_max_json_depth)
+        fail("tokenizer: '{}': JSON nested deeper than {} levels", p.string(), k_max_json_depth);
     try {
-        return json::parse(ss.str());
+        return json::parse(text);
     } catch (const json::exception& e) {
         fail("tokenizer: '{}' is not valid JSON: {}", p.string(), e.what());
     }
@@ -130,16 +135,20 @@ std::unique_ptr<tokenizer> tokenizer::from_hf_dir(const std::filesystem::path& d
         // Ids may come from model.vocab and added_tokens; together they must cover 0..n-1.
         std::vector<std::pair<int64_t, std::string>> entries;
         std::vector<std::pair<int64_t, bool>> added;  // id, special
+        // An id as written: unsigned values beyond int64 stay out of range instead of wrapping to -1.
+        auto id_value = [](const json& v) -> int64_t {
+            return v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX) ? INT64_MAX : v.get<int64_t>();
+        };
         for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) {
             if (!it.value().is_number_integer()) fail("tokenizer: {}: model.vocab['{}'] is not an integer id", file, it.key());
-            entries.emplace_back(it.value().get<int64_t>(), it.key());
+            entries.emplace_back(id_value(it.value()), it.key());
         }
         if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
             for (const json& a : j["added_tokens"]) {
                 if (!a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") || !a["content"].is_string())
                     fail("tokenizer: {}: added_tokens entry {} lacks an integer 'id' or a string 'content'", file, a.dump());
-                entries.emplace_back(a["id"].get<int64_t>(), a["content"].get<std::string>());
-                added.emplace_back(a["id"].get<int64_t>(), a.value("special", false));
+                entries.emplace_back(id_value(a["id"]), a["content"].get<std::string>());
+                added.emplace_back(id_value(a["id"]), a.value("special", false));
             }
         }
         int64_t max_id = -1;
@@ -147,6 +156,11 @@ std::unique_ptr<tokenizer> tokenizer::from_hf_dir(const std::filesystem::path& d
             if (id < 0 || id >= INT32_MAX) fail("tokenizer: {}: token '{}' has id {}, outside 0..2^31-2", file, text, id);
             max_id = std::max(max_id, id);
         }
+        // Ids run 0..n-1 without gaps, so n is at most the number of entries: checked before the
+        // tables of n entries are allocated (an id of 2^31-2 would ask for 64 GB).
+        if (max_id >= static_cast<int64_t>(entries.size()))
+            fail("tokenizer: {}: a token has id {} but there are only {} tokens (ids must run 0..n-1 without gaps)", file,
+                 max_id, entries.size());
         const size_t n = static_cast<size_t>(max_id + 1);
         s.tokens.assign(n, std::string());
         std::vector<uint8_t> seen(n, 0);

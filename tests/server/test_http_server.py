@@ -280,6 +280,60 @@ def test_metrics_count_requests_by_status(server):
     assert "sluice_time_to_first_token_seconds_count" in text and "sluice_prompt_tokens_total" in text
 
 
+def test_bodies_past_the_limit_by_compression_or_chunking_are_refused(server):
+    # --max-body-mb is checked against Content-Length; a gzip body inflates (51 KB held 50 MiB)
+    # and a chunked one has no length, so both are refused before they are read.
+    import gzip
+    raw = json.dumps({"prompt": "hi", "max_tokens": 1}).encode() + b" " * (8 << 20)
+    status, headers, payload = server.request("POST", "/v1/completions", gzip.compress(raw, 9),
+                                              headers={"Content-Encoding": "gzip"})
+    assert status == 415 and json.loads(payload)["error"]["code"] == "unsupported_media_type", payload
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Transfer-Encoding: chunked\r\n\r\n5\r\n{\"a\":\r\n0\r\n\r\n")
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 411"), reply[:200]
+    assert server.post("/v1/completions", {"prompt": "hi", "max_tokens": 1})[0] == 200
+
+
+def test_metrics_path_label_takes_fixed_values(server):
+    # A client's URL never becomes a label: quotes and newlines in it would break the exposition
+    # text (and inject series), and each distinct path would add a series without bound.
+    server.get('/v1/x%22%7D%201%0Afake_metric%7Ba%3D%22')
+    text = server.get("/metrics")[2].decode()
+    assert "fake_metric" not in text and '/v1/x"' not in text
+    assert 'sluice_requests_total{path="other",status="404"}' in text
+
+
+def test_a_negative_seed_is_echoed_as_sent_and_reproduces(server):
+    body = {"prompt": "Hello", "max_tokens": 5, "temperature": 1.0, "seed": -1}
+    first = server.post("/v1/completions", body)[2]
+    assert first["sluice"]["seed"] == -1   # one choice: the reply's own block
+    again = server.post("/v1/completions", {**body, "seed": first["sluice"]["seed"]})[2]
+    assert again["sluice"]["token_sha"] == first["sluice"]["token_sha"]
+    # One below int64's range arrives as a double rounded to -2^63: still out of range.
+    status, _, j = server.post("/v1/completions", b'{"prompt": "Hello", "max_tokens": 1, "seed": -9223372036854775809}')
+    assert status == 400 and j["error"]["param"] == "seed", j
+
+
+def test_queue_zero_serves_the_batch_and_n_is_bounded_by_it(sluice_bin):
+    # --queue 0: nothing waits beyond the batch, but the batch's slots still take requests; n
+    # choices beyond batch + queue could never be taken, so they get 400, not 429 forever.
+    s = Serve(sluice_bin, "--parallel", "2", "--queue", "0", name="queue0")
+    try:
+        assert s.post("/v1/completions", {"prompt": "Hi", "max_tokens": 4})[0] == 200
+        assert s.post("/v1/completions", {"prompt": "Hi", "max_tokens": 4, "n": 2})[0] == 200
+        status, _, j = s.post("/v1/completions", {"prompt": "Hi", "max_tokens": 4, "n": 3})
+        assert status == 400 and j["error"]["param"] == "n", j
+    finally:
+        assert s.stop() == 0
+
+
 def test_api_key_is_required(sluice_bin):
     s = Serve(sluice_bin, "--api-key", "k3y", name="apikey")
     try:

@@ -15,6 +15,9 @@
 #include <utility>
 #include <vector>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 namespace sluice {
 namespace {
 
@@ -136,6 +139,23 @@ TEST(gguf, a_read_reports_its_progress_per_file) {
 TEST(gguf, missing_path_is_reported) {
     EXPECT_THROW(model_file::open(k_dir / "no_such_file.gguf", file_access::read), error);
     EXPECT_THROW(model_file::open(k_dir / "no_such_file.gguf"), error);
+}
+
+// A FIFO (or any other non-file) given as the model is refused at once: opening one for reading
+// used to wait for a writer forever, before the regular-file check could run.
+TEST(gguf, a_fifo_is_refused_without_waiting_for_a_writer) {
+    const auto path = std::filesystem::temp_directory_path() / ("sluice_fifo_" + std::to_string(::getpid()) + ".gguf");
+    std::filesystem::remove(path);
+    ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+    for (file_access access : {file_access::map, file_access::read}) {
+        try {
+            model_file::open(path, access);
+            ADD_FAILURE() << "a FIFO opened as a model";
+        } catch (const error& e) {
+            EXPECT_NE(std::string(e.what()).find("is not a regular file"), std::string::npos) << e.what();
+        }
+    }
+    std::filesystem::remove(path);
 }
 
 TEST(gguf, smollm2_tensors_agree_with_its_hyperparameters) {

@@ -7,9 +7,12 @@
 #include "models/model.h"
 #include "quant/quant.h"
 #include "runtime/generate.h"
+#include "runtime/loaded_model.h"
 #include "mem_model_file.h"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include <cstring>
 #include <random>
@@ -223,6 +226,68 @@ TEST(models, missing_tensor_and_unknown_architecture_are_rejected) {
     } catch (const error& e) {
         EXPECT_NE(std::string(e.what()).find("mamba"), std::string::npos);
     }
+}
+
+// A file whose block_count is smaller than the layers its tensors hold (the last layer would be
+// dropped without a word), and YaRN floats that are NaN or out of range (generation turned to
+// garbage): both are refused at load, naming the key or tensor.
+TEST(models, tensors_past_block_count_and_bad_rope_floats_are_rejected) {
+    spec s;
+    s.arch = "qwen3";
+    auto expect_load_error = [](mem_model_file& f, const std::string& want) {
+        try {
+            load_model(f, {});
+            ADD_FAILURE() << "loaded; expected an error containing '" << want << "'";
+        } catch (const error& e) {
+            EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+        }
+    };
+    auto f = make_file(s);
+    f->set_int("qwen3.block_count", 1);
+    expect_load_error(*f, "tensor 'blk.1.attn_norm.weight' is of layer 1, but qwen3.block_count is 1");
+    for (const char* key : {"qwen3.rope.scaling.attn_factor", "qwen3.rope.scaling.yarn_beta_fast",
+                            "qwen3.rope.scaling.yarn_beta_slow"}) {
+        auto g = make_file(s);
+        g->set_float(key, std::nan(""));
+        expect_load_error(*g, key);
+    }
+    auto y = make_file(s);
+    y->set_string("qwen3.rope.scaling.type", "yarn");
+    y->set_float("qwen3.rope.scaling.factor", 4.0);
+    y->set_float("qwen3.rope.scaling.yarn_ext_factor", -1e9);
+    expect_load_error(*y, "qwen3.rope.scaling.yarn_ext_factor");
+    // A per-layer head_count_kv array must have an entry a layer (llama.cpp requires it too).
+    for (size_t n : {size_t{1}, size_t{3}}) {
+        auto h = make_file(s);
+        auto arr = std::make_shared<meta_array>();
+        arr->elem = meta_type::u32;
+        arr->ints.assign(n, s.n_kv);
+        h->m.set("qwen3.attention.head_count_kv", meta_value{meta_type::array, arr});
+        expect_load_error(*h, "a per-layer array of " + std::to_string(n) + " entries");
+    }
+    auto ok = make_file(s);
+    ok->set_float("qwen3.rope.scaling.attn_factor", 1.0);
+    auto arr = std::make_shared<meta_array>();
+    arr->elem = meta_type::u32;
+    arr->ints.assign(2, s.n_kv);
+    ok->m.set("qwen3.attention.head_count_kv", meta_value{meta_type::array, arr});
+    EXPECT_NO_THROW(load_model(*ok, {}));
+}
+
+// A GGUF whose token list is shorter than its output (260 tokens, 300 rows) loaded and then died
+// mid-generation on the first id past the list; a Hugging Face directory may pad its embeddings.
+TEST(models, a_gguf_tokenizer_must_cover_every_output_row) {
+    try {
+        check_tokenizer_covers_output(260, 300, false, "m.gguf");
+        ADD_FAILURE() << "a GGUF tokenizer of 260 tokens passed for 300 output rows";
+    } catch (const error& e) {
+        EXPECT_NE(std::string(e.what()).find("the tokenizer has 260 tokens but the model's output has 300"),
+                  std::string::npos) << e.what();
+    }
+    EXPECT_NO_THROW(check_tokenizer_covers_output(300, 300, false, "m.gguf"));
+    EXPECT_NO_THROW(check_tokenizer_covers_output(260, 300, true, "hf_dir"));
+    EXPECT_THROW(check_tokenizer_covers_output(301, 300, true, "hf_dir"), error);
+    EXPECT_THROW(check_tokenizer_covers_output(301, 300, false, "m.gguf"), error);
 }
 
 TEST(models, bad_window_is_rejected_before_any_work) {

@@ -295,6 +295,42 @@ TEST(tokenizer, hf_post_processor_template_adds_bos) {
     std::filesystem::remove_all(dir);
 }
 
+// A hostile tokenizer.json: nested deep enough to overflow a recursive parser's stack (a
+// 400 KB file crashed the loader), or a token id that would size the tables at 2^31 entries.
+// Each is a clear error before the parse or the allocation.
+TEST(tokenizer_bad_input, hf_deep_nesting_and_huge_ids_are_rejected_before_use) {
+    small_vocab v;
+    const auto dir = temp_dir("hf_hostile");
+    write_hf_dir(dir, v, "[" + std::string(200000, '[') + std::string(200000, ']') + "]", "");
+    try {
+        tokenizer::from_hf_dir(dir);
+        ADD_FAILURE() << "a tokenizer.json nested 200,001 levels deep loaded";
+    } catch (const error& e) {
+        EXPECT_NE(std::string(e.what()).find("nested deeper than"), std::string::npos) << e.what();
+    }
+    // The vocabulary with one more token whose id is 2^31 - 2, or 2^64 - 1 (once read as -1).
+    const std::pair<const char*, const char*> cases[] = {{"2147483646", "but there are only"},
+                                                         {"18446744073709551615", "outside 0..2^31-2"}};
+    for (const auto& [id, want] : cases) {
+        write_hf_dir(dir, v, "", "");
+        std::string text;
+        {
+            std::ifstream f(dir / "tokenizer.json");
+            text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+        }
+        const size_t at = text.find("\"vocab\":{") + 9;
+        text.insert(at, std::string("\"zz_big\":") + id + ",");
+        std::ofstream(dir / "tokenizer.json") << text;
+        try {
+            tokenizer::from_hf_dir(dir);
+            ADD_FAILURE() << "a token id of " << id << " loaded";
+        } catch (const error& e) {
+            EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << id << ": " << e.what();
+        }
+    }
+    std::filesystem::remove_all(dir);
+}
+
 // Bad input: each error names the key and the value at fault.
 void expect_error(const metadata& m, const std::vector<std::string>& parts) {
     try {
