@@ -175,6 +175,8 @@ def main():
     # of expert slots, a head_dim of 2^32 - 1 made llama3's rope table take 16 GB and a minute.
     single("config_huge_expert_count", "'num_experts': expected an integer in [1, 65536]", good,
            dict(QWEN3MOE, num_experts=4294967295, num_experts_per_tok=1))
+    single("config_rope_type_not_a_string", "rope scaling 'type': expected a string", good,
+           dict(LLAMA, rope_scaling={"type": 5, "factor": 2.0}))
     single("config_huge_head_dim", "'head_dim': expected an integer in [1, 65536]", good,
            dict(LLAMA, head_dim=4294967295, rope_scaling={
                "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,

@@ -102,10 +102,10 @@ void add_rope_scaling(const reader& r, const json& rs, const std::string& a, std
     std::string type;
     for (const char* k : {"rope_type", "type"}) {
         auto it = rs.find(k);
-        if (it != rs.end() && it->is_string()) {
-            type = it->get<std::string>();
-            break;
-        }
+        if (it == rs.end() || it->is_null()) continue;
+        if (!it->is_string()) fail("{}: rope scaling '{}': expected a string, got {}", where, k, it->dump());
+        type = it->get<std::string>();
+        break;
     }
     if (type.empty() || type == "default") return;
     auto factor = r.number(rs, "factor");

@@ -12,7 +12,9 @@
 #include <netdb.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -220,8 +222,13 @@ void http_server::impl::routes() {
             return httplib::Server::HandlerResponse::Handled;
         }
         if (o.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
-        if (req.get_header_value("Authorization") == "Bearer " + o.api_key)
-            return httplib::Server::HandlerResponse::Unhandled;
+        // The scheme name is case-insensitive (RFC 9110 section 11.1); the key is compared exactly.
+        const std::string auth = req.get_header_value("Authorization");
+        const bool bearer = auth.size() > 7 && auth[6] == ' ' &&
+                            std::equal(auth.begin(), auth.begin() + 6, "bearer", [](char a, char b) {
+                                return static_cast<char>(std::tolower(static_cast<unsigned char>(a))) == b;
+                            });
+        if (bearer && auth.compare(7, std::string::npos, o.api_key) == 0) return httplib::Server::HandlerResponse::Unhandled;
         res.set_header("WWW-Authenticate", "Bearer");
         send_error(res, make_error(401, "invalid or missing API key: send 'Authorization: Bearer <key>'",
                                    "invalid_request_error", "invalid_api_key"));

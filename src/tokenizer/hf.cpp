@@ -143,6 +143,8 @@ std::unique_ptr<tokenizer> tokenizer::from_hf_dir(const std::filesystem::path& d
             if (!it.value().is_number_integer()) fail("tokenizer: {}: model.vocab['{}'] is not an integer id", file, it.key());
             entries.emplace_back(id_value(it.value()), it.key());
         }
+        if (j.contains("added_tokens") && !j["added_tokens"].is_null() && !j["added_tokens"].is_array())
+            fail("tokenizer: {}: added_tokens: expected an array, got {}", file, j["added_tokens"].type_name());
         if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
             for (const json& a : j["added_tokens"]) {
                 if (!a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") || !a["content"].is_string())
@@ -213,6 +215,15 @@ std::unique_ptr<tokenizer> tokenizer::from_hf_dir(const std::filesystem::path& d
         const auto cfg_path = dir / "tokenizer_config.json";
         if (std::filesystem::exists(cfg_path)) {
             const json cfg = read_json(cfg_path);
+            // A malformed config is an error, not a silent fall back to defaults: its keys decide
+            // BOS, EOS and the chat template.
+            if (!cfg.is_object()) fail("tokenizer: {}: expected a JSON object, got {}", cfg_path.string(), cfg.type_name());
+            for (const char* key : {"add_bos_token", "chat_template"}) {
+                auto it = cfg.find(key);
+                if (it == cfg.end() || it->is_null()) continue;
+                const bool ok = std::string_view(key) == "add_bos_token" ? it->is_boolean() : it->is_string() || it->is_array();
+                if (!ok) fail("tokenizer: {}: '{}' has the wrong type ({})", cfg_path.string(), key, it->type_name());
+            }
             auto find_id = [&](const char* key) -> token_id {
                 auto t = token_text(cfg, key);
                 if (!t) return -1;

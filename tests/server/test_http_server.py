@@ -340,6 +340,10 @@ def test_api_key_is_required(sluice_bin):
         status, headers, j = s.post("/v1/chat/completions", CHAT)
         assert status == 401 and j["error"]["code"] == "invalid_api_key"
         assert s.post("/v1/chat/completions", CHAT, headers={"Authorization": "Bearer k3y"})[0] == 200
+        # The scheme name is case-insensitive (RFC 9110); the key is not.
+        assert s.post("/v1/chat/completions", CHAT, headers={"Authorization": "bearer k3y"})[0] == 200
+        assert s.post("/v1/chat/completions", CHAT, headers={"Authorization": "Bearer K3Y"})[0] == 401
+        assert s.post("/v1/chat/completions", CHAT, headers={"Authorization": "Bearerk3y"})[0] == 401
         assert s.get("/health")[0] == 200
     finally:
         assert s.stop() == 0

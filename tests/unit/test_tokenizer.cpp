@@ -328,6 +328,20 @@ TEST(tokenizer_bad_input, hf_deep_nesting_and_huge_ids_are_rejected_before_use) 
             EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << id << ": " << e.what();
         }
     }
+    // A tokenizer_config.json that is not an object, or whose keys have the wrong type, was
+    // ignored (the defaults silently taken): each is an error naming the file and key.
+    const std::pair<const char*, const char*> configs[] = {{"[1, 2]", "expected a JSON object"},
+                                                           {R"({"add_bos_token": "true"})", "'add_bos_token' has the wrong type"},
+                                                           {R"({"chat_template": 5})", "'chat_template' has the wrong type"}};
+    for (const auto& [config, want] : configs) {
+        write_hf_dir(dir, v, "", config);
+        try {
+            tokenizer::from_hf_dir(dir);
+            ADD_FAILURE() << config << " loaded";
+        } catch (const error& e) {
+            EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << config << ": " << e.what();
+        }
+    }
     std::filesystem::remove_all(dir);
 }
 
