@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -75,16 +76,31 @@ void write_stats_json(const std::string& path, const generate_stats& st) {
     std::ofstream out(path);
     if (!out) throw std::runtime_error(fmt::format("run: --stats-json {}: cannot write the file", path));
     out << j.dump(1) << "\n";
+    out.close();   // a full disk (ENOSPC) or an I/O error shows here, not at the open
+    if (out.fail()) throw std::runtime_error(fmt::format("run: --stats-json {}: writing the file failed", path));
 }
 
 void run(const run_args& a) {
     std::string prompt = a.prompt;
     if (!a.prompt_file.empty()) {
+        // A directory opens as a stream that reads nothing: say so instead of "no prompt".
+        if (std::filesystem::is_directory(a.prompt_file))
+            throw std::runtime_error(fmt::format("run: -f {}: is a directory, not a file", a.prompt_file));
         std::ifstream in(a.prompt_file, std::ios::binary);
         if (!in) throw std::runtime_error(fmt::format("run: -f {}: cannot open the file", a.prompt_file));
         std::ostringstream ss;
         ss << in.rdbuf();
+        if (in.bad()) throw std::runtime_error(fmt::format("run: -f {}: reading the file failed", a.prompt_file));
         prompt = ss.str();
+    }
+    // --stats-json: a path that cannot be written is found before the generation, not after it.
+    if (!a.stats_json.empty()) {
+        const bool existed = std::filesystem::exists(a.stats_json);
+        {
+            std::ofstream probe(a.stats_json, std::ios::app);
+            if (!probe) throw std::runtime_error(fmt::format("run: --stats-json {}: cannot write the file", a.stats_json));
+        }
+        if (!existed) std::filesystem::remove(a.stats_json);   // the probe leaves nothing behind
     }
     if (prompt.empty()) throw std::runtime_error("run: no prompt: pass -p PROMPT or -f FILE");
     // --gpu N: the model on that CUDA device, its routed experts under --vram-budget (all in VRAM
@@ -152,17 +168,22 @@ void add_run_command(CLI::App& app) {
     auto args = std::make_shared<run_args>();
     auto* cmd = app.add_subcommand("run", "Generate text from a prompt (no MODEL: the default small model)");
     cmd->add_option("model", args->model, "GGUF file or Hugging Face directory");
-    cmd->add_option("-p,--prompt", args->prompt, "Prompt text");
-    cmd->add_option("-f,--file", args->prompt_file, "Read the prompt from a file");
+    // Values outside an option's documented range are refused (a negative -c or -t was read as 0,
+    // a negative -n as -1), and options that contradict each other too.
+    CLI::Option* prompt_opt = cmd->add_option("-p,--prompt", args->prompt, "Prompt text");
+    cmd->add_option("-f,--file", args->prompt_file, "Read the prompt from a file")->excludes(prompt_opt);
     cmd->add_option("-n,--n-predict", args->n_predict, "Tokens to generate (-1: until the context is full)")
+        ->check(CLI::Range(-1, std::numeric_limits<int>::max()))
         ->capture_default_str();
-    cmd->add_option("-c,--ctx-size", args->ctx_size, "Context size (0: the model's, at most 4096)")->capture_default_str();
-    cmd->add_option("-t,--threads", args->threads, "Threads (0: all)")->capture_default_str();
+    cmd->add_option("-c,--ctx-size", args->ctx_size, "Context size (0: the model's, at most 4096)")
+        ->check(CLI::Range(0, std::numeric_limits<int>::max()))
+        ->capture_default_str();
+    cmd->add_option("-t,--threads", args->threads, "Threads (0: all)")->check(CLI::Range(0, std::numeric_limits<int>::max()))->capture_default_str();
     cmd->add_option("--numa", args->numa, "NUMA: auto (threads and routed experts per node where the machine has several nodes), off, or simulate:N (tests: N nodes from the allowed CPUs, no memory moved; SLUICE_NUMA_SIMULATE=N does this under auto)")->capture_default_str();
-    cmd->add_option("--temp", args->temp, "Temperature (0: greedy)")->capture_default_str();
-    cmd->add_option("--top-k", args->top_k, "Top-k (0: off)")->capture_default_str();
+    cmd->add_option("--temp", args->temp, "Temperature (0: greedy)")->check(CLI::Range(0.0, 1e4))->capture_default_str();
+    cmd->add_option("--top-k", args->top_k, "Top-k (0: off)")->check(CLI::Range(0, std::numeric_limits<int>::max()))->capture_default_str();
     cmd->add_option("--top-p", args->top_p, "Top-p (1: off)")->capture_default_str();
-    cmd->add_option("--min-p", args->min_p, "Min-p (0: off)")->capture_default_str();
+    cmd->add_option("--min-p", args->min_p, "Min-p (0: off)")->check(CLI::Range(0.0, 1.0))->capture_default_str();
     cmd->add_option("--seed", args->seed, "Sampling seed")->capture_default_str();
     cmd->add_option("--repeat-penalty", args->repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
     cmd->add_option("--frequency-penalty", args->frequency_penalty, "Frequency penalty (0: off)")->capture_default_str();
@@ -181,8 +202,8 @@ void add_run_command(CLI::App& app) {
                     "the drafts per window (up to --draft-max); fixed: every window carries --draft-max drafts")
         ->check(CLI::IsMember({"adaptive", "fixed"}))
         ->capture_default_str();
-    cmd->add_flag("--chat", args->chat, "Wrap the prompt in the model's ChatML template");
-    cmd->add_option("--system", args->system, "With --chat: the system message");
+    CLI::Option* chat_opt = cmd->add_flag("--chat", args->chat, "Wrap the prompt in the model's ChatML template");
+    cmd->add_option("--system", args->system, "With --chat: the system message")->needs(chat_opt);
     cmd->add_flag("-v,--verbose", args->verbose, "Print the model's shape");
     cmd->add_option("--stats-json", args->stats_json, "Write the generation's figures (token_sha, tok/s, spec) as JSON");
     cmd->add_option("--vram-budget", args->vram_budget, "GPU memory for routed experts, e.g. 12G, 512M, 0");
@@ -201,6 +222,10 @@ void add_run_command(CLI::App& app) {
             args->model = std::exchange(args->spec_kind, std::string());
         if (args->spec && !args->spec_kind.empty() && args->spec_kind != "ngram" && args->spec_kind != "mtp")
             throw std::runtime_error(fmt::format("run: --spec {}: expected ngram or mtp", args->spec_kind));
+        if (args->spec_kind == "mtp" && !args->draft_model.empty())
+            throw std::runtime_error("run: --spec mtp drafts with the model's own MTP layers: drop --draft-model, or use --spec ngram");
+        if (args->prefill_stream < -1)
+            throw std::runtime_error(fmt::format("run: --prefill-stream {}: expected -1 (the cost model's), 0 (never) or rows", args->prefill_stream));
         run(*args);
     });
 }

@@ -121,14 +121,16 @@ void validate(const bench_options& o) {
     const int chunk = o.chunk > 0 ? o.chunk : k_cpu_prefill_rows;
     for (int t : o.windows)
         if (!in(t, 1, 16) || t > chunk)
-            fail("bench: --windows: expected 1..16 rows and at most --chunk ({}), got {}", o.chunk, t);
+            fail("bench: --windows: expected 1..16 rows and at most --chunk ({}), got {}", chunk, t);
     for (int t : o.spec_windows)
         if (!in(t, 1, 16) || t > chunk)
-            fail("bench: --spec-windows: expected 1..16 rows and at most --chunk ({}), got {}", o.chunk, t);
+            fail("bench: --spec-windows: expected 1..16 rows and at most --chunk ({}), got {}", chunk, t);
     if (o.gpu < -1) fail("bench: --gpu: expected a device index >= 0, got {}", o.gpu);
-    if (o.window_depth < -1) fail("bench: --window-depth: expected >= 0 (or -1: the first depth), got {}", o.window_depth);
+    // The same bound as the depths: window_depth + spec_n sizes the context (an int).
+    if (!in(o.window_depth, -1, 1 << 22))
+        fail("bench: --window-depth: expected 0..4194304 (or -1: the first depth), got {}", o.window_depth);
     if (!(o.accept >= 0.0 && o.accept <= 1.0)) fail("bench: --accept: expected 0..1, got {}", o.accept);
-    if (o.spec_n < 0) fail("bench: --spec-n: expected >= 0, got {}", o.spec_n);
+    if (!in(o.spec_n, 0, 1 << 22)) fail("bench: --spec-n: expected 0..4194304, got {}", o.spec_n);
     if (!(o.bandwidth_gb_s >= 0.0) || !std::isfinite(o.bandwidth_gb_s))
         fail("bench: --bandwidth: expected GB/s >= 0, got {}", o.bandwidth_gb_s);
 }

@@ -239,8 +239,10 @@ generate_stats engine::generate(std::string_view prompt, const generate_params& 
     depth_policy* policy = drafts && p.adaptive_depth ? &p_->policy : nullptr;
     if (policy && !policy->calibrated()) {
         // Once per engine: time windows of 1..16 rows (never committed). Not decode time.
+        // Windows no longer than the context has room for past the prompt (a prompt that leaves
+        // fewer than 16 positions made the calibration's own windows fail).
         std::vector<float> scratch(size_t(16) * size_t(n_vocab));
-        policy->calibrate(vt, scratch, st.prompt_tokens.back());
+        policy->calibrate(vt, scratch, st.prompt_tokens.back(), 5, s.n_ctx() - vt.n_past());
     }
     const auto t1 = clock::now();
     speculative_decoder decoder(vt, sampler, drafts.get(), policy);

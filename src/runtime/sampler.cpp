@@ -35,7 +35,11 @@ keyed_sampler::keyed_sampler(int32_t n_vocab, sampling_params params)
         if (std::isnan(bias) || bias == std::numeric_limits<float>::infinity())
             fail("sampler: logit_bias: token {}: expected a finite bias or -inf, got {}", id, bias);
     }
-    greedy_ = p.temperature <= 0.0f || p.top_k == 1;
+    // Below 1e-6 the temperature decodes greedily: logits / t overflow to inf for t below
+    // ~1e-35 (every negative logit became -inf, read as banned: a run emitted EOS at once), and
+    // from 1e-6 down the keyed pick already differs from the greedy one only between logits
+    // closer than a millionth of the Gumbel noise.
+    greedy_ = p.temperature < k_min_sampling_temperature || p.top_k == 1;
     work_.assign(size_t(n_vocab_), 0.0f);
     order_.assign(size_t(n_vocab_), 0);
     counts_.assign(size_t(n_vocab_), 0);

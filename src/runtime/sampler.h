@@ -49,6 +49,9 @@ struct sampling_params {
     }
 };
 
+// Temperatures below this decode greedily (sampler.cpp says why).
+inline constexpr float k_min_sampling_temperature = 1e-6f;
+
 class keyed_sampler {
 public:
     // Validates the parameters (bias ids in [0, n_vocab), finite temperature, ...); throws

@@ -19,7 +19,9 @@ depth_policy::depth_policy(depth_policy_params p) : p_(p) {
     if (p_.probe_every < 1 || p_.probe_depth < 1) fail("depth policy: probe_every and probe_depth: expected >= 1");
 }
 
-void depth_policy::calibrate(verify_target& target, std::span<float> logits, int32_t token, int32_t rounds) {
+void depth_policy::calibrate(verify_target& target, std::span<float> logits, int32_t token, int32_t rounds,
+                             int32_t room) {
+    if (room < 1) fail("depth policy: calibrate: no room in the context for a window (room {})", room);
     size_t nv = size_t(target.n_vocab());
     if (logits.size() < size_t(p_.max_rows) * nv)
         fail("depth policy: calibrate: logits scratch: expected {} floats, got {}", size_t(p_.max_rows) * nv,
@@ -27,9 +29,10 @@ void depth_policy::calibrate(verify_target& target, std::span<float> logits, int
     // Every size up to 8 (where kernels change their row blocking), then every other one: the
     // cost between two measured sizes is close to linear, and this halves the start-up time.
     std::vector<int32_t> sizes;
+    const int32_t largest = std::min(p_.max_rows, room);
     for (int32_t r : {1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16})
-        if (r <= p_.max_rows) sizes.push_back(r);
-    if (sizes.back() != p_.max_rows) sizes.push_back(p_.max_rows);
+        if (r <= largest) sizes.push_back(r);
+    if (sizes.back() != largest) sizes.push_back(largest);
     std::vector<int32_t> window(size_t(p_.max_rows), token);
     target.forward(std::span<const int32_t>(window.data(), 1), logits.data());  // warm-up, not timed
     // Rounds interleave the sizes, so a burst of interference on a shared machine lands on one

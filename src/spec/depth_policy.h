@@ -47,7 +47,10 @@ public:
     // interpolated) on the target, `rounds` interleaved rounds, keeping the median of each size.
     // The rows are never committed, so the target's state is unchanged.
     // logits: [max_rows, n_vocab] scratch; token: any valid id to fill the windows with.
-    void calibrate(verify_target& target, std::span<float> logits, int32_t token, int32_t rounds = 5);
+    // room: the rows the target's context holds past n_past(); windows stop there (sizes beyond
+    // it are taken as the largest measured one's cost, as for sizes past max_rows).
+    void calibrate(verify_target& target, std::span<float> logits, int32_t token, int32_t rounds = 5,
+                   int32_t room = 16);
     bool calibrated() const { return calibrated_; }
 
     void set_cost(int32_t rows, double seconds);     // overrides (tests, or a stored calibration)

@@ -82,3 +82,27 @@ def test_run_chat_answers_on_smollm2(sluice_bin, smollm2_gguf):
     print(r.stdout)
     assert r.returncode == 0, r.stderr
     assert "Paris" in r.stdout
+
+
+@pytest.mark.parametrize("args,want", [
+    (["-n", "-5"], "-n"), (["-c", "-1"], "-c"), (["-t", "-1"], "-t"), (["--top-k", "-5"], "--top-k"),
+    (["--min-p", "-1"], "--min-p"), (["--temp", "-1"], "--temp"), (["--prefill-stream", "-5"], "--prefill-stream"),
+    (["--system", "be brief"], "--chat"), (["-f", "."], "is a directory"),
+    (["--spec", "mtp", "--draft-model", "x.gguf"], "--spec mtp"),
+    (["--stats-json", "/proc/version"], "--stats-json"),
+])
+def test_run_refuses_out_of_range_and_conflicting_options(sluice_bin, args, want):
+    # Each was taken silently before (a negative -c read as 0, -n -5 as -1, --system dropped
+    # without --chat, a directory read as an empty prompt), or found only after the generation.
+    extra = ([] if "-f" in args else ["-p", "hi"]) + ([] if "-n" in args else ["-n", "2"])
+    r = run(sluice_bin, str(tiny_gguf()), *extra, *args)
+    assert r.returncode != 0, (args, r.stdout, r.stderr)
+    assert want in r.stderr, (args, r.stderr)
+    assert "Traceback" not in r.stderr and "terminate called" not in r.stderr
+
+
+def test_run_prompt_and_file_exclude_each_other(sluice_bin, tmp_path):
+    f = tmp_path / "p.txt"
+    f.write_text("from the file")
+    r = run(sluice_bin, str(tiny_gguf()), "-p", "hi", "-f", str(f), "-n", "2")
+    assert r.returncode != 0 and "excludes" in r.stderr, r.stderr

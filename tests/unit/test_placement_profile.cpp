@@ -2,6 +2,7 @@
 // (bad magic, version, counts, sizes, checksum, truncation) and a profile of another model are
 // rejected with a clear error; calibration through the real forward counts k_used choices per
 // token in every MoE layer and is the same on a second run.
+#include "core/error.h"
 #include "core/thread_pool.h"
 #include "io/model_file.h"
 #include "kv/kv_cache.h"
@@ -18,6 +19,7 @@
 #include <fstream>
 #include <numeric>
 #include <string>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <vector>
 
@@ -68,6 +70,26 @@ TEST(placement_profile, profile_round_trips_through_its_file) {
     EXPECT_EQ(q.counts, p.counts);
     EXPECT_EQ(q.count(0, 1), 3u);
     std::filesystem::remove_all(path.parent_path());   // the test's own folder (ctest runs each test alone)
+}
+
+// `sluice profile -o PATH` writes a new file and renames it over PATH: a device or FIFO there was
+// replaced by a regular file (run as root, -o /dev/full did that to /dev/full). Refused now, and
+// the node is left as it was.
+TEST(placement_profile, writing_over_a_fifo_or_directory_is_refused) {
+    const auto dir = temp_dir();
+    const auto fifo = dir / "fifo";
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    std::filesystem::create_directories(dir / "sub");
+    for (const auto& path : {fifo, dir / "sub"}) {
+        try {
+            write_profile(path, small_profile());
+            ADD_FAILURE() << path << ": written";
+        } catch (const sluice::error& e) {
+            EXPECT_NE(std::string(e.what()).find("is not a regular file"), std::string::npos) << e.what();
+        }
+    }
+    EXPECT_TRUE(std::filesystem::is_fifo(fifo));
+    std::filesystem::remove_all(dir);
 }
 
 TEST(placement_profile, malformed_profile_is_rejected) {

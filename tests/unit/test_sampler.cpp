@@ -48,6 +48,18 @@ TEST(sampler, greedy_ties_go_to_the_lowest_id) {
     EXPECT_EQ(greedy.pick(l.data(), 0, {}), 3);
 }
 
+// Temperatures far below any useful one (1e-38: logits / t overflowed, every negative logit
+// became -inf and a run with only negative logits picked id 0, end of text) decode greedily.
+TEST(sampler, vanishing_temperatures_decode_greedily) {
+    const std::vector<float> l = {-5.0f, -1.0f, -3.0f, -0.5f, -2.0f};
+    for (float t : {1e-38f, 1e-40f, 1e-45f, 1e-9f}) {
+        keyed_sampler s(5, plain(t, 3));
+        EXPECT_TRUE(s.is_greedy()) << t;
+        for (int64_t p = 0; p < 8; ++p) EXPECT_EQ(s.pick(l.data(), p, {}), 3) << t;
+    }
+    EXPECT_FALSE(keyed_sampler(5, plain(1e-6f, 3)).is_greedy());
+}
+
 TEST(sampler, same_logits_seed_and_position_give_the_same_pick) {
     std::mt19937 rng(5);
     std::normal_distribution<float> nd(0.0f, 2.0f);
