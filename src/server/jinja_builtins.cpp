@@ -46,6 +46,17 @@ std::string strip(const std::string& s, const value& chars, bool left, bool righ
 }
 
 std::string replace(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
+    // The result's size is known before it is built (a million-byte `to` inserted between a
+    // million characters asked for a terabyte): refused past the renderer's 64 MiB.
+    if (to.size() > from.size()) {
+        uint64_t matches = 0;
+        if (from.empty()) matches = s.size() + 1;
+        else
+            for (size_t f = s.find(from); f != std::string::npos; f = s.find(from, f + from.size())) ++matches;
+        if (count >= 0 && uint64_t(count) < matches) matches = uint64_t(count);
+        if (s.size() + matches * (to.size() - from.size()) > (uint64_t{64} << 20))
+            fail("jinja: replace: the result would exceed 64 MiB");
+    }
     std::string out;
     size_t pos = 0;
     int64_t n = 0;
@@ -232,7 +243,13 @@ value apply_filter(const std::string& name, const value& in, call_args& a) {
         // transformers: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
         json_options opt;
         value ind = a.get(1, "indent", value::none());
-        if (!ind.is_none()) opt.indent = int(as_int(ind, "tojson"));
+        // jinja2 takes any indent; past 64 spaces a level it only multiplies the output (an
+        // indent of 10^9 asked for gigabytes), and a negative one is Python's none.
+        if (!ind.is_none()) {
+            const int64_t i = as_int(ind, "tojson");
+            if (i < 0 || i > 64) fail("jinja: tojson: indent {}: expected 0..64", i);
+            opt.indent = int(i);
+        }
         opt.ensure_ascii = truthy(a.get(0, "ensure_ascii", value::boolean(false)));
         opt.sort_keys = truthy(a.get(3, "sort_keys", value::boolean(false)));
         value seps = a.get(2, "separators", value::none());
@@ -396,7 +413,12 @@ bool apply_test(const std::string& name, const value& in, call_args& a) {
     if (name == "float") return in.k == K::floating;
     if (name == "callable") return in.k == K::func;
     if (name == "even" || name == "odd") return (as_int(in, name.c_str()) % 2 == 0) == (name == "even");
-    if (name == "divisibleby") return as_int(in, "divisibleby") % as_int(a.get(0, "num"), "divisibleby") == 0;
+    if (name == "divisibleby") {
+        // x % 0 and INT64_MIN % -1 are undefined in C++ (SIGFPE on x86): jinja2 raises for 0.
+        const int64_t x = as_int(in, "divisibleby"), d = as_int(a.get(0, "num"), "divisibleby");
+        if (d == 0) fail("jinja: divisibleby 0: integer division or modulo by zero");
+        return d == -1 || x % d == 0;
+    }
     if (name == "lower") return in.is_string() && upper(in.s, false) == in.s;
     if (name == "upper") return in.is_string() && upper(in.s, true) == in.s;
     value other = a.get(0, "other");
@@ -463,9 +485,13 @@ value slice(const value& obj, const value& start, const value& stop, const value
     int64_t b = clamp(start, st > 0 ? 0 : n - 1), e = clamp(stop, st > 0 ? n : -1);
     list_t l;
     std::string s;
-    for (int64_t i = b; st > 0 ? i < e : i > e; i += st) {
+    // The next index is taken only while it stays inside [b, e): i + st can overflow int64 for
+    // a huge step (an index wrapped that way read outside the list).
+    for (int64_t i = b; st > 0 ? i < e : i > e;) {
         if (obj.k == value::kind::list) l.push_back((*obj.l)[size_t(i)]);
         else s += cps[size_t(i)];
+        if (st > 0 ? e - i <= st : i - e <= -st) break;
+        i += st;
     }
     return obj.k == value::kind::list ? value::list(std::move(l)) : value::str(s);
 }
@@ -509,11 +535,14 @@ value global(const std::string& name) {
                 if (a.pos.size() > 2) st = as_int(a.pos[2], "range");
             } else fail("jinja: range expected at least 1 argument");
             if (st == 0) fail("jinja: range() arg 3 must not be zero");
-            // jinja2's sandbox (MAX_RANGE) refuses ranges longer than 100,000 items.
-            int64_t n = st > 0 ? (e > b ? (e - b + st - 1) / st : 0) : (b > e ? (b - e - st - 1) / -st : 0);
-            if (n > 100000) fail("jinja: range too big: {} items, at most 100,000", n);
+            // jinja2's sandbox (MAX_RANGE) refuses ranges longer than 100,000 items. The count in
+            // 128 bits: e - b + st - 1 overflows int64 for ranges near its ends.
+            using i128 = __int128;
+            const i128 span = st > 0 ? i128(e) - b : i128(b) - e, step = st > 0 ? i128(st) : -i128(st);
+            const i128 n = span > 0 ? (span + step - 1) / step : 0;
+            if (n > 100000) fail("jinja: range too big: more than 100,000 items");
             list_t l;
-            for (int64_t i = b; st > 0 ? i < e : i > e; i += st) l.push_back(value::integer(i));
+            for (i128 k = 0; k < n; ++k) l.push_back(value::integer(int64_t(i128(b) + k * st)));
             return value::list(std::move(l));
         });
     if (name == "strftime_now")

@@ -13,10 +13,25 @@
 namespace sluice::jinja {
 namespace {
 
+// A render's budgets. A chat template comes from the model file: a hostile one must end in a
+// clear error, not a stack overflow, a hang or gigabytes of memory (each was reached before
+// these: a macro recursing through a default argument, 64 macro levels of 790-deep expressions,
+// three nested range(100000) loops, a string doubled 60 times).
+constexpr int k_max_eval_depth = 2000;              // nested eval() frames, all macros together
+constexpr int64_t k_max_loop_steps = 1'000'000;     // loop iterations in one render (~0.5 s)
+constexpr size_t k_max_text_bytes = size_t{64} << 20;   // any string made, and the output
+constexpr size_t k_max_list_items = size_t{1} << 20;    // any list made by +
+
 struct renderer {
     std::vector<std::map<std::string, value>> frames;
     enum class ctl { none, brk, cont } flow = ctl::none;
     int call_depth = 0;  // macro calls in progress: recursion is bounded, not a stack overflow
+    int eval_depth = 0;
+    int64_t loop_steps = 0;
+
+    void check_text(const node& n, size_t bytes) {
+        if (bytes > k_max_text_bytes) error(n, fmt::format("a string of {} bytes exceeds 64 MiB", bytes));
+    }
 
     [[noreturn]] void error(const node& n, const std::string& what) {
         fail("jinja: line {}: {}", n.line, what);
@@ -48,8 +63,13 @@ struct renderer {
         defined(n, a);
         defined(n, b);
         if (op == "+") {
-            if (a.is_string() && b.is_string()) return value::str(a.s + b.s);
+            if (a.is_string() && b.is_string()) {
+                check_text(n, a.s.size() + b.s.size());
+                return value::str(a.s + b.s);
+            }
             if (a.k == value::kind::list && b.k == value::kind::list) {
+                if (a.l->size() + b.l->size() > k_max_list_items)
+                    error(n, fmt::format("a list of {} items exceeds {}", a.l->size() + b.l->size(), k_max_list_items));
                 list_t l = *a.l;
                 l.insert(l.end(), b.l->begin(), b.l->end());
                 return value::list(std::move(l));
@@ -57,7 +77,8 @@ struct renderer {
         }
         if (op == "*") {
             if (a.is_string() && b.k == value::kind::integer) {
-                if (b.i > 0 && a.s.size() * uint64_t(b.i) > (64u << 20))
+                // Divided, not multiplied: size * count wraps past 2^64 (4 bytes x 2^62 gave 0).
+                if (b.i > 0 && !a.s.empty() && uint64_t(b.i) > k_max_text_bytes / a.s.size())
                     error(n, fmt::format("string repetition of {} bytes x {} exceeds 64 MiB", a.s.size(), b.i));
                 std::string s;
                 for (int64_t i = 0; i < b.i; i++) s += a.s;
@@ -119,6 +140,16 @@ struct renderer {
     }
 
     value eval(const node& n) {
+        if (eval_depth >= k_max_eval_depth) error(n, fmt::format("expressions and macro calls nested deeper than {}", k_max_eval_depth));
+        ++eval_depth;
+        struct leave {
+            int& d;
+            ~leave() { --d; }
+        } guard{eval_depth};
+        return eval_node(n);
+    }
+
+    value eval_node(const node& n) {
         switch (n.k) {
             case node::kind::literal: return n.lit;
             case node::kind::name: return lookup(n.name);
@@ -203,7 +234,12 @@ struct renderer {
                     return truthy(a) ? a : eval(*n.kids[1]);
                 }
                 value a = eval(*n.kids[0]), b = eval(*n.kids[1]);
-                if (op == "~") return value::str(to_str(a) + to_str(b));
+                if (op == "~") {
+                    std::string s = to_str(a);
+                    const std::string t = to_str(b);
+                    check_text(n, s.size() + t.size());
+                    return value::str(s += t);
+                }
                 if (op == "==") return value::boolean(equals(a, b));
                 if (op == "!=") return value::boolean(!equals(a, b));
                 if (op == "in") return value::boolean(contains(n, b, a));
@@ -270,8 +306,8 @@ struct renderer {
     void exec(const node& n, std::string& out) {
         switch (n.k) {
             case node::kind::block: exec_block(n, out); return;
-            case node::kind::text: out += n.name; return;
-            case node::kind::output: out += to_str(eval(*n.kids[0])); return;
+            case node::kind::text: out += n.name; check_text(n, out.size()); return;
+            case node::kind::output: out += to_str(eval(*n.kids[0])); check_text(n, out.size()); return;
             case node::kind::if_: {
                 size_t i = 0;
                 for (; i + 1 < n.kids.size(); i += 2) {
@@ -307,7 +343,7 @@ struct renderer {
             case node::kind::macro: define_macro(n); return;
             case node::kind::break_: flow = ctl::brk; return;
             case node::kind::continue_: flow = ctl::cont; return;
-            default: out += to_str(eval(n)); return;
+            default: out += to_str(eval(n)); check_text(n, out.size()); return;
         }
     }
 
@@ -330,6 +366,7 @@ struct renderer {
         }
         size_t len = items.size();
         for (size_t i = 0; i < len; i++) {
+            if (++loop_steps > k_max_loop_steps) error(n, fmt::format("more than {} loop iterations in one render", k_max_loop_steps));
             frames.emplace_back();
             dict_t loop = {
                 {"index", value::integer(int64_t(i + 1))}, {"index0", value::integer(int64_t(i))},

@@ -253,12 +253,15 @@ struct parser {
             node_ptr other;
             if (is_name("else")) {
                 p++;
+                // `a if b else c if d else ...` recurses once per link: counted like any other
+                // nesting (100,000 links overflowed the stack while the model loaded).
+                nest guard(*this);
                 other = parse_expr();
             }
             n->kids.push_back(std::move(e));
             n->kids.push_back(std::move(c));
             n->kids.push_back(std::move(other));
-            return n;
+            return grown(std::move(n));
         }
         return e;
     }

@@ -29,6 +29,41 @@ std::string error_of(const std::string& tmpl) {
     return "(no error)";
 }
 
+// Hostile templates (a chat template comes from the model file) found by black-box probing: each
+// crashed the server (SIGFPE, SIGSEGV from an out-of-range read or a stack overflow), hung it or
+// grew it by gigabytes. Each is now a clear error; the well-formed neighbours still render.
+TEST(jinja, hostile_templates_end_in_clear_errors) {
+    const std::pair<std::string, std::string> cases[] = {
+        {"{{ 10 is divisibleby 0 }}", "division or modulo by zero"},
+        {"{{ range(-9223372036854775807, 9223372036854775807)|length }}", "range too big"},
+        {"{{ ('aaaa' * 4611686018427387904)|length }}", "exceeds 64 MiB"},
+        {"{% macro f(x=f()) %}a{% endmacro %}{{ f() }}", "nested deeper than"},
+        {"{% set ns = namespace(s='ab') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}", "exceeds 64 MiB"},
+        {"{% set s = 'a' * 1000000 %}{{ s.replace('', 'b' * 1000000) }}", "exceed 64 MiB"},
+        {"{{ [[1, [2]]]|tojson(indent=1000000000) }}", "indent"},
+        {"{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}", "loop iterations"},
+    };
+    for (const auto& [tmpl, want] : cases) EXPECT_NE(error_of(tmpl).find(want), std::string::npos) << tmpl << ": " << error_of(tmpl);
+    // A huge slice step read past the list (an index wrapped around int64).
+    EXPECT_EQ(render("{{ [1,2,3][1::9223372036854775807] }}"), "[2]");
+    EXPECT_EQ(render("{{ 'abc'[2::9223372036854775807] }}"), "c");
+    EXPECT_EQ(render("{% set xs = range(100000)|list %}{{ xs[99999::9223372036854775807 - 99998] }}"), "[99999]");
+    EXPECT_EQ(render("{{ (-9223372036854775807 - 1) is divisibleby(-1) }} {{ 12 is divisibleby 4 }}"), "True True");
+    EXPECT_EQ(render("{{ range(9223372036854775800, 9223372036854775807, 3)|list }}"),
+              "[9223372036854775800, 9223372036854775803, 9223372036854775806]");
+    // Chained conditionals: a long chain is a parse error, not a stack overflow at load.
+    std::string chain = "{{ ";
+    for (int i = 0; i < 100000; ++i) chain += "0 if 0 else ";
+    chain += "1 }}";
+    EXPECT_NE(error_of(chain).find("nest"), std::string::npos);
+    EXPECT_EQ(render("{{ 0 if 0 else 2 if 0 else 3 }}"), "3");
+    // 64 macro levels of a deep expression: bounded by the render's total depth.
+    std::string deep = "{% macro f(n) %}{% if n > 0 %}{{ f(n-1)";
+    for (int i = 0; i < 790; ++i) deep += " ~ ''";
+    deep += " }}{% endif %}{% endmacro %}{{ f(63) }}";
+    EXPECT_NE(error_of(deep).find("nested deeper than"), std::string::npos) << error_of(deep).substr(0, 200);
+}
+
 TEST(jinja, trim_and_lstrip_blocks_match_transformers_settings) {
     // The block tag's own line disappears: leading indentation (lstrip) and newline (trim).
     EXPECT_EQ(render("a\n    {% if true %}\n    b\n    {% endif %}\nc"), "a\n    b\nc");
