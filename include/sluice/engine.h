@@ -117,8 +117,9 @@ struct generate_stats {
     // ones that kept it; empty when no window carried a draft.
     std::vector<int64_t> proposed_at, accepted_at;
     std::string spec_summary;    // one line with all of the above
-    // prompt_seconds times the prefill of all but the prompt's last token (that one is the first
-    // verify window's row): so many tokens over it; 0 for a one-token prompt (nothing prefilled).
+    // engine: prompt_seconds times the prefill of all but the prompt's last token (that one is the
+    // first verify window's row), so the rate counts those; 0 for a one-token prompt. The serving
+    // engine times admission to first token (prefix-cache hits included in the prefilled count).
     double prompt_tok_s() const { return n_prompt > 1 && prompt_seconds > 0 ? (n_prompt - 1) / prompt_seconds : 0.0; }
     double decode_tok_s() const { return decode_seconds > 0 ? n_decoded / decode_seconds : 0.0; }
 };

@@ -18,6 +18,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include <unistd.h>
+
 namespace sluice::cli {
 namespace {
 
@@ -93,14 +95,17 @@ void run(const run_args& a) {
         if (in.bad()) throw std::runtime_error(fmt::format("run: -f {}: reading the file failed", a.prompt_file));
         prompt = ss.str();
     }
-    // --stats-json: a path that cannot be written is found before the generation, not after it.
+    // --stats-json: a path that cannot be written is found before the generation, not after it:
+    // an existing one must be a writable regular file (a FIFO would block the write), a new one
+    // needs a writable folder. Nothing is created or opened here.
     if (!a.stats_json.empty()) {
-        const bool existed = std::filesystem::exists(a.stats_json);
-        {
-            std::ofstream probe(a.stats_json, std::ios::app);
-            if (!probe) throw std::runtime_error(fmt::format("run: --stats-json {}: cannot write the file", a.stats_json));
-        }
-        if (!existed) std::filesystem::remove(a.stats_json);   // the probe leaves nothing behind
+        const std::filesystem::path p(a.stats_json);
+        std::error_code ec;
+        const auto st = std::filesystem::status(p, ec);
+        const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+        const bool ok = std::filesystem::exists(st) ? std::filesystem::is_regular_file(st) && ::access(p.c_str(), W_OK) == 0
+                                                    : std::filesystem::is_directory(dir, ec) && ::access(dir.c_str(), W_OK) == 0;
+        if (!ok) throw std::runtime_error(fmt::format("run: --stats-json {}: cannot write the file", a.stats_json));
     }
     if (prompt.empty()) throw std::runtime_error("run: no prompt: pass -p PROMPT or -f FILE");
     // --gpu N: the model on that CUDA device, its routed experts under --vram-budget (all in VRAM

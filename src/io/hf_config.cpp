@@ -23,8 +23,11 @@ struct arch_row {
 // Bounds on the counts the reader allocates by: the models' own limits (blocks.cpp) are these
 // or tighter (head_dim <= 512, layers <= 1,024), and are checked with the tensors.
 constexpr int64_t k_max_hf_width = int64_t{1} << 16;     // hidden size, heads, head_dim
-constexpr int64_t k_max_hf_layers = int64_t{1} << 16;
+constexpr int64_t k_max_hf_layers = 1024;                // the models' own limit
 constexpr int64_t k_max_hf_experts = int64_t{1} << 16;
+// The reader keeps a slot per (layer, expert) for each expert tensor kind: 2^20 pairs is ~75 MB
+// of slots at most; the largest MoEs have ~25,000 (48 layers x 512 experts).
+constexpr int64_t k_max_hf_layer_experts = int64_t{1} << 20;
 
 // One row per architecture: a new one adds a row here and its names in hf_names.cpp.
 constexpr std::array<arch_row, 6> k_archs{{
@@ -354,6 +357,8 @@ hf_config parse_hf_config(std::string_view json_text, std::string_view where,
     auto n_exp = r.count("num_experts", 1, k_max_hf_experts);
     if (!n_exp) n_exp = r.count("num_local_experts", 1, k_max_hf_experts);
     if (auto v = n_exp) {
+        if (*v * c.n_layer > k_max_hf_layer_experts)
+            fail("{}: {} layers x {} experts: more than {} (layer, expert) pairs", where, c.n_layer, *v, k_max_hf_layer_experts);
         c.n_expert = *v;
         c.meta.set(a + ".expert_count", u32(*v));
         auto used = r.count("num_experts_per_tok");

@@ -50,9 +50,10 @@ std::filesystem::path sibling_path(const std::filesystem::path& model, const std
 
 void write_file_atomically(const std::filesystem::path& path, std::initializer_list<std::span<const std::byte>> pieces) {
     // The rename below replaces whatever the path names: a device (/dev/null, run as root), a
-    // FIFO or a directory entry that is not a file must be refused, not turned into a file.
+    // FIFO or a directory must be refused, not turned into a file. A symlink to a regular file (or
+    // a dangling one) is replaced by the new file, as before.
     std::error_code st_ec;
-    const auto st = std::filesystem::symlink_status(path, st_ec);
+    const auto st = std::filesystem::status(path, st_ec);
     if (!st_ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
         fail("{}: exists and is not a regular file; not replacing it", path.string());
     const std::filesystem::path tmp = path.string() + ".tmp." + std::to_string(::getpid());

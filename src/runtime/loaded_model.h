@@ -44,13 +44,13 @@ struct loaded_model {
     std::vector<std::string> vocab() const;
 };
 
-// The target model of an engine's options: o.model_path (or the default model), where
 // Fails unless a tokenizer of n_tokens tokens can print every id of a model output of n_vocab
 // rows: equal for a GGUF file (llama.cpp's converter pads the token list with [PAD] entries),
 // at most n_vocab for a Hugging Face directory (which may pad only its embeddings). `where`
 // names the model in the error.
 void check_tokenizer_covers_output(int64_t n_tokens, int64_t n_vocab, bool hf_directory, const std::string& where);
 
+// The target model of an engine's options: o.model_path (or the default model), where
 // device_options_of(o) says, with the load's progress shown and reported as o asks (show_load_progress,
 // on_load_phase). Shared by the one-request and the serving engine.
 loaded_model open_target(const engine_options& o);

@@ -7,7 +7,7 @@
 //   2. penalties         over the last penalty_last_n history tokens, for each id seen c > 0
 //                        times: l = l > 0 ? l / repeat : l * repeat;  l -= c * frequency +
 //                        presence  (llama.cpp's penalties sampler, same formula)
-//   3. temperature       l /= temperature (temperature <= 0 or top_k == 1 means greedy: the
+//   3. temperature       l /= temperature (temperature < 1e-6 or top_k == 1 means greedy: the
 //                        argmax after steps 1-2, ties to the lowest id, and nothing below runs)
 //   4. top_k             keep the k best by (l desc, id asc)
 //   5. top_p             softmax over the kept ids (double); keep the shortest prefix in
@@ -31,7 +31,7 @@
 namespace sluice {
 
 struct sampling_params {
-    float temperature = 0.8f;       // <= 0: greedy
+    float temperature = 0.8f;       // < 1e-6 (k_min_sampling_temperature): greedy
     int32_t top_k = 40;             // <= 0: off; 1: greedy
     float top_p = 0.95f;            // >= 1: off
     float min_p = 0.05f;            // <= 0: off

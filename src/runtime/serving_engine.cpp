@@ -173,7 +173,7 @@ int64_t serving_engine::submit(completion_request r, token_callback on_token, do
         if (!p_->stopping) {
             // Every request passes through the queue, so it holds max_queue waiting requests
             // beyond the batch's free slots (with max_queue 0 an idle server still takes max_batch).
-            const int64_t free_slots = std::max<int64_t>(0, p_->opt.max_batch - p_->m.active);
+            const int64_t free_slots = std::max<int64_t>(0, p_->opt.max_batch - p_->slots_taken);
             if (static_cast<int64_t>(p_->queue.size()) >= p_->opt.max_queue + free_slots)
                 return std::max<int64_t>(static_cast<int64_t>(p_->queue.size()), 1);
             p_->queue.push_back(std::move(st));
@@ -260,6 +260,7 @@ void serving_engine::impl::run() {
             while (!queue.empty() && (cancel || active.size() + admitted.size() < static_cast<size_t>(opt.max_batch))) {
                 admitted.push_back(std::move(queue.front()));
                 queue.pop_front();
+                ++slots_taken;
             }
             m.queue_depth = static_cast<int64_t>(queue.size());
         }

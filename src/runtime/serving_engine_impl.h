@@ -126,6 +126,9 @@ struct serving_engine::impl {
     mutable std::mutex mu;
     std::condition_variable cv;
     std::deque<std::unique_ptr<request_state>> queue;
+    // Requests taken from the queue and not yet finished: the batch's slots in use, exact at every
+    // moment (m.active lags behind admissions and finishes), for submit()'s admission bound.
+    int64_t slots_taken = 0;
     bool stopping = false, cancel_all = false;
     serving_metrics m;
     // The split model's placement counters after the last step (a struct copy under mu: no

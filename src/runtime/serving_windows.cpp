@@ -174,6 +174,7 @@ void serving_engine::impl::finish(request_state& r, const char* finish_reason, c
     }
     {
         std::lock_guard<std::mutex> lk(mu);
+        if (!r.finished) --slots_taken;
         m.requests_done += 1;
         m.prefix_cache_entries = static_cast<int64_t>(cache->entries());
         m.prefix_cache_bytes = static_cast<int64_t>(cache->bytes());

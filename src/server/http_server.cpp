@@ -209,9 +209,14 @@ void http_server::impl::routes() {
     svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
         // The body limit (set_payload_max_length) is checked against Content-Length only: httplib
         // reads a chunked body, or inflates a compressed one, to any size. Both are refused here,
-        // before the body is read (the connection then closes: its bytes are left unread).
+        // before the body is read. Its bytes are left unread, and httplib 0.11 keeps the
+        // connection open whatever the response says, so it reads them as the client's next
+        // request: the answer to what the client itself sent, on its own connection (shutting
+        // the socket's read side from here or from the logger lost the response too). A proxy
+        // that shares one connection among clients must not forward such bodies.
         const std::string te = req.get_header_value("Transfer-Encoding");
-        const std::string ce = req.get_header_value("Content-Encoding");
+        std::string ce = req.get_header_value("Content-Encoding");
+        for (char& c : ce) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
         if (!te.empty() || (!ce.empty() && ce != "identity")) {
             res.set_header("Connection", "close");
             const bool chunked = !te.empty();

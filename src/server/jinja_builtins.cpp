@@ -7,6 +7,7 @@
 #include "core/error.h"
 
 #include <algorithm>
+#include <limits>
 #include <ctime>
 
 namespace sluice::jinja {
@@ -244,7 +245,7 @@ value apply_filter(const std::string& name, const value& in, call_args& a) {
         json_options opt;
         value ind = a.get(1, "indent", value::none());
         // jinja2 takes any indent; past 64 spaces a level it only multiplies the output (an
-        // indent of 10^9 asked for gigabytes), and a negative one is Python's none.
+        // indent of 10^9 asked for gigabytes). A negative one is refused too.
         if (!ind.is_none()) {
             const int64_t i = as_int(ind, "tojson");
             if (i < 0 || i > 64) fail("jinja: tojson: indent {}: expected 0..64", i);
@@ -278,9 +279,12 @@ value apply_filter(const std::string& name, const value& in, call_args& a) {
         value attr = a.get(1, "attribute", value::none());
         std::string out;
         list_t xs = iterate(in);
+        const std::string sep_s = to_str(sep);
         for (size_t i = 0; i < xs.size(); i++) {
-            if (i) out += to_str(sep);
+            if (i) out += sep_s;
             out += to_str(attr.is_string() ? attr_path(xs[i], attr.s) : xs[i]);
+            // The renderer's 64 MiB bound on any string (a 60 MB separator joined 100,000 times).
+            if (out.size() > (size_t{64} << 20)) fail("jinja: join: the result would exceed 64 MiB");
         }
         return value::str(out);
     }
@@ -334,7 +338,9 @@ value apply_filter(const std::string& name, const value& in, call_args& a) {
     }
     if (name == "abs") {
         if (in.k == value::kind::floating) return value::floating(in.f < 0 ? -in.f : in.f);
-        return value::integer(std::abs(as_int(in, "abs")));
+        const int64_t x = as_int(in, "abs");
+        if (x == std::numeric_limits<int64_t>::min()) fail("jinja: abs: integer overflow");
+        return value::integer(x < 0 ? -x : x);
     }
     if (name == "selectattr" || name == "rejectattr") {
         if (a.pos.empty()) fail("jinja: {}: expected an attribute name", name);
@@ -490,7 +496,7 @@ value slice(const value& obj, const value& start, const value& stop, const value
     for (int64_t i = b; st > 0 ? i < e : i > e;) {
         if (obj.k == value::kind::list) l.push_back((*obj.l)[size_t(i)]);
         else s += cps[size_t(i)];
-        if (st > 0 ? e - i <= st : i - e <= -st) break;
+        if (st > 0 ? e - i <= st : e - i >= st) break;   // no -st: INT64_MIN has no negation
         i += st;
     }
     return obj.k == value::kind::list ? value::list(std::move(l)) : value::str(s);

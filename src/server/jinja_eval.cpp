@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <map>
@@ -18,7 +19,8 @@ namespace {
 // these: a macro recursing through a default argument, 64 macro levels of 790-deep expressions,
 // three nested range(100000) loops, a string doubled 60 times).
 constexpr int k_max_eval_depth = 2000;              // nested eval() frames, all macros together
-constexpr int64_t k_max_loop_steps = 1'000'000;     // loop iterations in one render (~0.5 s)
+constexpr int64_t k_max_loop_steps = 1'000'000;     // loop iterations and macro calls in one render
+constexpr double k_max_render_seconds = 10.0;       // a render's wall time (each step may copy a long string)
 constexpr size_t k_max_text_bytes = size_t{64} << 20;   // any string made, and the output
 constexpr size_t k_max_list_items = size_t{1} << 20;    // any list made by +
 
@@ -28,6 +30,16 @@ struct renderer {
     int call_depth = 0;  // macro calls in progress: recursion is bounded, not a stack overflow
     int eval_depth = 0;
     int64_t loop_steps = 0;
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+
+    // One loop iteration or macro call: counted, and every 1,024 of them the clock is read.
+    void step(const node& n) {
+        if (++loop_steps > k_max_loop_steps)
+            error(n, fmt::format("more than {} loop iterations and macro calls in one render", k_max_loop_steps));
+        if ((loop_steps & 1023) == 0 &&
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > k_max_render_seconds)
+            error(n, fmt::format("the render ran longer than {} s", k_max_render_seconds));
+    }
 
     void check_text(const node& n, size_t bytes) {
         if (bytes > k_max_text_bytes) error(n, fmt::format("a string of {} bytes exceeds 64 MiB", bytes));
@@ -78,7 +90,8 @@ struct renderer {
         if (op == "*") {
             if (a.is_string() && b.k == value::kind::integer) {
                 // Divided, not multiplied: size * count wraps past 2^64 (4 bytes x 2^62 gave 0).
-                if (b.i > 0 && !a.s.empty() && uint64_t(b.i) > k_max_text_bytes / a.s.size())
+                if (a.s.empty() || b.i <= 0) return value::str("");   // '' * 2^62 looped 2^62 times
+                if (uint64_t(b.i) > k_max_text_bytes / a.s.size())
                     error(n, fmt::format("string repetition of {} bytes x {} exceeds 64 MiB", a.s.size(), b.i));
                 std::string s;
                 for (int64_t i = 0; i < b.i; i++) s += a.s;
@@ -366,7 +379,7 @@ struct renderer {
         }
         size_t len = items.size();
         for (size_t i = 0; i < len; i++) {
-            if (++loop_steps > k_max_loop_steps) error(n, fmt::format("more than {} loop iterations in one render", k_max_loop_steps));
+            step(n);
             frames.emplace_back();
             dict_t loop = {
                 {"index", value::integer(int64_t(i + 1))}, {"index0", value::integer(int64_t(i))},
@@ -410,6 +423,7 @@ struct renderer {
             }
             // A macro sees the render variables (frame 0) and its own arguments.
             if (self->call_depth >= 64) fail("jinja: macro '{}': calls nested deeper than 64", m.name);
+            self->step(m);   // a macro calling itself twice at each of 60 levels makes 2^60 calls
             std::vector<std::map<std::string, value>> saved;
             saved.swap(self->frames);
             self->frames.push_back(saved.front());

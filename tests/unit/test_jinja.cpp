@@ -42,10 +42,15 @@ TEST(jinja, hostile_templates_end_in_clear_errors) {
         {"{% set s = 'a' * 1000000 %}{{ s.replace('', 'b' * 1000000) }}", "exceed 64 MiB"},
         {"{{ [[1, [2]]]|tojson(indent=1000000000) }}", "indent"},
         {"{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}", "loop iterations"},
+        {"{% macro f(n) %}{% if n %}{{ f(n-1) }}{{ f(n-1) }}{% endif %}{% endmacro %}{{ f(60) }}", "macro calls"},
+        {"{% set s = 'a' * 60000000 %}{{ range(100000)|join(s) }}", "exceed 64 MiB"},
+        {"{{ (-9223372036854775807 - 1)|abs }}", "overflow"},
     };
     for (const auto& [tmpl, want] : cases) EXPECT_NE(error_of(tmpl).find(want), std::string::npos) << tmpl << ": " << error_of(tmpl);
     // A huge slice step read past the list (an index wrapped around int64).
     EXPECT_EQ(render("{{ [1,2,3][1::9223372036854775807] }}"), "[2]");
+    EXPECT_EQ(render("{{ [1,2,3][::-9223372036854775807 - 1] }}"), "[3]");
+    EXPECT_EQ(render("{{ ('' * 4611686018427387904)|length }}"), "0");
     EXPECT_EQ(render("{{ 'abc'[2::9223372036854775807] }}"), "c");
     EXPECT_EQ(render("{% set xs = range(100000)|list %}{{ xs[99999::9223372036854775807 - 99998] }}"), "[99999]");
     EXPECT_EQ(render("{{ (-9223372036854775807 - 1) is divisibleby(-1) }} {{ 12 is divisibleby 4 }}"), "True True");
