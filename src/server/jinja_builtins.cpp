@@ -55,7 +55,7 @@ std::string replace(const std::string& s, const std::string& from, const std::st
         else
             for (size_t f = s.find(from); f != std::string::npos; f = s.find(from, f + from.size())) ++matches;
         if (count >= 0 && uint64_t(count) < matches) matches = uint64_t(count);
-        if (s.size() + matches * (to.size() - from.size()) > (uint64_t{64} << 20))
+        if (s.size() + matches * (to.size() - from.size()) > k_max_text_bytes)
             fail("jinja: replace: the result would exceed 64 MiB");
     }
     std::string out;
@@ -284,7 +284,7 @@ value apply_filter(const std::string& name, const value& in, call_args& a) {
             if (i) out += sep_s;
             out += to_str(attr.is_string() ? attr_path(xs[i], attr.s) : xs[i]);
             // The renderer's 64 MiB bound on any string (a 60 MB separator joined 100,000 times).
-            if (out.size() > (size_t{64} << 20)) fail("jinja: join: the result would exceed 64 MiB");
+            if (out.size() > k_max_text_bytes) fail("jinja: join: the result would exceed 64 MiB");
         }
         return value::str(out);
     }

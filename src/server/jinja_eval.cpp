@@ -24,7 +24,6 @@ namespace {
 constexpr int k_max_eval_depth = 600;
 constexpr int64_t k_max_loop_steps = 1'000'000;     // loop iterations and macro calls in one render
 constexpr double k_max_render_seconds = 10.0;       // a render's wall time (each step may copy a long string)
-constexpr size_t k_max_text_bytes = size_t{64} << 20;   // any string made, and the output
 constexpr size_t k_max_list_items = size_t{1} << 20;    // any list made by +
 
 struct renderer {
