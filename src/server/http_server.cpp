@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <ctime>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -42,6 +43,23 @@ void send_json(httplib::Response& res, int status, const ojson& body) {
 }
 
 void send_error(httplib::Response& res, const api_error& e) { send_json(res, e.status, error_body(e)); }
+
+// Sends the response already set, then ends the connection: for a request whose body was left
+// partly unread, whose bytes would otherwise be read as the client's next request. httplib 0.11
+// keeps a connection open whatever the response's Connection header says; it closes one when
+// writing the response fails, so the body goes through a content provider that writes it all
+// and then reports failure.
+void close_after(httplib::Response& res) {
+    auto body = std::make_shared<std::string>(std::move(res.body));
+    res.body.clear();
+    const std::string type = res.get_header_value("Content-Type");
+    res.headers.erase("Content-Type");
+    res.set_header("Connection", "close");
+    res.set_content_provider(body->size(), type, [body](size_t offset, size_t length, httplib::DataSink& sink) {
+        sink.write(body->data() + offset, length);
+        return false;
+    });
+}
 
 api_error make_error(int status, std::string message, std::string type, std::string code = {}, std::string param = {}) {
     api_error e;
@@ -135,7 +153,8 @@ struct http_server::impl {
     }
 
     void routes();
-    void completion(const httplib::Request& req, httplib::Response& res, endpoint kind);
+    bool read_body(const httplib::ContentReader& reader, httplib::Response& res, std::string& body) const;
+    void completion(const httplib::Request& req, httplib::Response& res, endpoint kind, const std::string& body);
     bool prepare(const openai_request& r, serving_backend& b, std::vector<int32_t>& prompt, session_config& sc,
                  httplib::Response& res);
 };
@@ -207,23 +226,23 @@ void http_server::impl::routes() {
     // Bearer authentication for the API; the page, /health, /ready and /metrics stay open (a
     // load balancer or Prometheus does not hold the key).
     svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-        // The body limit (set_payload_max_length) is checked against Content-Length only: httplib
-        // reads a chunked body, or inflates a compressed one, to any size. Both are refused here,
-        // before the body is read. Its bytes are left unread, and httplib 0.11 keeps the
-        // connection open whatever the response says, so it reads them as the client's next
-        // request: the answer to what the client itself sent, on its own connection (shutting
-        // the socket's read side from here or from the logger lost the response too). A proxy
-        // that shares one connection among clients must not forward such bodies.
+        // Bodies come with a Content-Length or chunked, as they are or compressed with the codings
+        // httplib decodes (read_body bounds the decoded size). Other framings and codings are
+        // refused before the body is read, and the connection ends: its unread bytes cannot be
+        // told apart from a next request. httplib compares the coding names exactly, so "GZIP"
+        // would pass the body through still compressed; it is refused with the rest.
         const std::string te = req.get_header_value("Transfer-Encoding");
-        std::string ce = req.get_header_value("Content-Encoding");
-        for (char& c : ce) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        if (!te.empty() || (!ce.empty() && ce != "identity")) {
-            res.set_header("Connection", "close");
-            const bool chunked = !te.empty();
-            send_error(res, make_error(chunked ? 411 : 415,
-                                       chunked ? "send the request body with a Content-Length (no Transfer-Encoding)"
-                                               : fmt::format("Content-Encoding '{}' is not accepted: send the body uncompressed", ce),
-                                       "invalid_request_error", chunked ? "length_required" : "unsupported_media_type"));
+        const std::string ce = req.get_header_value("Content-Encoding");
+        const bool te_ok = te.empty() || te == "chunked";
+        const bool ce_ok = ce.empty() || ce == "identity" || ce == "gzip" || ce == "deflate" || ce == "br";
+        if (!te_ok || !ce_ok) {
+            send_error(res, te_ok ? make_error(415, fmt::format("Content-Encoding '{}' is not accepted: send the body "
+                                                                "as it is, or with gzip, deflate or br", ce),
+                                               "invalid_request_error", "unsupported_media_type")
+                                  : make_error(501, fmt::format("Transfer-Encoding '{}' is not accepted: send the body "
+                                                                "with a Content-Length, or chunked", te),
+                                               "invalid_request_error", "not_implemented"));
+            close_after(res);
             return httplib::Server::HandlerResponse::Handled;
         }
         if (o.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
@@ -242,7 +261,7 @@ void http_server::impl::routes() {
 
     // Errors httplib produces itself (404, 413, 400 on a bad request line...) get an OpenAI body.
     svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-        if (!res.body.empty()) return;
+        if (!res.body.empty() || res.content_provider_) return;
         std::string msg = res.status == 404   ? fmt::format("no such endpoint: {} {}", req.method, req.path)
                           : res.status == 413 ? "the request body is too large"
                                               : fmt::format("HTTP {}", res.status);
@@ -301,12 +320,18 @@ void http_server::impl::routes() {
         model["meta"] = ojson{{"n_ctx", b->n_ctx()}, {"n_vocab", b->n_vocab()}};
         send_json(res, 200, ojson{{"object", "list"}, {"data", ojson::array({std::move(model)})}});
     });
-    svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-        completion(req, res, endpoint::chat);
-    });
-    svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-        completion(req, res, endpoint::completions);
-    });
+    // The completions read their bodies themselves (read_body): httplib would read a chunked or
+    // compressed one whole, to any size.
+    svr.Post("/v1/chat/completions",
+             [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+                 std::string body;
+                 if (read_body(reader, res, body)) completion(req, res, endpoint::chat, body);
+             });
+    svr.Post("/v1/completions",
+             [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+                 std::string body;
+                 if (read_body(reader, res, body)) completion(req, res, endpoint::completions, body);
+             });
 
     // Another method on a known path is a 405 that names the allowed one, not a 404.
     const std::pair<const char*, const char*> known[] = {
@@ -384,7 +409,36 @@ bool http_server::impl::prepare(const openai_request& r, serving_backend& b, std
     return true;
 }
 
-void http_server::impl::completion(const httplib::Request& req, httplib::Response& res, endpoint kind) {
+// The request body, decoded (chunks joined; gzip, deflate or br inflated as it arrives), into
+// body; false, with the error sent, when it is malformed or larger than --max-body-mb. httplib
+// checks a Content-Length against the limit itself and skips such a body; a chunked or compressed
+// one is measured here as it is decoded. Past the limit the rest is still read and dropped, up to
+// k_drain_factor times the limit, so the 413 reaches a client that is still sending (closing a
+// socket with bytes unread resets it, and the client may lose the reply) and the connection stays
+// in step; a body that goes on past that is cut off with the connection.
+bool http_server::impl::read_body(const httplib::ContentReader& reader, httplib::Response& res, std::string& body) const {
+    constexpr size_t k_drain_factor = 4;
+    size_t decoded = 0;
+    const bool read = reader([&](const char* data, size_t n) {
+        decoded += n;
+        if (decoded <= o.max_body_bytes) body.append(data, n);
+        return decoded <= k_drain_factor * o.max_body_bytes;
+    });
+    if (read && decoded <= o.max_body_bytes) return true;
+    // httplib leaves 413 (a Content-Length past the limit: skipped) or 400 (malformed framing or
+    // compressed data, or the client went away) in res.status.
+    if (decoded > o.max_body_bytes || res.status == 413)
+        send_error(res, make_error(413, "the request body is too large", "invalid_request_error", "payload_too_large"));
+    else
+        send_error(res, make_error(400, "the request body could not be read: malformed chunked framing or compressed "
+                                        "data, or the connection ended early",
+                                   "invalid_request_error", "invalid_body"));
+    if (!read) close_after(res);
+    return false;
+}
+
+void http_server::impl::completion(const httplib::Request& req, httplib::Response& res, endpoint kind,
+                                   const std::string& body) {
     const auto t0 = clock_type::now();
     auto b = get_backend();
     if (draining.load())
@@ -394,7 +448,7 @@ void http_server::impl::completion(const httplib::Request& req, httplib::Respons
     request_limits lim;
     lim.n_vocab = b->n_vocab();
     lim.max_n = o.max_n;
-    parse_result pr = parse_openai_request(kind, req.body, lim);
+    parse_result pr = parse_openai_request(kind, body, lim);
     if (auto* e = std::get_if<api_error>(&pr)) return send_error(res, *e);
     const openai_request& r = std::get<openai_request>(pr);
 

@@ -280,24 +280,100 @@ def test_metrics_count_requests_by_status(server):
     assert "sluice_time_to_first_token_seconds_count" in text and "sluice_prompt_tokens_total" in text
 
 
-def test_bodies_past_the_limit_by_compression_or_chunking_are_refused(server):
-    # --max-body-mb is checked against Content-Length; a gzip body inflates (51 KB held 50 MiB)
-    # and a chunked one has no length, so both are refused before they are read.
+def _read_reply(f):
+    """One HTTP response from a socket's file: (status, headers, body), or None at the end."""
+    line = f.readline()
+    if not line:
+        return None
+    status = int(line.split()[1])
+    headers = {}
+    while True:
+        line = f.readline()
+        if line in (b"\r\n", b""):
+            break
+        name, value = line.decode().split(":", 1)
+        headers[name.strip().lower()] = value.strip()
+    return status, headers, f.read(int(headers.get("content-length", "0")))
+
+
+def _exchange(port, *messages):
+    """Sends raw requests on one connection, each after the reply to the one before (httplib
+    does not read pipelined requests); the replies and whether the server then closed the
+    connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+        f = s.makefile("rb")
+        out = []
+        for data in messages:
+            s.sendall(data)
+            out.append(_read_reply(f))
+        s.settimeout(2)
+        try:
+            closed = f.read(1) == b""
+        except (socket.timeout, TimeoutError):
+            closed = False
+        return out, closed
+
+
+def _chunked(body, size):
+    return b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + size]), body[i:i + size])
+                    for i in range(0, len(body), size)) + b"0\r\n\r\n"
+
+
+HEALTH = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+def _post_head(extra):
+    return (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + extra +
+            b"\r\n")
+
+
+def test_chunked_and_compressed_bodies_are_read_to_the_limit(server):
+    # Chunked and gzip bodies are served (as vLLM's server does); the decoded size is held to
+    # --max-body-mb (4 MiB here) as it arrives, so a small gzip body that inflates to 8 MiB or
+    # 40 MiB, or an endless chunked one, never grows the process.
     import gzip
-    raw = json.dumps({"prompt": "hi", "max_tokens": 1}).encode() + b" " * (8 << 20)
-    status, headers, payload = server.request("POST", "/v1/completions", gzip.compress(raw, 9),
-                                              headers={"Content-Encoding": "gzip"})
-    assert status == 415 and json.loads(payload)["error"]["code"] == "unsupported_media_type", payload
-    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Transfer-Encoding: chunked\r\n\r\n5\r\n{\"a\":\r\n0\r\n\r\n")
-        reply = b""
-        while b"\r\n\r\n" not in reply:
-            chunk = s.recv(4096)
-            if not chunk:
-                break
-            reply += chunk
-    assert reply.startswith(b"HTTP/1.1 411"), reply[:200]
+    small = json.dumps({"prompt": "hi", "max_tokens": 1}).encode()
+    (ok, health), closed = _exchange(server.port, _post_head(b"Transfer-Encoding: chunked\r\n") +
+                                     _chunked(small, 5), HEALTH)
+    assert ok[0] == 200 and json.loads(ok[2])["usage"]["completion_tokens"] == 1, ok
+    assert health[0] == 200 and not closed, health
+    status, _, payload = server.request("POST", "/v1/completions", gzip.compress(small),
+                                        headers={"Content-Encoding": "gzip"})
+    assert status == 200, payload
+
+    # Past the limit, the rest of the body is read and dropped so the 413 arrives and the next
+    # request on the connection is read from where it starts.
+    big = small[:-1] + b"," + b" " * (5 << 20) + b"}"
+    (over, health), closed = _exchange(server.port, _post_head(b"Transfer-Encoding: chunked\r\n") +
+                                       _chunked(big, 1 << 16), HEALTH)
+    assert over[0] == 413 and json.loads(over[2])["error"]["code"] == "payload_too_large", over
+    assert health[0] == 200 and not closed
+    bomb = gzip.compress(big + b" " * (3 << 20), 9)
+    (over, health), closed = _exchange(server.port, _post_head(b"Content-Encoding: gzip\r\nContent-Length: %d\r\n"
+                                                               % len(bomb)) + bomb, HEALTH)
+    assert over[0] == 413 and health[0] == 200 and not closed, over
+    # Past four times the limit the body is cut off, and the connection with it.
+    bomb = gzip.compress(b" " * (40 << 20), 9)
+    (over,), closed = _exchange(server.port, _post_head(b"Content-Encoding: gzip\r\nContent-Length: %d\r\n"
+                                                        % len(bomb)) + bomb)
+    assert over[0] == 413 and over[1].get("connection") == "close" and closed, over
+    assert server.post("/v1/completions", {"prompt": "hi", "max_tokens": 1})[0] == 200
+
+
+def test_unreadable_bodies_end_the_connection(server):
+    # A body the server cannot read to its end leaves bytes that are not a request: the error is
+    # sent and the connection closed, never the rest read as the client's next request.
+    cases = [
+        (b"Transfer-Encoding: gzip, chunked\r\n\r\n" + _chunked(b"{}", 2), 501, "not_implemented"),
+        (b"Content-Encoding: zstd\r\nContent-Length: 2\r\n\r\n{}", 415, "unsupported_media_type"),
+        (b"Content-Encoding: GZIP\r\nContent-Length: 2\r\n\r\n{}", 415, "unsupported_media_type"),
+        (b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n", 400, "invalid_body"),
+        (b"Content-Encoding: gzip\r\nContent-Length: 9\r\n\r\nnot gzip!", 400, "invalid_body"),
+    ]
+    for head, status, code in cases:
+        (reply,), closed = _exchange(server.port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + head)
+        assert reply is not None and reply[0] == status, (head, reply)
+        assert json.loads(reply[2])["error"]["code"] == code and closed, (head, reply)
     assert server.post("/v1/completions", {"prompt": "hi", "max_tokens": 1})[0] == 200
 
 
