@@ -199,8 +199,7 @@ std::vector<int32_t> serving_engine::tokenize(std::string_view text, bool parse_
 }
 
 std::string serving_engine::token_text(int32_t id) const {
-    if (id < 0 || id >= p_->target.tok->n_vocab()) return {};
-    return p_->target.tok->token_bytes(id);
+    return id < 0 ? std::string{} : p_->target.tok->text_of(id);
 }
 int32_t serving_engine::n_vocab() const { return p_->n_vocab; }
 int32_t serving_engine::n_ctx() const { return p_->n_ctx; }

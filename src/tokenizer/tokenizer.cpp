@@ -107,7 +107,7 @@ std::unique_ptr<tokenizer> tokenizer::for_model(const model_file& f, const std::
 
 std::string tokenizer::decode(const std::vector<token_id>& ids) const {
     std::string out;
-    for (token_id id : ids) out += token_bytes(id);
+    for (token_id id : ids) out += text_of(id);
     return out;
 }
 
@@ -140,7 +140,7 @@ size_t incomplete_tail(const std::string& s) {
 }  // namespace
 
 std::string stream_decoder::push(token_id id) {
-    pending_ += tok_.token_bytes(id);
+    pending_ += tok_.text_of(id);
     const size_t hold = incomplete_tail(pending_);
     std::string out = pending_.substr(0, pending_.size() - hold);
     pending_.erase(0, pending_.size() - hold);

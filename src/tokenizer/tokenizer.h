@@ -38,6 +38,10 @@ public:
                                          bool add_bos = true) const = 0;
     // The bytes a token stands for (may be part of a UTF-8 code point).
     virtual std::string token_bytes(token_id id) const = 0;
+    // token_bytes for generated ids: ids past the tokenizer's tokens have no text. They are the
+    // rows a Hugging Face model pads its output to (Qwen3's configs have 151,936 for 151,669
+    // tokens), which sampling can pick; transformers' and vLLM's decoders skip them too.
+    std::string text_of(token_id id) const { return id >= n_vocab() ? std::string{} : token_bytes(id); }
     // Ids to text (complete; invalid UTF-8 bytes are kept as they are).
     std::string decode(const std::vector<token_id>& ids) const;
 

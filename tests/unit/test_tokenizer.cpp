@@ -190,6 +190,23 @@ TEST(tokenizer, stream_decoder_never_emits_half_a_code_point) {
     EXPECT_EQ(d2.flush(), "\xe2");
 }
 
+TEST(tokenizer, ids_past_the_tokens_decode_to_no_text) {
+    // A Hugging Face model's output may have more rows than its tokenizer has tokens; a sampled
+    // padding id has no text, and the text around it is unchanged.
+    small_vocab v;
+    auto t = tokenizer::from_metadata(v.meta());
+    const token_id padding = t->n_vocab() + 7;
+    const token_id h = v.id(byte_level::encode("h")), i = v.id(byte_level::encode("i"));
+    stream_decoder d(*t);
+    std::string out = d.push(h);
+    out += d.push(padding);
+    out += d.push(i);
+    EXPECT_EQ(out + d.flush(), "hi");
+    EXPECT_EQ(t->decode({h, padding, i}), "hi");
+    EXPECT_THROW(t->token_bytes(padding), error);
+    EXPECT_THROW(t->text_of(-1), error);
+}
+
 std::vector<std::string> pieces(pre_kind k, std::string_view text) {
     std::vector<std::pair<size_t, size_t>> spans;
     pre_tokenizer(k).split(text, spans);
@@ -416,10 +433,10 @@ TEST(tokenizer_bad_input, unknown_pre_tokenizer_is_rejected) {
     expect_error(v.meta("mystery-bpe"), {"tokenizer.ggml.pre", "mystery-bpe"});
 }
 
-TEST(tokenizer_bad_input, out_of_range_id_is_rejected_by_decode) {
+TEST(tokenizer_bad_input, negative_id_is_rejected_by_decode) {
     small_vocab v;
     auto t = tokenizer::from_metadata(v.meta());
-    EXPECT_THROW(t->decode({t->n_vocab()}), error);
+    EXPECT_THROW(t->decode({-1}), error);
     EXPECT_THROW(t->token_bytes(-1), error);
 }
 
