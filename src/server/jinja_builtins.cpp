@@ -15,19 +15,27 @@ namespace {
 
 const char* const k_ws = " \t\n\r\f\v";
 
-// The code points of a UTF-8 string, each as its bytes (a stray byte counts as one).
-std::vector<std::string> code_points(const std::string& s) {
-    std::vector<std::string> out;
+// Where the code points of a UTF-8 string begin (a stray byte counts as one), then s.size():
+// code point i is s[at[i], at[i + 1]). Offsets, not copies: a 64 MiB string's code points held
+// as strings took 2 GB.
+std::vector<uint32_t> code_point_starts(const std::string& s) {
+    if (s.size() > UINT32_MAX) fail("jinja: a string of {} bytes is too long to index", s.size());
+    std::vector<uint32_t> at;
     for (size_t i = 0; i < s.size();) {
         unsigned char c = s[i];
         size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
         if (i + n > s.size()) n = 1;
         for (size_t k = 1; k < n; k++)
             if ((s[i + k] & 0xC0) != 0x80) n = 1;
-        out.push_back(s.substr(i, n));
+        at.push_back(uint32_t(i));
         i += n;
     }
-    return out;
+    at.push_back(uint32_t(s.size()));
+    return at;
+}
+
+std::string code_point(const std::string& s, const std::vector<uint32_t>& at, size_t i) {
+    return s.substr(at[i], at[i + 1] - at[i]);
 }
 
 size_t n_code_points(const std::string& s) {
@@ -80,19 +88,22 @@ std::string replace(const std::string& s, const std::string& from, const std::st
 
 value split(const std::string& s, const value& sep, int64_t maxsplit) {
     list_t parts;
+    auto add = [&](std::string part) {
+        if (parts.size() == k_max_list_items) fail("jinja: split: more than {} parts", k_max_list_items);
+        parts.push_back(value::str(std::move(part)));
+    };
     if (!sep.is_string() || sep.is_none()) {  // Python: runs of whitespace, no empty parts
         size_t i = 0;
         while (true) {
             while (i < s.size() && std::string(k_ws).find(s[i]) != std::string::npos) i++;
             if (i >= s.size()) break;
             if (maxsplit >= 0 && int64_t(parts.size()) == maxsplit) {
-                std::string rest = s.substr(i);
-                parts.push_back(value::str(strip(rest, value::none(), false, true)));
+                add(s.substr(i));   // Python keeps the rest's trailing whitespace
                 break;
             }
             size_t j = i;
             while (j < s.size() && std::string(k_ws).find(s[j]) == std::string::npos) j++;
-            parts.push_back(value::str(s.substr(i, j - i)));
+            add(s.substr(i, j - i));
             i = j;
         }
         return value::list(std::move(parts));
@@ -102,10 +113,10 @@ value split(const std::string& s, const value& sep, int64_t maxsplit) {
     while (true) {
         size_t f = s.find(sep.s, pos);
         if (f == std::string::npos || (maxsplit >= 0 && int64_t(parts.size()) >= maxsplit)) break;
-        parts.push_back(value::str(s.substr(pos, f - pos)));
+        add(s.substr(pos, f - pos));
         pos = f + sep.s.size();
     }
-    parts.push_back(value::str(s.substr(pos)));
+    add(s.substr(pos));
     return value::list(std::move(parts));
 }
 
@@ -266,7 +277,7 @@ value apply_filter(const std::string& name, const value& in, call_args& a) {
     if (name == "trim") return value::str(strip(to_str(in), a.get(0, "chars"), true, true));
     if (name == "upper" || name == "lower") return value::str(upper(to_str(in), name == "upper"));
     if (name == "capitalize" || name == "title") {
-        call_args none;
+        call_args none(a.budget);
         return string_method(to_str(in), name, none);
     }
     if (name == "replace") {
@@ -296,9 +307,9 @@ value apply_filter(const std::string& name, const value& in, call_args& a) {
     if (name == "list") return value::list(iterate(in));
     if (name == "reverse") {
         if (in.is_string()) {
-            auto cps = code_points(in.s);
+            const auto at = code_point_starts(in.s);
             std::string r;
-            for (size_t i = cps.size(); i-- > 0;) r += cps[i];
+            for (size_t i = at.size() - 1; i-- > 0;) r.append(in.s, at[i], at[i + 1] - at[i]);
             return value::str(r);
         }
         list_t xs = iterate(in);
@@ -345,7 +356,7 @@ value apply_filter(const std::string& name, const value& in, call_args& a) {
     if (name == "selectattr" || name == "rejectattr") {
         if (a.pos.empty()) fail("jinja: {}: expected an attribute name", name);
         std::string attr = to_str(a.pos[0]);
-        call_args targs;
+        call_args targs(a.budget);
         for (size_t i = 2; i < a.pos.size(); i++) targs.pos.push_back(a.pos[i]);
         list_t out;
         for (const auto& x : iterate(in)) {
@@ -356,7 +367,7 @@ value apply_filter(const std::string& name, const value& in, call_args& a) {
         return value::list(std::move(out));
     }
     if (name == "select" || name == "reject") {
-        call_args targs;
+        call_args targs(a.budget);
         for (size_t i = 1; i < a.pos.size(); i++) targs.pos.push_back(a.pos[i]);
         list_t out;
         for (const auto& x : iterate(in)) {
@@ -377,7 +388,7 @@ value apply_filter(const std::string& name, const value& in, call_args& a) {
             return k;
         };
         std::stable_sort(items.begin(), items.end(), [&](const value& x, const value& y) {
-            return rev ? less(key(y), key(x)) : less(key(x), key(y));
+            return rev ? less(key(y), key(x), a.budget) : less(key(x), key(y), a.budget);
         });
         return value::list(std::move(items));
     }
@@ -391,7 +402,7 @@ value apply_filter(const std::string& name, const value& in, call_args& a) {
                 out.push_back(v);
             } else {
                 if (a.pos.empty()) fail("jinja: map: expected a filter name or attribute=");
-                call_args rest;
+                call_args rest(a.budget);
                 for (size_t i = 1; i < a.pos.size(); i++) rest.pos.push_back(a.pos[i]);
                 out.push_back(apply_filter(to_str(a.pos[0]), x, rest));
             }
@@ -428,12 +439,12 @@ bool apply_test(const std::string& name, const value& in, call_args& a) {
     if (name == "lower") return in.is_string() && upper(in.s, false) == in.s;
     if (name == "upper") return in.is_string() && upper(in.s, true) == in.s;
     value other = a.get(0, "other");
-    if (name == "sameas" || name == "eq" || name == "equalto") return equals(in, other);
-    if (name == "ne") return !equals(in, other);
+    if (name == "sameas" || name == "eq" || name == "equalto") return equals(in, other, a.budget);
+    if (name == "ne") return !equals(in, other, a.budget);
     if (name == "in") {
         if (other.is_string()) return in.is_string() && other.s.find(in.s) != std::string::npos;
         for (const auto& x : iterate(other))
-            if (equals(x, in)) return true;
+            if (equals(x, in, a.budget)) return true;
         return false;
     }
     fail("jinja: no test named '{}'", name);
@@ -461,13 +472,13 @@ value get_item(const value& obj, const value& key) {
         return get_attr(obj, key.s);
     }
     if ((obj.k == value::kind::list || obj.is_string()) && (key.k == value::kind::integer || key.k == value::kind::boolean)) {
-        std::vector<std::string> cps;
-        if (obj.is_string()) cps = code_points(obj.s);
-        int64_t n = int64_t(obj.k == value::kind::list ? obj.l->size() : cps.size());
+        std::vector<uint32_t> at;
+        if (obj.is_string()) at = code_point_starts(obj.s);
+        int64_t n = int64_t(obj.k == value::kind::list ? obj.l->size() : at.size() - 1);
         int64_t i = key.k == value::kind::boolean ? key.b : key.i;
         if (i < 0) i += n;
         if (i < 0 || i >= n) return value::undef();
-        return obj.k == value::kind::list ? (*obj.l)[size_t(i)] : value::str(cps[size_t(i)]);
+        return obj.k == value::kind::list ? (*obj.l)[size_t(i)] : value::str(code_point(obj.s, at, size_t(i)));
     }
     if (key.is_string()) return get_attr(obj, key.s);
     return value::undef();
@@ -475,9 +486,9 @@ value get_item(const value& obj, const value& key) {
 
 value slice(const value& obj, const value& start, const value& stop, const value& step) {
     if (obj.k != value::kind::list && !obj.is_string()) fail("jinja: cannot slice a '{}'", kind_name(obj));
-    std::vector<std::string> cps;
-    if (obj.is_string()) cps = code_points(obj.s);
-    int64_t n = int64_t(obj.k == value::kind::list ? obj.l->size() : cps.size());
+    std::vector<uint32_t> at;
+    if (obj.is_string()) at = code_point_starts(obj.s);
+    int64_t n = int64_t(obj.k == value::kind::list ? obj.l->size() : at.size() - 1);
     int64_t st = step.is_none() ? 1 : as_int(step, "slice step");
     if (st == 0) fail("jinja: slice step cannot be zero");
     // Python's slice.indices().
@@ -495,7 +506,7 @@ value slice(const value& obj, const value& start, const value& stop, const value
     // a huge step (an index wrapped that way read outside the list).
     for (int64_t i = b; st > 0 ? i < e : i > e;) {
         if (obj.k == value::kind::list) l.push_back((*obj.l)[size_t(i)]);
-        else s += cps[size_t(i)];
+        else s.append(obj.s, at[size_t(i)], at[size_t(i) + 1] - at[size_t(i)]);
         if (st > 0 ? e - i <= st : e - i >= st) break;   // no -st: INT64_MIN has no negation
         i += st;
     }
@@ -512,8 +523,11 @@ list_t iterate(const value& v) {
             return l;
         }
         case value::kind::string: {
+            const auto at = code_point_starts(v.s);
+            if (at.size() - 1 > k_max_list_items)
+                fail("jinja: a string of {} characters is too long to iterate (at most {})", at.size() - 1, k_max_list_items);
             list_t l;
-            for (auto& c : code_points(v.s)) l.push_back(value::str(std::move(c)));
+            for (size_t i = 0; i + 1 < at.size(); i++) l.push_back(value::str(code_point(v.s, at, i)));
             return l;
         }
         default: fail("jinja: '{}' object is not iterable", kind_name(v));

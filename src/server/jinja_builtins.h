@@ -9,10 +9,6 @@
 
 namespace sluice::jinja {
 
-// The most bytes any string a render makes may hold (values, filter results, the output): a chat
-// template comes from the model file, and a hostile one must not take gigabytes.
-inline constexpr size_t k_max_text_bytes = size_t{64} << 20;
-
 value apply_filter(const std::string& name, const value& in, call_args& args);
 bool apply_test(const std::string& name, const value& in, call_args& args);
 // obj.name as jinja2 resolves it: a str/dict method bound to obj, else (for dicts) the key,

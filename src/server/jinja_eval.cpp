@@ -24,7 +24,6 @@ namespace {
 constexpr int k_max_eval_depth = 600;
 constexpr int64_t k_max_loop_steps = 1'000'000;     // loop iterations and macro calls in one render
 constexpr double k_max_render_seconds = 10.0;       // a render's wall time (each step may copy a long string)
-constexpr size_t k_max_list_items = size_t{1} << 20;    // any list made by +
 
 struct renderer {
     std::vector<std::map<std::string, value>> frames;
@@ -32,14 +31,16 @@ struct renderer {
     int call_depth = 0;  // macro calls in progress: recursion is bounded, not a stack overflow
     int eval_depth = 0;
     int64_t loop_steps = 0;
+    compare_budget budget;
     std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 
-    // One loop iteration or macro call: counted, and every 1,024 of them the clock is read.
+    // One loop iteration or macro call: counted, and the clock read (~20 ns, 20 ms for the most
+    // steps a render may take; one step can copy 64 MiB, so reading it every 1,024 let a render
+    // run for a minute).
     void step(const node& n) {
         if (++loop_steps > k_max_loop_steps)
             error(n, fmt::format("more than {} loop iterations and macro calls in one render", k_max_loop_steps));
-        if ((loop_steps & 1023) == 0 &&
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > k_max_render_seconds)
+        if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > k_max_render_seconds)
             error(n, fmt::format("the render ran longer than {} s", k_max_render_seconds));
     }
 
@@ -84,6 +85,13 @@ struct renderer {
             if (a.k == value::kind::list && b.k == value::kind::list) {
                 if (a.l->size() + b.l->size() > k_max_list_items)
                     error(n, fmt::format("a list of {} items exceeds {}", a.l->size() + b.l->size(), k_max_list_items));
+                // The items are copies, strings included: doubling a list of one 60 MB string ten
+                // times held 60 GB.
+                size_t bytes = 0;
+                for (const value* side : {&a, &b})
+                    for (const value& x : *side->l) bytes += x.s.size();
+                if (bytes > k_max_text_bytes)
+                    error(n, fmt::format("a list holding {} bytes of strings exceeds 64 MiB", bytes));
                 list_t l = *a.l;
                 l.insert(l.end(), b.l->begin(), b.l->end());
                 return value::list(std::move(l));
@@ -146,7 +154,7 @@ struct renderer {
         }
         if (hay.k == value::kind::list) {
             for (const auto& x : *hay.l)
-                if (equals(x, needle)) return true;
+                if (equals(x, needle, budget)) return true;
             return false;
         }
         if (hay.k == value::kind::dict) return needle.is_string() && hay.find(needle.s);
@@ -193,7 +201,7 @@ struct renderer {
                 value fn = eval(*n.kids[0]);
                 if (fn.k != value::kind::func)
                     error(n, fmt::format("'{}' is not callable", fn.is_undefined() ? fn.s : kind_name(fn)));
-                call_args a;
+                call_args a(budget);
                 eval_args(n, 1, a);
                 try {
                     return (*fn.fn)(a);
@@ -205,7 +213,7 @@ struct renderer {
             }
             case node::kind::filter: {
                 value in = eval(*n.kids[0]);
-                call_args a;
+                call_args a(budget);
                 eval_args(n, 1, a);
                 try {
                     return apply_filter(n.name, in, a);
@@ -217,7 +225,7 @@ struct renderer {
             }
             case node::kind::test: {
                 value in = eval(*n.kids[0]);
-                call_args a;
+                call_args a(budget);
                 eval_args(n, 1, a);
                 bool r;
                 try {
@@ -255,18 +263,18 @@ struct renderer {
                     check_text(n, s.size() + t.size());
                     return value::str(s += t);
                 }
-                if (op == "==") return value::boolean(equals(a, b));
-                if (op == "!=") return value::boolean(!equals(a, b));
+                if (op == "==") return value::boolean(equals(a, b, budget));
+                if (op == "!=") return value::boolean(!equals(a, b, budget));
                 if (op == "in") return value::boolean(contains(n, b, a));
                 if (op == "not in") return value::boolean(!contains(n, b, a));
                 if (op == "<" || op == ">" || op == "<=" || op == ">=") {
                     defined(n, a);
                     defined(n, b);
                     try {
-                        if (op == "<") return value::boolean(less(a, b));
-                        if (op == ">") return value::boolean(less(b, a));
-                        if (op == "<=") return value::boolean(!less(b, a));
-                        return value::boolean(!less(a, b));
+                        if (op == "<") return value::boolean(less(a, b, budget));
+                        if (op == ">") return value::boolean(less(b, a, budget));
+                        if (op == "<=") return value::boolean(!less(b, a, budget));
+                        return value::boolean(!less(a, b, budget));
                     } catch (const sluice::error& e) {
                         error(n, std::string(e.what()).substr(7));
                     }

@@ -109,39 +109,71 @@ static std::string repr_string(const std::string& s) {
     return out;
 }
 
-std::string to_str(const value& v) {
+// A walk one level deeper than `depth`: refused past k_max_walk_depth.
+static int deeper(int depth) {
+    if (depth >= k_max_walk_depth)
+        fail("jinja: a value nested deeper than {} (a namespace that holds itself?)", k_max_walk_depth);
+    return depth + 1;
+}
+
+// Printed text grows by at least a byte for every item walked, so this bounds the walk too (a
+// list of two references to a list of two references..., 40 levels deep, has 2^40 items).
+static void check_text_size(const std::string& out) {
+    if (out.size() > k_max_text_bytes) fail("jinja: a value whose text exceeds 64 MiB");
+}
+
+// str(v) (repr = false) or repr(v), appended to out.
+static void print_rec(const value& v, bool repr, int depth, std::string& out) {
     switch (v.k) {
-        case value::kind::undefined: return "";
-        case value::kind::none: return "None";
-        case value::kind::boolean: return v.b ? "True" : "False";
-        case value::kind::integer: return std::to_string(v.i);
-        case value::kind::floating: return float_repr(v.f);
-        case value::kind::string: return v.s;
+        case value::kind::undefined: out += repr ? "Undefined" : ""; return;
+        case value::kind::none: out += "None"; return;
+        case value::kind::boolean: out += v.b ? "True" : "False"; return;
+        case value::kind::integer: out += std::to_string(v.i); return;
+        case value::kind::floating: out += float_repr(v.f); return;
+        case value::kind::string: out += repr ? repr_string(v.s) : v.s; return;
         case value::kind::list: {
-            std::string out = v.is_tuple ? "(" : "[";
-            for (size_t i = 0; i < v.l->size(); i++) out += (i ? ", " : "") + to_repr((*v.l)[i]);
-            if (v.is_tuple) return out + (v.l->size() == 1 ? ",)" : ")");
-            return out + "]";
+            const int inner = deeper(depth);
+            out += v.is_tuple ? "(" : "[";
+            for (size_t i = 0; i < v.l->size(); i++) {
+                if (i) out += ", ";
+                print_rec((*v.l)[i], true, inner, out);
+                check_text_size(out);
+            }
+            out += !v.is_tuple ? "]" : v.l->size() == 1 ? ",)" : ")";
+            return;
         }
         case value::kind::dict: {
-            if (v.is_namespace) return "<Namespace>";
-            std::string out = "{";
+            if (v.is_namespace) {
+                out += "<Namespace>";
+                return;
+            }
+            const int inner = deeper(depth);
+            out += "{";
             bool first = true;
             for (const auto& [k, x] : *v.d) {
-                out += (first ? "" : ", ") + repr_string(k) + ": " + to_repr(x);
+                out += (first ? "" : ", ") + repr_string(k) + ": ";
+                print_rec(x, true, inner, out);
+                check_text_size(out);
                 first = false;
             }
-            return out + "}";
+            out += "}";
+            return;
         }
-        case value::kind::func: return "<function>";
+        case value::kind::func: out += "<function>"; return;
     }
-    return "";
+}
+
+std::string to_str(const value& v) {
+    if (v.k == value::kind::string) return v.s;
+    std::string out;
+    print_rec(v, false, 0, out);
+    return out;
 }
 
 std::string to_repr(const value& v) {
-    if (v.k == value::kind::string) return repr_string(v.s);
-    if (v.k == value::kind::undefined) return "Undefined";
-    return to_str(v);
+    std::string out;
+    print_rec(v, true, 0, out);
+    return out;
 }
 
 static std::string json_string(const std::string& s, bool ensure_ascii) {
@@ -204,17 +236,20 @@ static void json_rec(const value& v, const json_options& opt, int level, std::st
         case value::kind::string: out += json_string(v.s, opt.ensure_ascii); return;
         case value::kind::list:
             if (v.l->empty()) { out += "[]"; return; }
+            deeper(level);
             out += "[";
             for (size_t i = 0; i < v.l->size(); i++) {
                 if (i) out += item_sep;
                 newline(level + 1);
                 json_rec((*v.l)[i], opt, level + 1, out);
+                check_text_size(out);
             }
             newline(level);
             out += "]";
             return;
         case value::kind::dict: {
             if (v.d->empty()) { out += "{}"; return; }
+            deeper(level);
             out += "{";
             bool first = true;
             std::vector<const std::pair<std::string, value>*> entries;
@@ -227,6 +262,7 @@ static void json_rec(const value& v, const json_options& opt, int level, std::st
                 newline(level + 1);
                 out += json_string(e->first, opt.ensure_ascii) + key_sep;
                 json_rec(e->second, opt, level + 1, out);
+                check_text_size(out);
             }
             newline(level);
             out += "}";
@@ -251,7 +287,13 @@ static double as_double(const value& v) {
     return double(v.i);
 }
 
-bool equals(const value& a, const value& b) {
+// One more list or dict item for == or < to visit, at `depth`.
+static int visit(compare_budget& budget, int depth) {
+    if (--budget.items_left < 0) fail("jinja: comparisons visited more than 2^24 list and dict items in one render");
+    return deeper(depth);
+}
+
+static bool equals_rec(const value& a, const value& b, compare_budget& budget, int depth) {
     if (a.is_number() && b.is_number()) {
         if (a.k != value::kind::floating && b.k != value::kind::floating)
             return (a.k == value::kind::boolean ? a.b : a.i) == (b.k == value::kind::boolean ? b.b : b.i);
@@ -265,13 +307,13 @@ bool equals(const value& a, const value& b) {
         case value::kind::list:
             if (a.l->size() != b.l->size()) return false;
             for (size_t i = 0; i < a.l->size(); i++)
-                if (!equals((*a.l)[i], (*b.l)[i])) return false;
+                if (!equals_rec((*a.l)[i], (*b.l)[i], budget, visit(budget, depth))) return false;
             return true;
         case value::kind::dict:
             if (a.d->size() != b.d->size()) return false;
             for (const auto& [k, x] : *a.d) {
                 const value* y = b.find(k);
-                if (!y || !equals(x, *y)) return false;
+                if (!y || !equals_rec(x, *y, budget, visit(budget, depth))) return false;
             }
             return true;
         case value::kind::func: return a.fn == b.fn;
@@ -279,7 +321,9 @@ bool equals(const value& a, const value& b) {
     }
 }
 
-bool less(const value& a, const value& b) {
+bool equals(const value& a, const value& b, compare_budget& budget) { return equals_rec(a, b, budget, 0); }
+
+static bool less_rec(const value& a, const value& b, compare_budget& budget, int depth) {
     if (a.is_number() && b.is_number()) {
         if (a.k == value::kind::integer && b.k == value::kind::integer) return a.i < b.i;
         return as_double(a) < as_double(b);
@@ -287,13 +331,16 @@ bool less(const value& a, const value& b) {
     if (a.is_string() && b.is_string()) return a.s < b.s;
     if (a.k == value::kind::list && b.k == value::kind::list) {
         for (size_t i = 0; i < a.l->size() && i < b.l->size(); i++) {
-            if (less((*a.l)[i], (*b.l)[i])) return true;
-            if (less((*b.l)[i], (*a.l)[i])) return false;
+            const int inner = visit(budget, depth);
+            if (less_rec((*a.l)[i], (*b.l)[i], budget, inner)) return true;
+            if (less_rec((*b.l)[i], (*a.l)[i], budget, inner)) return false;
         }
         return a.l->size() < b.l->size();
     }
     fail("jinja: '<' not supported between instances of '{}' and '{}'", kind_name(a), kind_name(b));
 }
+
+bool less(const value& a, const value& b, compare_budget& budget) { return less_rec(a, b, budget, 0); }
 
 value from_json(const nlohmann::ordered_json& j) {
     switch (j.type()) {

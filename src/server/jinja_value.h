@@ -14,6 +14,24 @@
 
 namespace sluice::jinja {
 
+// A chat template comes from the model file, and a hostile one must end in an error, not take
+// gigabytes, hours or the stack. The bounds on what a render makes and walks:
+// - the most bytes any string may hold (values, filter results, printed values, the output);
+inline constexpr size_t k_max_text_bytes = size_t{64} << 20;
+// - the most items a list may hold (made by +, or from a string's characters or split), and the
+//   most bytes of strings a list made by + holds directly (its items are copies);
+inline constexpr size_t k_max_list_items = size_t{1} << 20;
+// - the deepest any walk over a value goes (printing, tojson, ==, <): a namespace can be set to
+//   hold itself, and walking that cycle overflowed the stack.
+inline constexpr int k_max_walk_depth = 256;
+
+// List and dict items that == and < may still visit in one render. Lists share their items, so
+// a few steps build a list of a million references to one list of a million items, which
+// compares for hours (in Python too).
+struct compare_budget {
+    int64_t items_left = int64_t{1} << 24;
+};
+
 struct value;
 using list_t = std::vector<value>;
 // Insertion-ordered, like a Python dict: tojson and items() must keep the caller's key order.
@@ -59,8 +77,11 @@ struct value {
     const value* find(const std::string& key) const;
 };
 
-// Positional and keyword arguments of a call (filter, test, method, macro, global).
+// Positional and keyword arguments of a call (filter, test, method, macro, global), and the
+// render's comparison budget.
 struct call_args {
+    explicit call_args(compare_budget& b) : budget(b) {}
+    compare_budget& budget;
     std::vector<value> pos;
     std::vector<std::pair<std::string, value>> kw;
     // Argument `idx` or keyword `name`, else `fallback`.
@@ -83,9 +104,9 @@ struct json_options {
 // Throws sluice::error on an Undefined or a function (Python raises TypeError).
 std::string to_json(const value& v, const json_options& opt = {});
 std::string float_repr(double x);
-bool equals(const value& a, const value& b);
+bool equals(const value& a, const value& b, compare_budget& budget);
 // a < b for numbers and strings (and lists lexicographically); throws for other pairs.
-bool less(const value& a, const value& b);
+bool less(const value& a, const value& b, compare_budget& budget);
 
 value from_json(const nlohmann::ordered_json& j);
 

@@ -45,6 +45,26 @@ TEST(jinja, hostile_templates_end_in_clear_errors) {
         {"{% macro f(n) %}{% if n %}{{ f(n-1) }}{{ f(n-1) }}{% endif %}{% endmacro %}{{ f(60) }}", "macro calls"},
         {"{% set s = 'a' * 60000000 %}{{ range(100000)|join(s) }}", "exceed 64 MiB"},
         {"{{ (-9223372036854775807 - 1)|abs }}", "overflow"},
+        // Lists copy their strings: a list of one 60 MB string doubled ten times held 60 GB.
+        {"{% set ns = namespace(l=['a' * 60000000]) %}{% for i in range(12) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
+         "bytes of strings exceeds 64 MiB"},
+        // A string's characters or parts as a list: 60 M items took 7 GB.
+        {"{{ ('a' * 1100000)|list|length }}", "too long to iterate"},
+        {"{{ ('a ' * 1100000).split()|length }}", "more than 1048576 parts"},
+        // Lists share their items: 40 levels of [l, l] is 2^40 items to print or compare.
+        {"{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}{{ ns.l|tojson }}",
+         "text exceeds 64 MiB"},
+        {"{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}{{ ns.l }}",
+         "text exceeds 64 MiB"},
+        {"{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}{{ ns.l == ns.l }}",
+         "more than 2^24"},
+        {"{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}{{ ns.l < ns.l }}",
+         "more than 2^24"},
+        // A namespace that holds itself: walking it overflowed the stack (SIGSEGV).
+        {"{% set ns = namespace() %}{% set ns.a = ns %}{{ ns|tojson }}", "nested deeper than 256"},
+        {"{% set ns = namespace() %}{% set ns.a = ns %}{{ ns == ns }}", "nested deeper than 256"},
+        {"{% set ns = namespace() %}{% set ns.a = [ns] %}{{ ns.a|tojson }}", "nested deeper than 256"},
+        {"{% set ns = namespace(a=1) %}{% set ns.a = [ns] %}{{ ns.a < ns.a }}", "not supported between"},
     };
     for (const auto& [tmpl, want] : cases) EXPECT_NE(error_of(tmpl).find(want), std::string::npos) << tmpl << ": " << error_of(tmpl);
     // A huge slice step read past the list (an index wrapped around int64).
@@ -52,6 +72,10 @@ TEST(jinja, hostile_templates_end_in_clear_errors) {
     EXPECT_EQ(render("{{ [1,2,3][::-9223372036854775807 - 1] }}"), "[3]");
     EXPECT_EQ(render("{{ ('' * 4611686018427387904)|length }}"), "0");
     EXPECT_EQ(render("{{ 'abc'[2::9223372036854775807] }}"), "c");
+    EXPECT_EQ(render("{{ 'h\xc3\xa9llo'[1] }}{{ 'h\xc3\xa9llo'[::-1] }}{{ 'h\xc3\xa9llo'|reverse }}{{ 'h\xc3\xa9llo'[-4:3] }}"),
+              "\xc3\xa9oll\xc3\xa9holl\xc3\xa9h\xc3\xa9l");
+    EXPECT_EQ(render("{{ ' a b '.split(None, 1) }}{{ ' a '.split(None, 1) }}"), "['a', 'b ']['a']");
+    EXPECT_EQ(render("{% set ns = namespace() %}{% set ns.a = [ns] %}{{ ns.a }}"), "[<Namespace>]");
     EXPECT_EQ(render("{% set xs = range(100000)|list %}{{ xs[99999::9223372036854775807 - 99998] }}"), "[99999]");
     EXPECT_EQ(render("{{ (-9223372036854775807 - 1) is divisibleby(-1) }} {{ 12 is divisibleby 4 }}"), "True True");
     EXPECT_EQ(render("{{ range(9223372036854775800, 9223372036854775807, 3)|list }}"),
