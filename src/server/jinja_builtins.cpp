@@ -146,6 +146,75 @@ std::string upper(std::string s, bool up) {
     return s;
 }
 
+// str.find, rfind and count over s[start:end] (code point indices, Python's clamping); find and
+// rfind give a code point index.
+value search(const std::string& s, const std::string& name, call_args& a) {
+    const value sub = a.get(0, "sub");
+    if (!sub.is_string()) fail("jinja: {}: must be str, not {}", name, kind_name(sub));
+    const auto at = code_point_starts(s);
+    const int64_t n = int64_t(at.size()) - 1;
+    // Python's index rule, before the clamp to n (a start past the end finds nothing, not even '').
+    auto index = [&](const value& v, int64_t dflt) {
+        if (v.is_undefined() || v.is_none()) return dflt;
+        const int64_t i = as_int(v, name.c_str());
+        return i < 0 ? (i < -n ? 0 : i + n) : i;   // no i + n overflow: i >= -n there
+    };
+    const int64_t b = index(a.get(1, "start"), 0), e = std::min(index(a.get(2, "end"), n), n);
+    if (b > e) return value::integer(name == "count" ? 0 : -1);
+    const std::string_view hay = std::string_view(s).substr(at[size_t(b)], at[size_t(e)] - at[size_t(b)]);
+    // A byte offset in hay as a code point index in s (sub is whole code points, so it starts on one).
+    auto cp_index = [&](size_t byte) {
+        return int64_t(std::upper_bound(at.begin(), at.end(), uint32_t(at[size_t(b)] + byte)) - at.begin()) - 1;
+    };
+    if (name == "count") {
+        if (sub.s.empty()) return value::integer(e - b + 1);
+        int64_t c = 0;
+        for (size_t f = hay.find(sub.s); f != std::string_view::npos; f = hay.find(sub.s, f + sub.s.size())) ++c;
+        return value::integer(c);
+    }
+    const size_t f = name == "find" ? hay.find(sub.s) : hay.rfind(sub.s);
+    return value::integer(f == std::string_view::npos ? -1 : cp_index(f));
+}
+
+// str.format: {} (automatic numbering), {0} and {name} replacement fields and {{ }}, each value as
+// str() prints it. Format specs and conversions (!r, :>5) are not supported and end in an error.
+std::string format(const std::string& s, call_args& a) {
+    std::string out;
+    size_t auto_index = 0;
+    for (size_t i = 0; i < s.size(); ++i) {
+        const char c = s[i];
+        if ((c == '{' || c == '}') && i + 1 < s.size() && s[i + 1] == c) {
+            out += c;
+            ++i;
+            continue;
+        }
+        if (c == '}') fail("jinja: format: single '}}' encountered in format string");
+        if (c != '{') {
+            out += c;
+            continue;
+        }
+        const size_t close = s.find('}', i);
+        if (close == std::string::npos) fail("jinja: format: single '{{' encountered in format string");
+        const std::string field = s.substr(i + 1, close - i - 1);
+        if (field.find_first_of(":!{[.") != std::string::npos)
+            fail("jinja: format: the replacement field '{{{}}}' is not supported (only {{}}, {{0}} and {{name}})", field);
+        value v;
+        if (field.empty() || std::isdigit(static_cast<unsigned char>(field[0]))) {
+            const size_t k = field.empty() ? auto_index++ : size_t(std::stoull(field.substr(0, 9)));
+            if (k >= a.pos.size()) fail("jinja: format: replacement index {} out of range for {} arguments", k, a.pos.size());
+            v = a.pos[k];
+        } else {
+            auto kw = std::find_if(a.kw.begin(), a.kw.end(), [&](const auto& p) { return p.first == field; });
+            if (kw == a.kw.end()) fail("jinja: format: no argument named '{}'", field);
+            v = kw->second;
+        }
+        out += to_str(v);
+        if (out.size() > k_max_text_bytes) fail("jinja: format: the result would exceed 64 MiB");
+        i = close;
+    }
+    return out;
+}
+
 value string_method(const std::string& s, const std::string& name, call_args& a) {
     if (name == "startswith" || name == "endswith") return value::boolean(starts_or_ends(s, a.get(0, "prefix"), name == "endswith"));
     if (name == "strip") return value::str(strip(s, a.get(0, "chars"), true, true));
@@ -162,11 +231,8 @@ value string_method(const std::string& s, const std::string& name, call_args& a)
         if (!from.is_string() || !to.is_string()) fail("jinja: replace: expected two strings");
         return value::str(replace(s, from.s, to.s, as_int(a.get(2, "count", value::integer(-1)), "replace")));
     }
-    if (name == "find") {
-        value x = a.get(0, "sub");
-        size_t f = s.find(x.s);
-        return value::integer(f == std::string::npos ? -1 : int64_t(f));
-    }
+    if (name == "find" || name == "rfind" || name == "count") return search(s, name, a);
+    if (name == "format") return value::str(format(s, a));
     if (name == "title" || name == "capitalize") {
         std::string o = s;
         bool start = true;
@@ -181,7 +247,7 @@ value string_method(const std::string& s, const std::string& name, call_args& a)
 }
 
 const char* const k_str_methods[] = {"startswith", "endswith", "strip", "lstrip", "rstrip", "split", "upper",
-                                     "lower", "replace", "find", "title", "capitalize"};
+                                     "lower", "replace", "find", "rfind", "count", "format", "title", "capitalize"};
 const char* const k_dict_methods[] = {"items", "keys", "values", "get"};
 
 value items_of(const value& d) {
@@ -232,7 +298,8 @@ bool is_known_filter(const std::string& n) {
     static const char* const names[] = {"tojson", "trim", "length", "count", "upper", "lower", "default", "d",
                                         "join", "first", "last", "replace", "string", "int", "float", "list",
                                         "items", "selectattr", "rejectattr", "map", "safe", "abs", "capitalize",
-                                        "title", "reverse", "select", "reject", "dictsort"};
+                                        "title", "reverse", "select", "reject", "dictsort", "min", "max",
+                                        "indent", "e", "escape"};
     return std::find(std::begin(names), std::end(names), n) != std::end(names);
 }
 
@@ -244,6 +311,81 @@ bool is_known_test(const std::string& n) {
     return std::find(std::begin(names), std::end(names), n) != std::end(names);
 }
 
+namespace {
+
+// MarkupSafe's escape (the |e filter): & < > " ' as entities.
+std::string html_escape(const std::string& s) {
+    std::string out;
+    for (char c : s) {
+        switch (c) {
+            case '&': out += "&amp;"; break;
+            case '<': out += "&lt;"; break;
+            case '>': out += "&gt;"; break;
+            case '"': out += "&#34;"; break;
+            case '\'': out += "&#39;"; break;
+            default: out += c;
+        }
+    }
+    if (out.size() > k_max_text_bytes) fail("jinja: escape: the result would exceed 64 MiB");
+    return out;
+}
+
+// jinja2 3.1's indent(width=4, first=False, blank=False): every line after the first (and the first
+// with first=True) gets the indentation, blank lines only with blank=True. Lines end at \n, \r\n,
+// \r, \v, \f and \x1c-\x1e, as Python's splitlines() ends them (not at its Unicode separators).
+std::string indent(const std::string& s, call_args& a) {
+    const value w = a.get(0, "width", value::integer(4));
+    const std::string pad = w.is_string() ? w.s : std::string(size_t(std::clamp<int64_t>(as_int(w, "indent"), 0, 1024)), ' ');
+    const bool first = truthy(a.get(1, "first", value::boolean(false)));
+    const bool blank = truthy(a.get(2, "blank", value::boolean(false)));
+    // splitlines(s + "\n"), as jinja2 splits: the segment after the last break is a line too,
+    // unless s ends with \r (the \n appended joins it into one \r\n break).
+    const std::string_view sv(s);
+    std::vector<std::string_view> lines;
+    size_t b = 0;
+    for (size_t i = 0; i < s.size(); ++i) {
+        const char c = s[i];
+        if (c != '\n' && c != '\r' && c != '\v' && c != '\f' && (c < '\x1c' || c > '\x1e')) continue;
+        lines.push_back(sv.substr(b, i - b));
+        if (c == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
+        b = i + 1;
+    }
+    if (s.empty() || s.back() != '\r') lines.push_back(sv.substr(b));
+    std::string out = first ? pad : "";
+    for (size_t i = 0; i < lines.size(); ++i) {
+        if (i) {
+            out += '\n';
+            if (blank || !lines[i].empty()) out += pad;
+        }
+        out += lines[i];
+        if (out.size() > k_max_text_bytes) fail("jinja: indent: the result would exceed 64 MiB");
+    }
+    return out;
+}
+
+// min/max(case_sensitive=False, attribute=None): the first smallest (largest) item, strings
+// compared lower-cased unless case_sensitive; Undefined for an empty sequence.
+value min_or_max(const std::string& name, const value& in, call_args& a) {
+    const bool cs = truthy(a.get(0, "case_sensitive", value::boolean(false)));
+    const value attr = a.get(1, "attribute");
+    auto key = [&](const value& x) {
+        value k = attr.is_undefined() || attr.is_none() ? x : attr_path(x, to_str(attr));
+        if (!cs && k.is_string()) k.s = upper(k.s, false);
+        return k;
+    };
+    const list_t xs = iterate(in);
+    if (xs.empty()) return value::undef("No aggregated item, sequence was empty.");
+    size_t best = 0;
+    value best_key = key(xs[0]);
+    for (size_t i = 1; i < xs.size(); ++i) {
+        value k = key(xs[i]);
+        if (name == "min" ? less(k, best_key, a.budget) : less(best_key, k, a.budget)) best = i, best_key = std::move(k);
+    }
+    return xs[best];
+}
+
+}  // namespace
+
 value apply_filter(const std::string& name, const value& in, call_args& a) {
     if (name == "default" || name == "d") {
         bool boolean = truthy(a.get(1, "boolean", value::boolean(false)));
@@ -251,6 +393,13 @@ value apply_filter(const std::string& name, const value& in, call_args& a) {
         return in;
     }
     if (name == "safe" || name == "string") return name == "safe" ? in : value::str(to_str(in));
+    if (name == "e" || name == "escape") return value::str(html_escape(to_str(in)));
+    if (name == "indent") return value::str(indent(to_str(in), a));
+    if (name == "min" || name == "max") return min_or_max(name, in, a);
+    // jinja2 yields nothing for a falsy sequence (none included) in these.
+    if ((name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr" || name == "map") &&
+        !truthy(in))
+        return value::list();
     if (name == "tojson") {
         // transformers: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
         json_options opt;

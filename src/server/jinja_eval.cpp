@@ -74,6 +74,23 @@ struct renderer {
         return value::none();
     }
 
+    value compare(const node& n, const std::string& op, const value& a, const value& b) {
+        if (op == "==") return value::boolean(equals(a, b, budget));
+        if (op == "!=") return value::boolean(!equals(a, b, budget));
+        if (op == "in") return value::boolean(contains(n, b, a));
+        if (op == "not in") return value::boolean(!contains(n, b, a));
+        defined(n, a);
+        defined(n, b);
+        try {
+            if (op == "<") return value::boolean(less(a, b, budget));
+            if (op == ">") return value::boolean(less(b, a, budget));
+            if (op == "<=") return value::boolean(!less(b, a, budget));
+            return value::boolean(!less(a, b, budget));
+        } catch (const sluice::error& e) {
+            error(n, std::string(e.what()).substr(7));
+        }
+    }
+
     value arith(const node& n, const std::string& op, const value& a, const value& b) {
         defined(n, a);
         defined(n, b);
@@ -256,6 +273,15 @@ struct renderer {
                     value a = eval(*n.kids[0]);
                     return truthy(a) ? a : eval(*n.kids[1]);
                 }
+                if (op == "compare") {   // a chain: each operator between neighbours, short-circuited
+                    value left = eval(*n.kids[0]);
+                    for (size_t i = 0; i < n.names.size(); ++i) {
+                        value right = eval(*n.kids[i + 1]);
+                        if (!truthy(compare(n, n.names[i], left, right))) return value::boolean(false);
+                        left = std::move(right);
+                    }
+                    return value::boolean(true);
+                }
                 value a = eval(*n.kids[0]), b = eval(*n.kids[1]);
                 if (op == "~") {
                     std::string s = to_str(a);
@@ -263,22 +289,9 @@ struct renderer {
                     check_text(n, s.size() + t.size());
                     return value::str(s += t);
                 }
-                if (op == "==") return value::boolean(equals(a, b, budget));
-                if (op == "!=") return value::boolean(!equals(a, b, budget));
-                if (op == "in") return value::boolean(contains(n, b, a));
-                if (op == "not in") return value::boolean(!contains(n, b, a));
-                if (op == "<" || op == ">" || op == "<=" || op == ">=") {
-                    defined(n, a);
-                    defined(n, b);
-                    try {
-                        if (op == "<") return value::boolean(less(a, b, budget));
-                        if (op == ">") return value::boolean(less(b, a, budget));
-                        if (op == "<=") return value::boolean(!less(b, a, budget));
-                        return value::boolean(!less(a, b, budget));
-                    } catch (const sluice::error& e) {
-                        error(n, std::string(e.what()).substr(7));
-                    }
-                }
+                if (op == "==" || op == "!=" || op == "in" || op == "not in" || op == "<" || op == ">" || op == "<=" ||
+                    op == ">=")
+                    return compare(n, op, a, b);
                 return arith(n, op, a, b);
             }
             case node::kind::list:

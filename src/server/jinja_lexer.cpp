@@ -227,11 +227,12 @@ struct lexer {
 
 std::vector<token> lex(std::string_view source) {
     lexer lx;
-    // jinja2 normalises newlines to '\n' and drops one trailing newline.
+    // jinja2 normalises newlines (\r\n, \r, \n) to '\n', in string literals too, and drops one
+    // trailing newline.
     lx.src.reserve(source.size());
     for (size_t i = 0; i < source.size(); i++) {
         if (source[i] == '\r' && i + 1 < source.size() && source[i + 1] == '\n') continue;
-        lx.src += source[i];
+        lx.src += source[i] == '\r' ? '\n' : source[i];
     }
     if (!lx.src.empty() && lx.src.back() == '\n') lx.src.pop_back();
     lx.run();

@@ -307,26 +307,33 @@ struct parser {
         }
         return parse_compare();
     }
+    // a < b, or a chain a < b <= c ... (Python's: (a < b) and (b <= c), b evaluated once): one
+    // binary node "compare" whose kids are the operands and names the operators.
     node_ptr parse_compare() {
         auto a = parse_math1();
-        while (true) {
-            const token& at = cur();
-            std::string op;
-            if (at.k == token::kind::op && (at.s == "==" || at.s == "!=" || at.s == "<" || at.s == ">" ||
-                                            at.s == "<=" || at.s == ">=")) {
-                op = at.s;
-                p++;
-            } else if (is_name("in")) {
-                op = "in";
-                p++;
-            } else if (is_name("not") && t[p + 1].k == token::kind::name && t[p + 1].s == "in") {
-                op = "not in";
-                p += 2;
-            } else {
-                return a;
-            }
-            a = binary(at, op, std::move(a), parse_math1());
+        if (!is_compare_op()) return a;
+        const token& at = cur();
+        std::vector<std::string> ops;
+        std::vector<node_ptr> operands;
+        operands.push_back(std::move(a));
+        while (is_compare_op()) {
+            const bool not_in = is_name("not");
+            ops.push_back(not_in ? "not in" : cur().s);
+            p += not_in ? 2 : 1;
+            operands.push_back(parse_math1());
         }
+        if (ops.size() == 1) return binary(at, ops[0], std::move(operands[0]), std::move(operands[1]));
+        auto n = make(node::kind::binary, at);
+        n->name = "compare";
+        n->names = std::move(ops);
+        n->kids = std::move(operands);
+        return grown(std::move(n));
+    }
+    bool is_compare_op() {
+        const token& at = cur();
+        return (at.k == token::kind::op && (at.s == "==" || at.s == "!=" || at.s == "<" || at.s == ">" ||
+                                            at.s == "<=" || at.s == ">=")) ||
+               is_name("in") || (is_name("not") && t[p + 1].k == token::kind::name && t[p + 1].s == "in");
     }
     node_ptr parse_math1() {
         auto a = parse_concat();

@@ -8,6 +8,8 @@ The templates under templates/ are the models' published chat templates:
                                 Qwen3-8B and Qwen3-30B-A3B, ships this one template)
   Qwen3-Coder.jinja             Qwen/Qwen3-Coder-30B-A3B-Instruct (XML tool calls), HF chat_template.jinja
   Qwen-Qwen2.5-7B-Instruct.jinja Qwen/Qwen2.5-7B-Instruct
+  Qwen3.5-4B.jinja              the Qwen3.5 family (qwen35moe)
+  openbmb-MiniCPM5-1B.jinja     |min;  tencent-Hy3.jinja: str.format
 (See templates/SOURCES.md.) The three Qwen files are copied from llama.cpp's models/templates/ (fetched from the HF repos by
 its scripts/get_chat_template.py), mirror github.com/wbpxre150/llama.cpp at commit
 124684650a9d9ac9d634041ddf1531fb32fefc69.
@@ -277,6 +279,25 @@ def test_expressions_equal_jinja2(capi):
         "{{ 'x' * 3 }}|{{ [1] + [2] }}|{{ {'a': {'b': 'c'}} | tojson(indent=2) }}")
     messages = [{"role": "user", "content": "Yes"}, {"role": "assistant", "content": "no"}]
     assert ours(capi, template, messages, None, False, {}) == oracle(template, messages, None, False, {})
+
+
+def test_builtins_of_published_templates_equal_jinja2(capi):
+    # What llama.cpp's collection of published templates uses (models/templates: MiniCPM5's |min,
+    # command-r's |indent, Hunyuan's str.format, functionary's select on none) and Python rules
+    # our first versions missed: chained comparisons (3 > 2 > 1 was (3 > 2) > 1, False) and
+    # find() counting code points, not bytes.
+    template = (
+        "{{ 1 < 2 < 3 }}|{{ 3 > 2 > 1 }}|{{ 1 < 3 < 2 }}|{{ 1 == 1 != 2 }}|{{ 2 in [2] in [[2]] }}|"
+        "{{ 'h\u00e9llo'.find('l') }},{{ 'h\u00e9llo'.rfind('l') }},{{ 'h\u00e9llo'.count('l') }},"
+        "{{ 'h\u00e9llo'.find('l', -2, -1) }},{{ 'aaa'.count('') }},{{ 'ab'.find('', 5) }},{{ 'ab'.find('', 2) }}|"
+        "{{ {'a': '<&>'} | tojson | e }}{{ ('\"' ~ \"'\") | e }}|{{ none | escape }}|"
+        "{{ [3, 1, 2] | min }}{{ [3, 1, 2] | max }}{{ ['b', 'A', 'a'] | min }}{{ ['b', 'A'] | max(case_sensitive=true) }}"
+        "{{ [{'n': 2}, {'n': 1}] | min(attribute='n') }}{{ [] | max }}|"
+        "{{ '{}-{}'.format(1, 'a') }}{{ '{1}{0}{{x}}'.format('a', 'b') }}{{ '{k}!'.format(k=none) }}|"
+        "{{ 'a\nb' | indent(2) }}|{{ 'a\nb' | indent(2, true) }}|{{ 'a\n\nb\n' | indent }}|"
+        "{{ 'a\n\nb' | indent(1, blank=true) }}|{{ '' | indent(3, true) }}|{{ 'a\r\nb\rc\r' | indent('>') }}|"
+        "{{ none | select | list }}{{ none | map('x') | list }}{{ none | rejectattr('a') | list }}")
+    assert ours(capi, template, [], None, False, {}) == oracle(template, [], None, False, {})
 
 
 @pytest.mark.parametrize("template", ["{{ x.y }}", "{{ 'a' + x }}", "{% for m in 5 %}{% endfor %}", "{{ 1 + 'a' }}"])
