@@ -221,25 +221,6 @@ void finish_hybrid_config(hf_config& c, int64_t n_mtp) {
     }
 }
 
-size_t json_nesting_depth(std::string_view text) {
-    size_t depth = 0, deepest = 0;
-    bool in_string = false, escaped = false;
-    for (char ch : text) {
-        if (in_string) {
-            if (escaped) escaped = false;
-            else if (ch == '\\') escaped = true;
-            else if (ch == '"') in_string = false;
-        } else if (ch == '"') {
-            in_string = true;
-        } else if (ch == '[' || ch == '{') {
-            deepest = std::max(deepest, ++depth);
-        } else if ((ch == ']' || ch == '}') && depth > 0) {
-            --depth;
-        }
-    }
-    return deepest;
-}
-
 std::vector<float> llama3_rope_factors(const hf_config::llama3_rope& p, int64_t head_dim) {
     // convert_hf_to_gguf.py, LlamaModel.generate_extra_tensors, step by step in torch's float32:
     // a python number meeting a float32 tensor is rounded to float32 first, and `x / t` for a

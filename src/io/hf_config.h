@@ -4,6 +4,7 @@
 // floats f32 (rounded as a GGUF file would store them), flags bool.
 #pragma once
 
+#include "core/json_depth.h"
 #include "io/metadata.h"
 
 #include <cstddef>
@@ -55,10 +56,8 @@ void finish_hybrid_config(hf_config& c, int64_t n_mtp);
 // the converter's torch code computes it.
 std::vector<float> llama3_rope_factors(const hf_config::llama3_rope& p, int64_t head_dim);
 
-// The deepest nesting of [ and { in JSON text (brackets inside strings do not count), so text
-// nested deeper than a reader needs is rejected before nlohmann::json recurses into it: a
-// hostile header of a million '[' would otherwise overflow the stack.
-size_t json_nesting_depth(std::string_view text);
+// The deepest JSON nesting the model readers accept (json_nesting_depth is checked before a
+// parse: a hostile header of a million '[' overflowed the stack).
 inline constexpr size_t k_max_json_depth = 64;
 
 // The architectures this reader maps, as "HF class -> GGUF arch" for error messages.

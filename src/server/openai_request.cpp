@@ -1,5 +1,7 @@
 #include "server/openai_request.h"
 
+#include "core/json_depth.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -256,6 +258,13 @@ ojson parse_tools(const ojson& v) {
 }
 
 openai_request parse(endpoint kind, std::string_view body, const request_limits& lim) {
+    // Before the parse: a tree nested 400,000 deep parses, but is then copied recursively when the
+    // object holding it grows (ordered_json keeps its members in a vector), and that overflowed
+    // the thread's stack. 1,024 levels copy in a few tens of KB of stack; messages and tools are
+    // held to max_depth below, with the field named.
+    constexpr size_t k_max_body_depth = 1024;
+    if (json_nesting_depth(body) > k_max_body_depth)
+        bad("", "the request body is nested deeper than {} levels", k_max_body_depth);
     const ojson j = ojson::parse(body, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) bad("", "the request body is not valid JSON");
     if (!j.is_object()) bad("", "the request body must be a JSON object, got {}", type_name(j));

@@ -1,5 +1,6 @@
 #include "server/tool_calls.h"
 
+#include "core/json_depth.h"
 #include "server/stop_strings.h"
 
 #include <nlohmann/json.hpp>
@@ -10,6 +11,9 @@
 namespace sluice {
 
 namespace {
+
+// Arguments of a tool call nest as deep as a request's tools may (openai_request.h's max_depth).
+constexpr size_t k_max_call_depth = 64;
 
 const std::string k_think_open = "<think>", k_think_close = "</think>";
 const std::string k_call_open = "<tool_call>", k_call_close = "</tool_call>";
@@ -84,6 +88,8 @@ void output_parser::close_section(output_delta&) {
 }
 
 bool output_parser::parse_call(std::string_view body, output_delta& out) {
+    // The model's text, so as hostile as a request body (openai_request.cpp says why the depth).
+    if (json_nesting_depth(body) > k_max_call_depth) return false;
     const auto j = nlohmann::ordered_json::parse(trim(body), nullptr, /*allow_exceptions=*/false);
     if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return false;
     tool_call c;

@@ -231,6 +231,14 @@ TEST(server_request, deep_nesting_is_refused) {
     const std::string body = R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":)"
                              R"({"name":"f","parameters":{"a":)" + deep + "}}}]}";
     EXPECT_EQ(err(endpoint::chat, body).param, "tools");
+    // Refused before the parse: 400,000 levels parsed, then were copied recursively when the
+    // body's object grew past "messages", and the server thread's stack overflowed (SIGSEGV).
+    const std::string very_deep = std::string(400000, '[') + std::string(400000, ']');
+    const api_error e = err(endpoint::chat, R"({"messages":[{"role":"user","content":)" + very_deep + R"(}],"max_tokens":1})");
+    EXPECT_EQ(e.status, 400);
+    EXPECT_NE(e.message.find("nested deeper than"), std::string::npos) << e.message;
+    // Brackets inside strings are text, not nesting.
+    ok(endpoint::chat, R"({"messages":[{"role":"user","content":")" + very_deep + R"("}]})");
 }
 
 TEST(server_request, completion_prompt_forms) {

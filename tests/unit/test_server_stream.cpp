@@ -116,6 +116,15 @@ TEST(server_tool_calls, several_calls_and_whitespace_between_them) {
     EXPECT_NE(d.calls[0].id, d.calls[1].id);
 }
 
+TEST(server_tool_calls, a_call_nested_past_the_tools_bound_stays_content) {
+    // The model's text is parsed like a request body: 400,000 levels overflowed the stack.
+    output_parser p({.tool_calls = true}, test_id);
+    const std::string deep = std::string(400000, '[') + std::string(400000, ']');
+    const output_delta d = parse_all(p, {"<tool_call>{\"arguments\":" + deep + ",\"name\":\"a\"}</tool_call>"});
+    EXPECT_TRUE(d.calls.empty());
+    EXPECT_EQ(d.content.size(), deep.size() + 48);
+}
+
 TEST(server_tool_calls, a_malformed_call_stays_content) {
     output_parser p({.tool_calls = true}, test_id);
     const output_delta d = parse_all(p, {"x <tool_call>not json</tool_call> y"});
