@@ -2,6 +2,7 @@
 // decoder) plus tokenizer_config.json for BOS/EOS, add_bos_token and the chat template.
 #include "core/error.h"
 #include "io/hf_config.h"
+#include "io/side_file.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/tokenizer.h"
 
@@ -17,11 +18,7 @@ namespace {
 using json = nlohmann::json;
 
 json read_json(const std::filesystem::path& p) {
-    std::ifstream f(p, std::ios::binary);
-    if (!f) fail("tokenizer: cannot open '{}'", p.string());
-    std::stringstream ss;
-    ss << f.rdbuf();
-    const std::string text = ss.str();
+    const std::string text = read_side_file(p, "tokenizer");
     // nlohmann::json recurses once per level: a file of a million '[' would overflow the stack.
     if (json_nesting_depth(text) > k_max_json_depth)
         fail("tokenizer: '{}': JSON nested deeper than {} levels", p.string(), k_max_json_depth);

@@ -5,6 +5,7 @@
 #include "io/hf_config.h"
 #include "io/hf_names.h"
 #include "io/safetensors.h"
+#include "io/side_file.h"
 
 #include <gtest/gtest.h>
 
@@ -164,4 +165,55 @@ TEST(safetensors, hf_config_keys_follow_llama_cpp_converter) {
     EXPECT_EQ(m.find("qwen3moe.block_count")->type, meta_type::u32);
     EXPECT_FALSE(c.permute_qk);
     EXPECT_EQ(c.n_expert, 128);
+}
+
+TEST(safetensors, many_tensors_parse_and_a_late_duplicate_is_caught) {
+    // 30,000 one-byte tensors (a 128-expert model in one file has ~18,000): the header parse is
+    // linear in them (json::parse with a callback rescanned the object at every entry's end:
+    // 24,597 tensors took 7.7 s). The last entry repeats the first name.
+    auto header_of = [](int n, bool duplicate) {
+        std::string h = "{";
+        for (int i = 0; i < n; ++i)
+            h += "\"t" + std::to_string(i) + "\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[" + std::to_string(i) + "," +
+                 std::to_string(i + 1) + "]},";
+        h += duplicate ? "\"t0\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}}" : "\"__metadata__\":{}}";
+        std::string file(8, '\0');
+        const uint64_t len = h.size();
+        std::memcpy(file.data(), &len, 8);
+        return file + h + std::string(size_t(n), 'x');
+    };
+    const std::string ok = header_of(30000, false);
+    const auto h = parse_safetensors({reinterpret_cast<const std::byte*>(ok.data()), ok.size()}, "many");
+    EXPECT_EQ(h.tensors.size(), 30000u);
+    const std::string dup = header_of(30000, true);
+    try {
+        parse_safetensors({reinterpret_cast<const std::byte*>(dup.data()), dup.size()}, "dup");
+        ADD_FAILURE() << "a header naming t0 twice was accepted";
+    } catch (const sluice::error& e) {
+        EXPECT_NE(std::string(e.what()).find("names 't0' twice"), std::string::npos) << e.what();
+    }
+}
+
+TEST(side_file, only_regular_files_within_the_bound_are_read) {
+    // A tokenizer.json linked to /dev/zero was read until memory ran out; a 1 GiB config.json
+    // took 2 GB to read.
+    const fs::path dir = fs::temp_directory_path() / "sluice_side_file_test";
+    fs::remove_all(dir);
+    fs::create_directories(dir / "a_directory");
+    { std::ofstream(dir / "config.json") << "{\"a\": 1}"; }
+    fs::create_symlink("/dev/zero", dir / "zero.json");
+    EXPECT_EQ(read_side_file(dir / "config.json", "test"), "{\"a\": 1}");
+    auto error_of = [&](const fs::path& p, size_t max_bytes) -> std::string {
+        try {
+            read_side_file(p, "test", max_bytes);
+        } catch (const sluice::error& e) {
+            return e.what();
+        }
+        return "(read)";
+    };
+    EXPECT_NE(error_of(dir / "config.json", 7).find("is 8 bytes, more than the 7"), std::string::npos);
+    EXPECT_NE(error_of(dir / "zero.json", 1 << 20).find("not a regular file"), std::string::npos);
+    EXPECT_NE(error_of(dir / "a_directory", 1 << 20).find("not a regular file"), std::string::npos);
+    EXPECT_NE(error_of(dir / "missing.json", 1 << 20).find("does not exist"), std::string::npos);
+    fs::remove_all(dir);
 }
