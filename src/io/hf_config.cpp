@@ -171,7 +171,9 @@ void add_hybrid_keys(const reader& r, const json& j, std::string_view where, hf_
         if (!lt->is_array() || static_cast<int64_t>(lt->size()) != c.n_layer)
             fail("{}: 'layer_types': expected a list of {} entries (num_hidden_layers)", where, c.n_layer);
         for (const json& t : *lt) {
-            if (!t.is_string()) fail("{}: 'layer_types': expected strings, got {}", where, t.dump());
+            // Anything else (a sliding window, another mixer) would run as full attention.
+            if (!t.is_string() || (t.get<std::string>() != "linear_attention" && t.get<std::string>() != "full_attention"))
+                fail("{}: 'layer_types': expected 'linear_attention' or 'full_attention', got {}", where, t.dump());
             c.recurrent.push_back(t.get<std::string>() == "linear_attention");
         }
     }
@@ -317,6 +319,12 @@ hf_config parse_hf_config(std::string_view json_text, std::string_view where,
     // The converter writes the rotary width for llama; every architecture here rotates the whole head.
     c.meta.set(a + ".rope.dimension_count", u32(c.head_dim));
 
+    // Every architecture here gates its FFN with SiLU; a config naming another activation would
+    // be computed with SiLU anyway (transformers would follow the config), so it is refused.
+    if (const json* act = r.find("hidden_act"); act && !act->is_null()) {
+        if (!act->is_string() || (act->get<std::string>() != "silu" && act->get<std::string>() != "swish"))
+            fail("{}: hidden_act {}: {} uses SiLU ('silu')", where, act->dump(), hf_class);
+    }
     if (auto v = r.count("intermediate_size")) c.meta.set(a + ".feed_forward_length", u32(*v));
     if (auto v = r.count("max_position_embeddings")) c.meta.set(a + ".context_length", u32(*v));
     if (auto v = r.count("vocab_size")) c.meta.set(a + ".vocab_size", u32(*v));
@@ -357,7 +365,18 @@ hf_config parse_hf_config(std::string_view json_text, std::string_view where,
     // The hybrids' converter (Qwen2MoeModel's parameters) writes no expert_weights_norm.
     const bool hybrid = a == "qwen3next" || a == "qwen35moe";
     if (auto v = r.flag("norm_topk_prob"); v && !hybrid) c.meta.set(a + ".expert_weights_norm", boolean(*v));
-    if (hybrid) add_hybrid_keys(r, j, where, c);
+    if (hybrid) {
+        add_hybrid_keys(r, j, where, c);
+    } else {
+        // Sliding-window attention is not built: such layers would attend to the whole context.
+        bool sliding = r.flag("use_sliding_window").value_or(false);
+        if (const json* lt = r.find("layer_types"); lt && lt->is_array())
+            for (const json& t : *lt) sliding = sliding || t != "full_attention";
+        if (sliding)
+            fail("{}: sliding-window attention (use_sliding_window, or layer_types other than 'full_attention') is "
+                 "not supported",
+                 where);
+    }
 
     c.tie_word_embeddings = r.flag("tie_word_embeddings").value_or(false);
     c.meta.set("sluice.hf.tie_word_embeddings", boolean(c.tie_word_embeddings));

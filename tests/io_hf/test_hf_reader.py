@@ -288,8 +288,8 @@ def test_header_parser_rejects_every_flipped_length_byte(capi):
 HYBRID_FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "tests/golden/fixtures"
 
 
-def hybrid_variant(tmp_path, fixture, name, edit_config=None, edit_tensors=None):
-    """A copy of a hybrid fixture's HF directory with its config or tensors edited."""
+def fixture_variant(tmp_path, fixture, name, edit_config=None, edit_tensors=None):
+    """A copy of a golden fixture's HF directory with its config or tensors edited."""
     from safetensors.numpy import load_file
 
     src = HYBRID_FIXTURES / fixture / "hf"
@@ -307,10 +307,24 @@ def hybrid_variant(tmp_path, fixture, name, edit_config=None, edit_tensors=None)
     ("qwen3next_e4_k2_mtp", lambda c: c.update(layer_types=["linear_attention"]), "layer_types"),
     ("qwen3next_e4_k2_mtp", lambda c: c.update(linear_num_value_heads=3), "multiple of linear_num_key_heads"),
     ("qwen35moe_e4_k2_mtp", lambda c: c.pop("linear_key_head_dim"), "linear_key_head_dim"),
+    # Values the model would silently compute some other way: another mixer run as attention,
+    # another activation run as SiLU.
+    ("qwen3next_e4_k2_mtp", lambda c: c.update(layer_types=["mamba"] + c["layer_types"][1:]), "'linear_attention' or"),
+    ("qwen35moe_e4_k2_mtp", lambda c: c.update(hidden_act="gelu"), "uses SiLU"),
 ])
 def test_hybrid_config_errors_name_the_field(capi, tmp_path, fixture, edit, match):
-    d = hybrid_variant(tmp_path, fixture, "bad", edit_config=edit)
+    d = fixture_variant(tmp_path, fixture, "bad", edit_config=edit)
     with pytest.raises(HfError, match=match):
+        HfModel(capi, d)
+
+
+@pytest.mark.parametrize("edit", [lambda c: c.update(use_sliding_window=True, sliding_window=16),
+                                  lambda c: c.update(layer_types=["full_attention", "sliding_attention"])])
+def test_sliding_window_attention_is_refused(capi, tmp_path, edit):
+    # It is not built: the layers would attend to the whole context, as far as transformers'
+    # window lets them only in short prompts.
+    d = fixture_variant(tmp_path, "qwen3_gqa4", "sliding", edit_config=edit)
+    with pytest.raises(HfError, match="sliding-window attention"):
         HfModel(capi, d)
 
 
@@ -323,7 +337,7 @@ def test_hybrid_config_errors_name_the_field(capi, tmp_path, fixture, edit, matc
 def test_hybrid_tensor_of_the_wrong_shape_is_refused_by_name(capi, tmp_path, fixture, tensor, shape, match):
     def edit(t):
         t[tensor] = rand(*shape)
-    d = hybrid_variant(tmp_path, fixture, "bad", edit_tensors=edit)
+    d = fixture_variant(tmp_path, fixture, "bad", edit_tensors=edit)
     with pytest.raises(HfError, match=match):
         HfModel(capi, d)
 
@@ -343,7 +357,7 @@ def test_hybrid_a_log_in_bf16_is_negated_exp_rounded_to_bf16(capi, tmp_path):
         # safetensors' numpy writer has no bfloat16: store the bits and patch the dtype below.
         t["model.layers.0.linear_attn.A_log"] = a_bits
         t["model.layers.0.input_layernorm.weight"] = n_bits
-    d = hybrid_variant(tmp_path, "qwen3next_e4_k2_mtp", "bf16", edit_tensors=edit)
+    d = fixture_variant(tmp_path, "qwen3next_e4_k2_mtp", "bf16", edit_tensors=edit)
     raw = (d / "model.safetensors").read_bytes()
     n = int.from_bytes(raw[:8], "little")
     header = json.loads(raw[8:8 + n])
