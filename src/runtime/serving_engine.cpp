@@ -256,7 +256,20 @@ void serving_engine::impl::run() {
             cv.wait(lk, [&] { return stopping || !queue.empty() || !active.empty(); });
             cancel = cancel_all;
             if (stopping && queue.empty() && active.empty()) break;
-            while (!queue.empty() && (cancel || active.size() + admitted.size() < static_cast<size_t>(opt.max_batch))) {
+            // A request whose client went away while it waited leaves the queue now, not when a
+            // slot frees: it held its queue place (429s for live clients) until then.
+            for (auto it = queue.begin(); it != queue.end();) {
+                if ((*it)->req.cancel && (*it)->req.cancel->load()) {
+                    admitted.push_back(std::move(*it));
+                    it = queue.erase(it);
+                    ++slots_taken;   // finish() gives it back
+                } else {
+                    ++it;
+                }
+            }
+            const size_t dropped = admitted.size();
+            while (!queue.empty() &&
+                   (cancel || active.size() + admitted.size() - dropped < static_cast<size_t>(opt.max_batch))) {
                 admitted.push_back(std::move(queue.front()));
                 queue.pop_front();
                 ++slots_taken;
@@ -264,7 +277,7 @@ void serving_engine::impl::run() {
             m.queue_depth = static_cast<int64_t>(queue.size());
         }
         for (auto& r : admitted) {
-            if (cancel) {
+            if (cancel || (r->req.cancel && r->req.cancel->load())) {
                 finish(*r, "cancelled", "cancelled");
             } else if (admit(*r)) {
                 active.push_back(std::move(r));

@@ -400,5 +400,48 @@ TEST(batch_serving, full_queue_returns_its_length) {
     cv.wait(lk, [&] { return done == 3; });
 }
 
+TEST(batch_serving, a_cancelled_queued_request_frees_its_place_while_the_batch_runs) {
+    // A client that went away while its request waited held the queue place until a batch slot
+    // freed, so live clients got 429s behind it (2 long streams, 2 dropped waiters: 429s for as
+    // long as the streams ran).
+    serving_options o = options("qwen3_gqa4", 1);
+    o.max_queue = 1;
+    auto eng = serving_engine::open(o);
+    std::mt19937 g(9);
+    completion_request running;
+    running.prompt = random_tokens(g, 10, eng->n_vocab() - 3);
+    running.params.n_predict = -1;   // until the context is full, or cancelled
+    running.cancel = std::make_shared<std::atomic<bool>>(false);
+    completion_request waiting = running;
+    waiting.cancel = std::make_shared<std::atomic<bool>>(false);
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::string> finished;
+    auto on_done = [&](const completion_result& res) {
+        std::lock_guard<std::mutex> lk(mu);
+        finished.push_back(res.finish_reason);
+        cv.notify_all();
+    };
+    EXPECT_EQ(eng->submit(running, nullptr, on_done), 0);
+    while (eng->metrics().active == 0) std::this_thread::yield();
+    EXPECT_EQ(eng->submit(waiting, nullptr, on_done), 0);
+    EXPECT_EQ(eng->submit(waiting, nullptr, on_done), 1);   // the queue is full
+    waiting.cancel->store(true);
+    {
+        std::unique_lock<std::mutex> lk(mu);
+        cv.wait(lk, [&] { return !finished.empty(); });
+        EXPECT_EQ(finished[0], "cancelled");
+    }
+    EXPECT_EQ(eng->metrics().active, 1);   // the running request goes on
+    EXPECT_EQ(eng->metrics().queue_depth, 0);
+    completion_request next = running;
+    next.cancel = std::make_shared<std::atomic<bool>>(false);
+    EXPECT_EQ(eng->submit(next, nullptr, on_done), 0);   // its place is free
+    running.cancel->store(true);
+    next.cancel->store(true);
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait(lk, [&] { return finished.size() == 3; });
+}
+
 }  // namespace
 }  // namespace sluice
