@@ -165,9 +165,11 @@ void serve(const serve_args& a) {
     server.begin_drain();
     // An engine that cannot stop (a step that never returns) must not keep the process alive
     // forever: past the grace period and the cancellation, exit with an error.
-    std::thread([grace = a.grace_s] {
-        std::this_thread::sleep_for(std::chrono::seconds(grace + 15));
-        fmt::print(stderr, "sluice serve: the engine did not stop within {} s of the signal; exiting\n", grace + 15);
+    // (The HTTP side's stop waits up to k_read_timeout_s for a client stalled mid-request.)
+    const int limit_s = a.grace_s + 5 + k_read_timeout_s + 5;
+    std::thread([limit_s] {
+        std::this_thread::sleep_for(std::chrono::seconds(limit_s));
+        fmt::print(stderr, "sluice serve: the engine did not stop within {} s of the signal; exiting\n", limit_s);
         std::_Exit(1);
     }).detach();
     if (!wait_until([&] { return server.in_flight() == 0; }, std::chrono::seconds(a.grace_s))) {

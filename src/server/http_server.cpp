@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <charconv>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -49,12 +50,13 @@ void send_error(httplib::Response& res, const api_error& e) { send_json(res, e.s
 // keeps a connection open whatever the response's Connection header says; it closes one when
 // writing the response fails, so the body goes through a content provider that writes it all
 // and then reports failure.
-void close_after(httplib::Response& res) {
+void close_after(const httplib::Request& req, httplib::Response& res) {
     auto body = std::make_shared<std::string>(std::move(res.body));
     res.body.clear();
     const std::string type = res.get_header_value("Content-Type");
     res.headers.erase("Content-Type");
-    res.set_header("Connection", "close");
+    // httplib writes the header itself when the request asked to close (it would appear twice).
+    if (req.get_header_value("Connection") != "close") res.set_header("Connection", "close");
     res.set_content_provider(body->size(), type, [body](size_t offset, size_t length, httplib::DataSink& sink) {
         sink.write(body->data() + offset, length);
         return false;
@@ -153,7 +155,8 @@ struct http_server::impl {
     }
 
     void routes();
-    bool read_body(const httplib::ContentReader& reader, httplib::Response& res, std::string& body) const;
+    bool read_body(const httplib::Request& req, const httplib::ContentReader& reader, httplib::Response& res,
+                   std::string& body) const;
     void completion(const httplib::Request& req, httplib::Response& res, endpoint kind, const std::string& body);
     bool prepare(const openai_request& r, serving_backend& b, std::vector<int32_t>& prompt, session_config& sc,
                  httplib::Response& res);
@@ -218,7 +221,10 @@ void http_server::run() {
 void http_server::impl::routes() {
     svr.set_payload_max_length(o.max_body_bytes);
     svr.set_tcp_nodelay(true);  // stream chunks leave at once, not after Nagle's delay
-    svr.set_read_timeout(30, 0);
+    // A read that waits this long for the client's next byte ends the connection. It also bounds
+    // how long stop() waits for a connection stalled mid-request (30 s outlasted a 3 s shutdown
+    // grace and the exit watchdog): k_read_timeout_s.
+    svr.set_read_timeout(k_read_timeout_s, 0);
     svr.set_write_timeout(30, 0);
 
     if (!o.web_root.empty()) svr.set_mount_point("/", o.web_root.string());
@@ -242,7 +248,7 @@ void http_server::impl::routes() {
                                   : make_error(501, fmt::format("Transfer-Encoding '{}' is not accepted: send the body "
                                                                 "with a Content-Length, or chunked", te),
                                                "invalid_request_error", "not_implemented"));
-            close_after(res);
+            close_after(req, res);
             return httplib::Server::HandlerResponse::Handled;
         }
         if (o.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
@@ -325,12 +331,12 @@ void http_server::impl::routes() {
     svr.Post("/v1/chat/completions",
              [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
                  std::string body;
-                 if (read_body(reader, res, body)) completion(req, res, endpoint::chat, body);
+                 if (read_body(req, reader, res, body)) completion(req, res, endpoint::chat, body);
              });
     svr.Post("/v1/completions",
              [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
                  std::string body;
-                 if (read_body(reader, res, body)) completion(req, res, endpoint::completions, body);
+                 if (read_body(req, reader, res, body)) completion(req, res, endpoint::completions, body);
              });
 
     // Another method on a known path is a 405 that names the allowed one, not a 404.
@@ -416,8 +422,28 @@ bool http_server::impl::prepare(const openai_request& r, serving_backend& b, std
 // k_drain_factor times the limit, so the 413 reaches a client that is still sending (closing a
 // socket with bytes unread resets it, and the client may lose the reply) and the connection stays
 // in step; a body that goes on past that is cut off with the connection.
-bool http_server::impl::read_body(const httplib::ContentReader& reader, httplib::Response& res, std::string& body) const {
+bool http_server::impl::read_body(const httplib::Request& req, const httplib::ContentReader& reader,
+                                  httplib::Response& res, std::string& body) const {
     constexpr size_t k_drain_factor = 4;
+    // A declared length is judged before any byte is read: httplib reads a body past the limit
+    // to its declared end before its 413 (a client that declared 5 MB and sent 30 bytes waited
+    // for the 30 s read timeout), and took -1 as 2^64 - 1. Past k_drain_factor times the limit
+    // the reply comes at once and the connection ends; closer to it, the body is read and dropped
+    // so the 413 arrives and the connection stays in step.
+    if (req.has_header("Content-Length")) {
+        const std::string cl = req.get_header_value("Content-Length");
+        uint64_t n = 0;
+        const auto [end, ec] = std::from_chars(cl.data(), cl.data() + cl.size(), n);
+        if (cl.empty() || ec != std::errc() || end != cl.data() + cl.size()) {
+            send_error(res, make_error(400, fmt::format("Content-Length '{}' is not a byte count", cl),
+                                       "invalid_request_error", "invalid_body"));
+            return close_after(req, res), false;
+        }
+        if (n > k_drain_factor * o.max_body_bytes) {
+            send_error(res, make_error(413, "the request body is too large", "invalid_request_error", "payload_too_large"));
+            return close_after(req, res), false;
+        }
+    }
     size_t decoded = 0;
     const bool read = reader([&](const char* data, size_t n) {
         decoded += n;
@@ -433,7 +459,7 @@ bool http_server::impl::read_body(const httplib::ContentReader& reader, httplib:
         send_error(res, make_error(400, "the request body could not be read: malformed chunked framing or compressed "
                                         "data, or the connection ended early",
                                    "invalid_request_error", "invalid_body"));
-    if (!read) close_after(res);
+    if (!read) close_after(req, res);
     return false;
 }
 

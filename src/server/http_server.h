@@ -17,6 +17,10 @@
 
 namespace sluice {
 
+// Seconds a connection may wait for the client's next byte (request line, headers, body); stop()
+// waits at most this long for a connection stalled mid-request.
+inline constexpr int k_read_timeout_s = 10;
+
 struct server_options {
     std::string host = "127.0.0.1";
     int port = 8080;                      // 0: any free port (bind() returns it)

@@ -296,11 +296,11 @@ def _read_reply(f):
     return status, headers, f.read(int(headers.get("content-length", "0")))
 
 
-def _exchange(port, *messages):
+def _exchange(port, *messages, timeout=60):
     """Sends raw requests on one connection, each after the reply to the one before (httplib
     does not read pipelined requests); the replies and whether the server then closed the
     connection."""
-    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         f = s.makefile("rb")
         out = []
         for data in messages:
@@ -369,9 +369,15 @@ def test_unreadable_bodies_end_the_connection(server):
         (b"Content-Encoding: GZIP\r\nContent-Length: 2\r\n\r\n{}", 415, "unsupported_media_type"),
         (b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n", 400, "invalid_body"),
         (b"Content-Encoding: gzip\r\nContent-Length: 9\r\n\r\nnot gzip!", 400, "invalid_body"),
+        # httplib took -1 as 2^64 - 1 and waited for that many bytes.
+        (b"Content-Length: -1\r\n\r\n{}", 400, "invalid_body"),
+        (b"Content-Length: 99999999999999999999\r\n\r\n{}", 400, "invalid_body"),
+        # Far past the limit the reply does not wait for the declared bytes (it came after the
+        # read timeout); the socket gives up before the server's 10 s would.
+        (b"Content-Length: 50000000\r\n\r\n{\"prompt\": \"hi\"}", 413, "payload_too_large"),
     ]
     for head, status, code in cases:
-        (reply,), closed = _exchange(server.port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + head)
+        (reply,), closed = _exchange(server.port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + head, timeout=8)
         assert reply is not None and reply[0] == status, (head, reply)
         assert json.loads(reply[2])["error"]["code"] == code and closed, (head, reply)
     assert server.post("/v1/completions", {"prompt": "hi", "max_tokens": 1})[0] == 200
