@@ -299,6 +299,19 @@ std::optional<api_error> openai_session::failure() const {
             e.message = "generation failed: " + ch.result.error;
             return e;
         }
+    // Cancelled before any token (the shutdown grace ran out while it waited in the queue): a 503
+    // the client can retry elsewhere, not a 200 with an empty text.
+    const bool none_started = std::all_of(choices_.begin(), choices_.end(), [](const choice& ch) {
+        return ch.done && ch.result.finish_reason == "cancelled" && ch.result.stats.n_decoded == 0;
+    });
+    if (none_started && !choices_.empty()) {
+        api_error e;
+        e.status = 503;
+        e.type = "server_error";
+        e.code = "shutting_down";
+        e.message = "the server stopped before the request started";
+        return e;
+    }
     return std::nullopt;
 }
 

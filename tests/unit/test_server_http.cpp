@@ -413,6 +413,21 @@ TEST(server_http, a_full_queue_answers_429_with_retry_after) {
     EXPECT_EQ(r->status, 200);  // the request that was queued is unaffected
 }
 
+TEST(server_http, a_request_cancelled_before_it_started_is_a_503) {
+    // The shutdown grace ran out while the request waited: it was answered 200 with an empty
+    // text and finish_reason "cancelled"; a 503 tells the client to retry elsewhere.
+    auto b = std::make_shared<test::fake_backend>(k_hello, 2ms, /*max_active=*/1, /*max_queue=*/1);
+    b->set_paused(true);
+    running_server s(b);
+    auto waiting = std::async(std::launch::async, [&] { return s.post("/v1/chat/completions", chat_body().dump()); });
+    while (b->submitted() < 1) std::this_thread::sleep_for(1ms);
+    b->shutdown(/*cancel_in_flight=*/true);
+    auto r = waiting.get();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 503);
+    EXPECT_EQ(json::parse(r->body)["error"]["code"], "shutting_down");
+}
+
 TEST(server_http, a_client_that_disconnects_cancels_its_request) {
     std::vector<std::string> many(2000, "x");
     auto b = std::make_shared<test::fake_backend>(many, 5ms);
