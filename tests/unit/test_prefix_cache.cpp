@@ -287,10 +287,11 @@ completion_result serve_one(serving_engine& eng, const completion_request& r) {
 }
 
 TEST(prefix_cache, resumed_conversation_equals_fresh) {
-    for (const char* name : {"qwen3moe_e8_k2", "qwen3_gqa4"}) {
+    for (const char* name : {"qwen3moe_e8_k2", "qwen3_gqa4", "qwen3next_e4_k2_mtp", "qwen35moe_e4_k2_mtp"}) {
         SCOPED_TRACE(name);
         serving_options o;
-        o.engine.model_path = fixture(name);
+        o.engine.model_path = std::string(name).ends_with("_mtp") ? fixture(name).parent_path() / "converted-F32.gguf"
+                                                                 : fixture(name);
         o.engine.n_ctx = 256;
         o.engine.n_threads = 2;
         o.max_batch = 2;
