@@ -390,6 +390,7 @@ bool http_server::impl::prepare(const openai_request& r, serving_backend& b, std
         }
         prompt = b.tokenize(rendered, /*parse_special=*/true);
         sc.parser.tool_calls = r.parse_tool_calls;
+        if (r.parse_tool_calls) sc.parser.param_types = tool_param_types(r.tools);
         sc.parser.think = text.find("<think>") != std::string::npos;
         sc.parser.start_in_think = sc.parser.think && prompt_opens_think(rendered);
     } else if (r.prompt_is_ids) {

@@ -437,4 +437,34 @@ parse_result parse_openai_request(endpoint kind, std::string_view body, const re
     }
 }
 
+std::map<std::string, std::map<std::string, std::string>> tool_param_types(const nlohmann::ordered_json& tools) {
+    std::map<std::string, std::map<std::string, std::string>> out;
+    if (!tools.is_array()) return out;
+    for (const auto& t : tools) {
+        // {"type": "function", "function": {...}}, or the function object itself.
+        const auto& f = t.is_object() && t.contains("function") ? t["function"] : t;
+        if (!f.is_object() || !f.contains("name") || !f["name"].is_string()) continue;
+        auto& params = out[f["name"].get<std::string>()];
+        const auto p = f.find("parameters");
+        if (p == f.end() || !p->is_object()) continue;
+        const auto props = p->find("properties");
+        if (props == p->end() || !props->is_object()) continue;
+        for (auto it = props->begin(); it != props->end(); ++it) {
+            if (!it.value().is_object()) continue;
+            const auto type = it.value().find("type");
+            if (type == it.value().end()) continue;
+            if (type->is_string()) {
+                params[it.key()] = type->get<std::string>();
+            } else if (type->is_array()) {
+                for (const auto& x : *type)
+                    if (x.is_string() && x != "null") {
+                        params[it.key()] = x.get<std::string>();
+                        break;
+                    }
+            }
+        }
+    }
+    return out;
+}
+
 }  // namespace sluice

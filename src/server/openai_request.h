@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -83,5 +84,10 @@ struct openai_request {
 using parse_result = std::variant<openai_request, api_error>;
 
 parse_result parse_openai_request(endpoint kind, std::string_view body, const request_limits& limits);
+
+// The JSON Schema type of each tool parameter (tool name -> parameter -> "string", "integer",
+// ...), for typing the values of XML-form tool calls: a type list's first type that is not
+// "null"; parameters without a plain type (anyOf, $ref) are left out.
+std::map<std::string, std::map<std::string, std::string>> tool_param_types(const nlohmann::ordered_json& tools);
 
 }  // namespace sluice

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <mutex>
+#include <optional>
 #include <random>
 
 namespace sluice {
@@ -24,6 +25,29 @@ std::string_view trim(std::string_view s) {
     while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
     while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
     return s;
+}
+
+// An XML-form parameter's text as the JSON value its schema type asks for; the text itself
+// when it is not one (or the type is a string, or unknown).
+nlohmann::ordered_json typed_value(std::string_view text, const std::string& type) {
+    using ojson = nlohmann::ordered_json;
+    const std::string_view t = trim(text);
+    if (type == "boolean") {
+        if (t == "true" || t == "True") return true;
+        if (t == "false" || t == "False") return false;
+    } else if (type == "null") {
+        if (t == "null" || t == "None") return nullptr;
+    } else if (type == "integer" || type == "number" || type == "object" || type == "array") {
+        if (json_nesting_depth(t) <= k_max_call_depth) {
+            ojson v = ojson::parse(t, nullptr, /*allow_exceptions=*/false);
+            const bool fits = type == "integer"  ? v.is_number_integer()
+                              : type == "number" ? v.is_number()
+                              : type == "object" ? v.is_object()
+                                                 : v.is_array();
+            if (fits) return v;
+        }
+    }
+    return std::string(text);
 }
 
 }  // namespace
@@ -88,6 +112,7 @@ void output_parser::close_section(output_delta&) {
 }
 
 bool output_parser::parse_call(std::string_view body, output_delta& out) {
+    if (trim(body).starts_with("<function=")) return parse_xml_call(trim(body), out);
     // The model's text, so as hostile as a request body (openai_request.cpp says why the depth).
     if (json_nesting_depth(body) > k_max_call_depth) return false;
     const auto j = nlohmann::ordered_json::parse(trim(body), nullptr, /*allow_exceptions=*/false);
@@ -102,6 +127,48 @@ bool output_parser::parse_call(std::string_view body, output_delta& out) {
         c.arguments = args->get<std::string>();
     else
         c.arguments = args->dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+    out.calls.push_back(std::move(c));
+    ++n_calls_;
+    return true;
+}
+
+// <function=NAME> (<parameter=P> VALUE </parameter>)* </function>, with one newline after the
+// opening tag of a value and one before its closing tag dropped (the template writes them).
+bool output_parser::parse_xml_call(std::string_view s, output_delta& out) {
+    using ojson = nlohmann::ordered_json;
+    auto tag_name = [&](std::string_view open) -> std::optional<std::string> {
+        if (!s.starts_with(open)) return std::nullopt;
+        const size_t close = s.find('>');
+        if (close == std::string_view::npos) return std::nullopt;
+        std::string name(trim(s.substr(open.size(), close - open.size())));
+        s.remove_prefix(close + 1);
+        if (name.empty() || name.find_first_of("<\n") != std::string::npos) return std::nullopt;
+        return name;
+    };
+    const auto name = tag_name("<function=");
+    if (!name) return false;
+    const auto tool = o_.param_types.find(*name);
+    ojson args = ojson::object();
+    for (;;) {
+        s = trim(s);
+        if (s == "</function>") break;
+        const auto param = tag_name("<parameter=");
+        if (!param) return false;
+        const size_t end = s.find("</parameter>");
+        if (end == std::string_view::npos) return false;
+        std::string_view value = s.substr(0, end);
+        s.remove_prefix(end + std::string_view("</parameter>").size());
+        if (value.starts_with('\n')) value.remove_prefix(1);
+        if (value.ends_with('\n')) value.remove_suffix(1);
+        std::string type;
+        if (tool != o_.param_types.end())
+            if (auto t = tool->second.find(*param); t != tool->second.end()) type = t->second;
+        args[*param] = typed_value(value, type);
+    }
+    tool_call c;
+    c.id = make_id_();
+    c.name = *name;
+    c.arguments = args.dump(-1, ' ', false, ojson::error_handler_t::replace);
     out.calls.push_back(std::move(c));
     ++n_calls_;
     return true;

@@ -1,11 +1,14 @@
 // The assistant's raw text split into what OpenAI's API returns separately: `content`,
 // `reasoning_content` (the <think>...</think> part of thinking models such as Qwen3) and
-// `tool_calls` (Qwen-style `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks,
-// with the arguments returned as a JSON string). Works incrementally so that streaming sends
-// the same pieces as deltas; a marker split across tokens is held back until it is complete.
+// `tool_calls`, with the arguments returned as a JSON string. A <tool_call> block holds either
+// JSON (Qwen3, Hermes: {"name": ..., "arguments": {...}}) or the XML form of Qwen3-Coder and
+// Qwen3.5 (<function=NAME><parameter=P>value</parameter>...</function>), whose values are typed
+// by the tool's JSON Schema. Works incrementally so that streaming sends the same pieces as
+// deltas; a marker split across tokens is held back until it is complete.
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,6 +33,9 @@ struct output_parser_options {
     bool think = false;           // split out <think>...</think>
     bool start_in_think = false;  // the prompt already opened <think> (the template's generation prompt)
     bool tool_calls = false;      // parse <tool_call> blocks (the request has tools)
+    // tool name -> parameter -> its JSON Schema type ("string", "integer", ...), which types the
+    // values of XML-form calls; a parameter not listed stays a string (vLLM's qwen3_coder rule).
+    std::map<std::string, std::map<std::string, std::string>> param_types;
 };
 
 class output_parser {
@@ -48,6 +54,7 @@ private:
     void emit_text(output_delta& out, std::string_view text, bool final);
     void close_section(output_delta& out);
     bool parse_call(std::string_view body, output_delta& out);
+    bool parse_xml_call(std::string_view body, output_delta& out);
 
     output_parser_options o_;
     std::function<std::string()> make_id_;

@@ -275,3 +275,25 @@ TEST(server_request, error_body_has_openai_shape) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(server_request, tool_parameter_types_come_from_the_schemas) {
+    const auto tools = nlohmann::ordered_json::parse(R"([
+        {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+            "a": {"type": "integer"}, "b": {"type": ["null", "number"]}, "c": {"anyOf": [{"type": "string"}]},
+            "d": {"type": "string", "enum": ["x"]}}}}},
+        {"name": "flat", "parameters": {"properties": {"e": {"type": "boolean"}}}},
+        {"type": "function", "function": {"name": "no_params"}}])");
+    const auto t = tool_param_types(tools);
+    ASSERT_EQ(t.size(), 3u);
+    EXPECT_EQ(t.at("f").at("a"), "integer");
+    EXPECT_EQ(t.at("f").at("b"), "number");
+    EXPECT_FALSE(t.at("f").contains("c"));
+    EXPECT_EQ(t.at("f").at("d"), "string");
+    EXPECT_EQ(t.at("flat").at("e"), "boolean");
+    EXPECT_TRUE(t.at("no_params").empty());
+    EXPECT_TRUE(tool_param_types(nlohmann::ordered_json()).empty());
+}
+
+}  // namespace

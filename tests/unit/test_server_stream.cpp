@@ -116,6 +116,46 @@ TEST(server_tool_calls, several_calls_and_whitespace_between_them) {
     EXPECT_NE(d.calls[0].id, d.calls[1].id);
 }
 
+TEST(server_tool_calls, the_xml_form_of_qwen3_coder_and_qwen3_5_is_a_call_typed_by_the_schema) {
+    // What the Qwen3-Coder and Qwen3.5 templates ask for; it was returned as content.
+    const std::string text =
+        "I will look.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Jose, CA\n</parameter>\n"
+        "<parameter=days>\n3\n</parameter>\n<parameter=metric>\ntrue\n</parameter>\n<parameter=zip>\n02134\n"
+        "</parameter>\n<parameter=filters>\n{\"rain\": [1, 2]}\n</parameter>\n<parameter=note>\nline 1\nline 2\n"
+        "</parameter>\n<parameter=unlisted>\n7\n</parameter>\n</function>\n</tool_call>";
+    output_parser_options o{.tool_calls = true};
+    o.param_types["get_weather"] = {{"city", "string"}, {"days", "integer"}, {"metric", "boolean"},
+                                    {"zip", "string"}, {"filters", "object"}, {"note", "string"}};
+    for (bool by_char : {false, true}) {
+        output_parser p(o, test_id);
+        const output_delta d = parse_all(p, by_char ? chars_of(text) : std::vector<std::string>{text});
+        EXPECT_EQ(d.content, "I will look.");
+        ASSERT_EQ(d.calls.size(), 1u);
+        EXPECT_EQ(d.calls[0].name, "get_weather");
+        EXPECT_EQ(d.calls[0].arguments,
+                  "{\"city\":\"San Jose, CA\",\"days\":3,\"metric\":true,\"zip\":\"02134\",\"filters\":{\"rain\":[1,2]},"
+                  "\"note\":\"line 1\\nline 2\",\"unlisted\":\"7\"}");
+    }
+    // A value that is not of its type stays the text; a call without parameters has {}.
+    output_parser p(o, test_id);
+    const output_delta d = parse_all(
+        p, {"<tool_call>\n<function=get_weather>\n<parameter=days>\nthree\n</parameter>\n</function>\n</tool_call>"
+            "<tool_call>\n<function=now>\n</function>\n</tool_call>"});
+    ASSERT_EQ(d.calls.size(), 2u);
+    EXPECT_EQ(d.calls[0].arguments, "{\"days\":\"three\"}");
+    EXPECT_EQ(d.calls[1].name, "now");
+    EXPECT_EQ(d.calls[1].arguments, "{}");
+    // Malformed: no closing </function>, or stray text between parameters: content, as written.
+    for (const std::string bad : {"<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</tool_call>",
+                                  "<tool_call>\n<function=f>\nhello\n</function>\n</tool_call>",
+                                  "<tool_call>\n<function=>\n</function>\n</tool_call>"}) {
+        output_parser q(o, test_id);
+        const output_delta e = parse_all(q, {bad});
+        EXPECT_TRUE(e.calls.empty()) << bad;
+        EXPECT_EQ(e.content, bad);
+    }
+}
+
 TEST(server_tool_calls, a_call_nested_past_the_tools_bound_stays_content) {
     // The model's text is parsed like a request body: 400,000 levels overflowed the stack.
     output_parser p({.tool_calls = true}, test_id);
