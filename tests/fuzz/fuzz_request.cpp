@@ -76,7 +76,8 @@ void check_stop(std::string_view text, size_t piece) {
 }
 
 void check_parser(std::string_view text, size_t piece) {
-    const output_parser_options o{.think = true, .start_in_think = false, .tool_calls = true};
+    output_parser_options o{.think = true, .start_in_think = false, .tool_calls = true};
+    o.param_types["f"] = {{"n", "integer"}, {"x", "number"}, {"b", "boolean"}, {"o", "object"}, {"a", "array"}};
     output_parser whole(o), split(o);
     output_delta a = whole.push(text), b;
     a.append(whole.finish());
