@@ -120,7 +120,9 @@ bool output_parser::parse_call(std::string_view body, output_delta& out) {
     tool_call c;
     c.id = make_id_();
     c.name = j["name"].get<std::string>();
-    const auto args = j.find("arguments");
+    // "parameters" is what Llama 3's JSON tool calls name them; some Qwen fine-tunes copy that.
+    auto args = j.find("arguments");
+    if (args == j.end()) args = j.find("parameters");
     if (args == j.end() || args->is_null())
         c.arguments = "{}";
     else if (args->is_string())

@@ -165,6 +165,13 @@ TEST(server_tool_calls, a_call_nested_past_the_tools_bound_stays_content) {
     EXPECT_EQ(d.content.size(), deep.size() + 48);
 }
 
+TEST(server_tool_calls, parameters_is_read_as_arguments) {
+    output_parser p({.tool_calls = true}, test_id);
+    const output_delta d = parse_all(p, {"<tool_call>{\"name\": \"f\", \"parameters\": {\"x\": 1}}</tool_call>"});
+    ASSERT_EQ(d.calls.size(), 1u);
+    EXPECT_EQ(d.calls[0].arguments, "{\"x\":1}");
+}
+
 TEST(server_tool_calls, a_malformed_call_stays_content) {
     output_parser p({.tool_calls = true}, test_id);
     const output_delta d = parse_all(p, {"x <tool_call>not json</tool_call> y"});
