@@ -73,6 +73,10 @@ api_error make_error(int status, std::string message, std::string type, std::str
     return e;
 }
 
+api_error body_too_large() {
+    return make_error(413, "the request body is too large", "invalid_request_error", "payload_too_large");
+}
+
 uint64_t random_seed() {
     static std::mutex m;
     static std::mt19937_64 rng{std::random_device{}()};
@@ -268,11 +272,10 @@ void http_server::impl::routes() {
     // Errors httplib produces itself (404, 413, 400 on a bad request line...) get an OpenAI body.
     svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
         if (!res.body.empty() || res.content_provider_) return;
-        std::string msg = res.status == 404   ? fmt::format("no such endpoint: {} {}", req.method, req.path)
-                          : res.status == 413 ? "the request body is too large"
-                                              : fmt::format("HTTP {}", res.status);
-        send_error(res, make_error(res.status, msg, "invalid_request_error",
-                                   res.status == 404 ? "not_found" : res.status == 413 ? "payload_too_large" : ""));
+        if (res.status == 413) return send_error(res, body_too_large());
+        std::string msg = res.status == 404 ? fmt::format("no such endpoint: {} {}", req.method, req.path)
+                                            : fmt::format("HTTP {}", res.status);
+        send_error(res, make_error(res.status, msg, "invalid_request_error", res.status == 404 ? "not_found" : ""));
     });
     svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
         std::string what = "unknown error";
@@ -417,20 +420,18 @@ bool http_server::impl::prepare(const openai_request& r, serving_backend& b, std
 }
 
 // The request body, decoded (chunks joined; gzip, deflate or br inflated as it arrives), into
-// body; false, with the error sent, when it is malformed or larger than --max-body-mb. httplib
-// checks a Content-Length against the limit itself and skips such a body; a chunked or compressed
-// one is measured here as it is decoded. Past the limit the rest is still read and dropped, up to
-// k_drain_factor times the limit, so the 413 reaches a client that is still sending (closing a
-// socket with bytes unread resets it, and the client may lose the reply) and the connection stays
-// in step; a body that goes on past that is cut off with the connection.
+// body; false, with the error sent, when it is malformed or larger than --max-body-mb. A chunked
+// or compressed body is measured as it is decoded. Past the limit the rest is still read and
+// dropped, up to k_drain_factor times the limit, so the 413 reaches a client that is still
+// sending (closing a socket with bytes unread resets it, and the client may lose the reply) and
+// the connection stays in step; a body that goes on past that is cut off with the connection.
 bool http_server::impl::read_body(const httplib::Request& req, const httplib::ContentReader& reader,
                                   httplib::Response& res, std::string& body) const {
     constexpr size_t k_drain_factor = 4;
     // A declared length is judged before any byte is read: httplib reads a body past the limit
     // to its declared end before its 413 (a client that declared 5 MB and sent 30 bytes waited
-    // for the 30 s read timeout), and took -1 as 2^64 - 1. Past k_drain_factor times the limit
-    // the reply comes at once and the connection ends; closer to it, the body is read and dropped
-    // so the 413 arrives and the connection stays in step.
+    // for the 30 s read timeout), and took -1 as 2^64 - 1. Closer to the limit httplib skips the
+    // body as above.
     if (req.has_header("Content-Length")) {
         const std::string cl = req.get_header_value("Content-Length");
         uint64_t n = 0;
@@ -440,10 +441,7 @@ bool http_server::impl::read_body(const httplib::Request& req, const httplib::Co
                                        "invalid_request_error", "invalid_body"));
             return close_after(req, res), false;
         }
-        if (n > k_drain_factor * o.max_body_bytes) {
-            send_error(res, make_error(413, "the request body is too large", "invalid_request_error", "payload_too_large"));
-            return close_after(req, res), false;
-        }
+        if (n > k_drain_factor * o.max_body_bytes) return send_error(res, body_too_large()), close_after(req, res), false;
     }
     size_t decoded = 0;
     const bool read = reader([&](const char* data, size_t n) {
@@ -455,7 +453,7 @@ bool http_server::impl::read_body(const httplib::Request& req, const httplib::Co
     // httplib leaves 413 (a Content-Length past the limit: skipped) or 400 (malformed framing or
     // compressed data, or the client went away) in res.status.
     if (decoded > o.max_body_bytes || res.status == 413)
-        send_error(res, make_error(413, "the request body is too large", "invalid_request_error", "payload_too_large"));
+        send_error(res, body_too_large());
     else
         send_error(res, make_error(400, "the request body could not be read: malformed chunked framing or compressed "
                                         "data, or the connection ended early",
