@@ -125,7 +125,9 @@ struct lexer {
                 size_t e = pos;
                 bool is_float = false;
                 while (e < src.size() && (std::isdigit((unsigned char)src[e]) || src[e] == '_')) e++;
-                if (e + 1 < src.size() && src[e] == '.' && std::isdigit((unsigned char)src[e + 1])) {
+                // x.1.0 is x[1][0]: a number right after a '.' has no fraction (jinja2's lookbehind).
+                const bool after_dot = pos > 0 && src[pos - 1] == '.';
+                if (!after_dot && e + 1 < src.size() && src[e] == '.' && std::isdigit((unsigned char)src[e + 1])) {
                     is_float = true;
                     e++;
                     while (e < src.size() && (std::isdigit((unsigned char)src[e]) || src[e] == '_')) e++;

@@ -481,9 +481,15 @@ struct parser {
             const token& at = cur();
             if (is_op(".")) {
                 p++;
+                if (cur().k == token::kind::integer) {   // x.0 is x[0], as jinja2 reads it
+                    auto g = make(node::kind::getitem, at);
+                    g->kids.push_back(std::move(n));
+                    g->kids.push_back(parse_primary());
+                    n = grown(std::move(g));
+                    continue;
+                }
                 auto g = make(node::kind::getattr, at);
-                if (cur().k == token::kind::integer) g->name = t[p++].s;
-                else g->name = expect_name();
+                g->name = expect_name();
                 g->kids.push_back(std::move(n));
                 n = grown(std::move(g));
             } else if (is_op("[")) {

@@ -284,8 +284,8 @@ def test_expressions_equal_jinja2(capi):
 def test_builtins_of_published_templates_equal_jinja2(capi):
     # What llama.cpp's collection of published templates uses (models/templates: MiniCPM5's |min,
     # command-r's |indent, Hunyuan's str.format, functionary's select on none) and Python rules
-    # our first versions missed: chained comparisons (3 > 2 > 1 was (3 > 2) > 1, False) and
-    # find() counting code points, not bytes.
+    # our first versions missed: chained comparisons (3 > 2 > 1 was (3 > 2) > 1, False),
+    # find() counting code points, not bytes, and x.0 as x[0] (x.1.0 lexed 1.0 as a float).
     template = (
         "{{ 1 < 2 < 3 }}|{{ 3 > 2 > 1 }}|{{ 1 < 3 < 2 }}|{{ 1 == 1 != 2 }}|{{ 2 in [2] in [[2]] }}|"
         "{{ 'h\u00e9llo'.find('l') }},{{ 'h\u00e9llo'.rfind('l') }},{{ 'h\u00e9llo'.count('l') }},"
@@ -296,7 +296,8 @@ def test_builtins_of_published_templates_equal_jinja2(capi):
         "{{ '{}-{}'.format(1, 'a') }}{{ '{1}{0}{{x}}'.format('a', 'b') }}{{ '{k}!'.format(k=none) }}|"
         "{{ 'a\nb' | indent(2) }}|{{ 'a\nb' | indent(2, true) }}|{{ 'a\n\nb\n' | indent }}|"
         "{{ 'a\n\nb' | indent(1, blank=true) }}|{{ '' | indent(3, true) }}|{{ 'a\r\nb\rc\r' | indent('>') }}|"
-        "{{ none | select | list }}{{ none | map('x') | list }}{{ none | rejectattr('a') | list }}")
+        "{{ none | select | list }}{{ none | map('x') | list }}{{ none | rejectattr('a') | list }}|"
+        "{{ [[1, 2], [3]].1.0 }}{{ {'a': [5]}.a.0 }}{{ [1].5 }}{{ 1.5 }}")
     assert ours(capi, template, [], None, False, {}) == oracle(template, [], None, False, {})
 
 
