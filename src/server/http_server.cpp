@@ -546,36 +546,39 @@ void http_server::impl::completion(const httplib::Request& req, httplib::Respons
     }
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [session, poll = o.poll, fd](size_t, httplib::DataSink& sink) {
-            session->wait(poll);
-            if (client_gone(fd)) {
-                session->cancel();
-                return false;
-            }
-            const std::string text = session->take_events();
-            // A failed write means the client is gone: the backend drops the request at its next
-            // token (every callback of a cancelled session returns false).
-            if (!text.empty() && !sink.write(text.data(), text.size())) {
-                session->cancel();
-                return false;
-            }
-            if (session->stream_ended()) {
-                sink.done();
-                return true;
-            }
-            if (sink.is_writable && !sink.is_writable()) {
-                session->cancel();
-                return false;
-            }
+    auto events = [session, poll = o.poll, fd](size_t, httplib::DataSink& sink) {
+        session->wait(poll);
+        if (client_gone(fd)) {
+            session->cancel();
+            return false;
+        }
+        const std::string text = session->take_events();
+        // A failed write means the client is gone: the backend drops the request at its next
+        // token (every callback of a cancelled session returns false).
+        if (!text.empty() && !sink.write(text.data(), text.size())) {
+            session->cancel();
+            return false;
+        }
+        if (session->stream_ended()) {
+            sink.done();
             return true;
-        },
-        [this, session, t0](bool success) {
-            if (!success) session->cancel();
-            --in_flight;
-            stats.observe_request_seconds(std::chrono::duration<double>(clock_type::now() - t0).count());
-        });
+        }
+        if (sink.is_writable && !sink.is_writable()) {
+            session->cancel();
+            return false;
+        }
+        return true;
+    };
+    auto released = [this, session, t0](bool success) {
+        if (!success) session->cancel();
+        --in_flight;
+        stats.observe_request_seconds(std::chrono::duration<double>(clock_type::now() - t0).count());
+    };
+    // HTTP/1.0 has no chunked encoding: the stream goes as it is and ends with the connection.
+    if (req.version == "HTTP/1.0")
+        res.set_content_provider("text/event-stream", std::move(events), std::move(released));
+    else
+        res.set_chunked_content_provider("text/event-stream", std::move(events), std::move(released));
 }
 
 std::filesystem::path find_web_root() {

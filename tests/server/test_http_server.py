@@ -360,6 +360,19 @@ def test_chunked_and_compressed_bodies_are_read_to_the_limit(server):
     assert server.post("/v1/completions", {"prompt": "hi", "max_tokens": 1})[0] == 200
 
 
+def test_an_http_1_0_stream_is_not_chunked(server):
+    # HTTP/1.0 has no chunked encoding: the events go as they are and end with the connection.
+    body = json.dumps({"prompt": "def f(", "max_tokens": 4, "stream": True, "seed": 1}).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.0\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, events = data.partition(b"\r\n\r\n")
+    assert b" 200 " in head.split(b"\r\n")[0] and b"chunked" not in head.lower(), head
+    assert events.startswith(b"data: {") and events.rstrip().endswith(b"data: [DONE]"), events[:200]
+
+
 def test_unreadable_bodies_end_the_connection(server):
     # A body the server cannot read to its end leaves bytes that are not a request: the error is
     # sent and the connection closed, never the rest read as the client's next request.
