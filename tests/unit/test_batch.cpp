@@ -371,15 +371,21 @@ TEST(batch_serving, stops_cancels_and_bounded_queue) {
     EXPECT_EQ(calls, 1);
 }
 
+// A request that runs until the context is full, or until its own cancel flag is set.
+completion_request until_cancelled(const serving_engine& eng) {
+    std::mt19937 g(9);
+    completion_request r;
+    r.prompt = random_tokens(g, 10, eng.n_vocab() - 3);
+    r.params.n_predict = -1;
+    r.cancel = std::make_shared<std::atomic<bool>>(false);
+    return r;
+}
+
 TEST(batch_serving, full_queue_returns_its_length) {
     serving_options o = options("qwen3_gqa4", 1);
     o.max_queue = 2;
     auto eng = serving_engine::open(o);
-    std::mt19937 g(9);
-    completion_request r;
-    r.prompt = random_tokens(g, 10, eng->n_vocab() - 3);
-    r.params.n_predict = -1;
-    r.cancel = std::make_shared<std::atomic<bool>>(false);
+    completion_request r = until_cancelled(*eng);
     std::mutex mu;
     std::condition_variable cv;
     int done = 0;
@@ -407,13 +413,7 @@ TEST(batch_serving, a_cancelled_queued_request_frees_its_place_while_the_batch_r
     serving_options o = options("qwen3_gqa4", 1);
     o.max_queue = 1;
     auto eng = serving_engine::open(o);
-    std::mt19937 g(9);
-    completion_request running;
-    running.prompt = random_tokens(g, 10, eng->n_vocab() - 3);
-    running.params.n_predict = -1;   // until the context is full, or cancelled
-    running.cancel = std::make_shared<std::atomic<bool>>(false);
-    completion_request waiting = running;
-    waiting.cancel = std::make_shared<std::atomic<bool>>(false);
+    const completion_request running = until_cancelled(*eng), waiting = until_cancelled(*eng);
     std::mutex mu;
     std::condition_variable cv;
     std::vector<std::string> finished;
@@ -434,8 +434,7 @@ TEST(batch_serving, a_cancelled_queued_request_frees_its_place_while_the_batch_r
     }
     EXPECT_EQ(eng->metrics().active, 1);   // the running request goes on
     EXPECT_EQ(eng->metrics().queue_depth, 0);
-    completion_request next = running;
-    next.cancel = std::make_shared<std::atomic<bool>>(false);
+    const completion_request next = until_cancelled(*eng);
     EXPECT_EQ(eng->submit(next, nullptr, on_done), 0);   // its place is free
     running.cancel->store(true);
     next.cancel->store(true);
