@@ -7,8 +7,10 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "io/side_file.h"
 #include "placement/vram_budget.h"
 #include "server/backend.h"
+#include "server/chat_template.h"
 #include "server/http_server.h"
 #include "sluice/serving.h"
 
@@ -53,6 +55,7 @@ struct serve_args {
     bool no_mmap = false;   // --no-mmap: the file read into memory (io/mmap.h)
     std::string adaptive_cache = "on";
     int gpu = -1;   // --gpu: CUDA device of the target model (-1: the CPU)
+    std::string chat_template;   // --chat-template: a Jinja file used instead of the model's
 };
 
 // Waits until `done` or the deadline; true when `done` held.
@@ -98,6 +101,14 @@ void serve(const serve_args& a) {
     if (!a.web_root.empty() && !std::filesystem::is_directory(so.web_root))
         fail("serve: --web-root {}: not a directory", a.web_root);
     so.max_body_bytes = static_cast<size_t>(a.max_body_mb) << 20;
+    if (!a.chat_template.empty()) {
+        so.chat_template = read_side_file(a.chat_template, "serve: --chat-template");
+        try {
+            chat_template check(so.chat_template);   // a template that cannot parse fails here, not per request
+        } catch (const std::exception& e) {
+            fail("serve: --chat-template {}: {}", a.chat_template, e.what());
+        }
+    }
     // A request's n choices are submitted together: more than the batch and the queue hold at
     // once could never be taken, so the parser refuses them (400) rather than a 429 forever.
     so.max_n = std::max(1, std::min(so.max_n, a.parallel + a.queue));
@@ -192,6 +203,8 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--host", a->host, "Address to listen on")->capture_default_str();
     cmd->add_option("--port", a->port, "Port (0: any free one)")->capture_default_str();
     cmd->add_option("--api-key", a->api_key, "Require 'Authorization: Bearer KEY' on /v1/*");
+    cmd->add_option("--chat-template", a->chat_template,
+                    "Jinja chat template file used instead of the model's (e.g. one that renders tools)");
     cmd->add_option("-c,--ctx-size", a->ctx_size, "Context size per request (0: the model's, at most 4096)")
         ->capture_default_str();
     cmd->add_option("-t,--threads", a->threads, "Threads (0: all)")->capture_default_str();

@@ -186,7 +186,7 @@ void http_server::set_phase(std::string phase) {
 }
 
 void http_server::set_backend(std::shared_ptr<serving_backend> b) {
-    std::string text = b ? b->chat_template() : std::string{};
+    std::string text = !b ? std::string{} : p_->o.chat_template.empty() ? b->chat_template() : p_->o.chat_template;
     std::shared_ptr<const chat_template> t;
     std::string err;
     if (b) {
@@ -322,12 +322,25 @@ void http_server::impl::routes() {
         auto b = get_backend();
         res.set_content(openapi_document(b ? b->n_vocab() : 0, o.max_n), "application/json");
     });
-    svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    auto model_object = [](serving_backend& b) {
+        ojson model{{"id", b.model_name()}, {"object", "model"}, {"created", 0}, {"owned_by", "sluice"}};
+        model["meta"] = ojson{{"n_ctx", b.n_ctx()}, {"n_vocab", b.n_vocab()}};
+        return model;
+    };
+    svr.Get("/v1/models", [this, model_object](const httplib::Request&, httplib::Response& res) {
         auto b = get_backend();
         if (!b) return send_error(res, make_error(503, "the model is loading", "server_error", "loading"));
-        ojson model{{"id", b->model_name()}, {"object", "model"}, {"created", 0}, {"owned_by", "sluice"}};
-        model["meta"] = ojson{{"n_ctx", b->n_ctx()}, {"n_vocab", b->n_vocab()}};
-        send_json(res, 200, ojson{{"object", "list"}, {"data", ojson::array({std::move(model)})}});
+        send_json(res, 200, ojson{{"object", "list"}, {"data", ojson::array({model_object(*b)})}});
+    });
+    // The SDK's models.retrieve(id).
+    svr.Get(R"(/v1/models/(.+))", [this, model_object](const httplib::Request& req, httplib::Response& res) {
+        auto b = get_backend();
+        if (!b) return send_error(res, make_error(503, "the model is loading", "server_error", "loading"));
+        const std::string id = req.matches[1];
+        if (id != b->model_name())
+            return send_error(res, make_error(404, fmt::format("no model '{}': this server has '{}'", id, b->model_name()),
+                                              "invalid_request_error", "model_not_found"));
+        send_json(res, 200, model_object(*b));
     });
     // The completions read their bodies themselves (read_body): httplib would read a chunked or
     // compressed one whole, to any size.
@@ -375,6 +388,19 @@ bool http_server::impl::prepare(const openai_request& r, serving_backend& b, std
             err = tmpl_error;
         }
         if (!t) return send_error(res, make_error(500, err, "server_error")), false;
+        // A template that never names `tools` (or `tool_calls`) renders the request as if it had
+        // none: the model would not see the tools, or what it called before, and answer anyway.
+        const bool history_calls = std::any_of(r.messages.begin(), r.messages.end(),
+                                               [](const ojson& m) { return m.contains("tool_calls"); });
+        for (const auto& [needed, what] : {std::pair{!r.tools.is_null(), "tools"}, std::pair{history_calls, "tool_calls"}})
+            if (needed && text.find(what) == std::string::npos)
+                return send_error(res, make_error(400,
+                                                  fmt::format("the model's chat template does not show '{}' to the model "
+                                                              "(it has no tool calling): {} would be dropped",
+                                                              what, what),
+                                                  "invalid_request_error", "unsupported_parameter",
+                                                  std::string(what) == "tools" ? "tools" : "messages")),
+                       false;
         chat_request cr;
         cr.messages = r.messages;
         cr.tools = r.tools;

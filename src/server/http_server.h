@@ -22,6 +22,7 @@ namespace sluice {
 inline constexpr int k_read_timeout_s = 10;
 
 struct server_options {
+    std::string chat_template;            // used instead of the model's when not empty (--chat-template)
     std::string host = "127.0.0.1";
     int port = 8080;                      // 0: any free port (bind() returns it)
     std::string api_key;                  // non-empty: /v1/* needs "Authorization: Bearer <key>"

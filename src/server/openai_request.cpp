@@ -165,8 +165,15 @@ ojson parse_message(const ojson& m, size_t i) {
     if (!m.is_object()) bad(at, "'{}': expected an object, got {}", at, type_name(m));
     static const std::set<std::string> known{"role", "content", "name", "tool_calls", "tool_call_id",
                                              "reasoning_content"};
-    for (auto it = m.begin(); it != m.end(); ++it)
-        if (!known.count(it.key())) bad(at + "." + it.key(), "'{}.{}': unknown message field", at, it.key());
+    // Fields of an OpenAI reply's message that clients append to the history as they got it
+    // (messages.append(reply.choices[0].message.model_dump())): accepted when they say nothing.
+    static const std::set<std::string> reply_only{"refusal", "function_call", "audio", "annotations"};
+    for (auto it = m.begin(); it != m.end(); ++it) {
+        if (known.count(it.key())) continue;
+        const bool empty = it.value().is_null() || (it.value().is_array() && it.value().empty());
+        if (!(reply_only.count(it.key()) && empty))
+            bad(at + "." + it.key(), "'{}.{}': unknown message field", at, it.key());
+    }
     if (!m.contains("role")) bad(at + ".role", "'{}.role': missing", at);
     std::string role = get_string(m["role"], at + ".role");
     static const std::set<std::string> roles{"system", "developer", "user", "assistant", "tool"};
@@ -276,7 +283,8 @@ openai_request parse(endpoint kind, std::string_view body, const request_limits&
     static const std::set<std::string> common{"model", "stream", "stream_options", "max_tokens", "stop", "temperature",
                                               "top_p", "top_k", "min_p", "seed", "presence_penalty",
                                               "frequency_penalty", "repetition_penalty", "logit_bias", "logprobs", "n",
-                                              "user", "metadata", "store", "service_tier", "speculative"};
+                                              "user", "metadata", "store", "service_tier", "speculative",
+                                              "prompt_cache_key", "safety_identifier"};
     static const std::set<std::string> chat_only{"messages", "max_completion_tokens", "top_logprobs", "tools",
                                                  "tool_choice", "parallel_tool_calls", "response_format",
                                                  "chat_template_kwargs"};
@@ -294,6 +302,8 @@ openai_request parse(endpoint kind, std::string_view body, const request_limits&
     if (auto v = field("model")) r.model = get_string(*v, "model");
     if (auto v = field("user")) get_string(*v, "user");
     if (auto v = field("service_tier")) get_string(*v, "service_tier");
+    for (const char* k : {"prompt_cache_key", "safety_identifier"})   // OpenAI's bookkeeping: no token changes
+        if (auto v = field(k)) get_string(*v, k);
     if (auto v = field("store")) get_bool(*v, "store");
     if (auto v = field("metadata"); v && !v->is_object())
         bad("metadata", "'metadata': expected an object, got {}", type_name(*v));

@@ -281,6 +281,8 @@ ojson openai_session::completion_logprobs(const std::vector<token_record>& token
             if (static_cast<int>(top.size()) >= c_.top_logprobs) break;
             top[alt.text] = alt.logprob;
         }
+        // OpenAI's legacy format always has the sampled token too (up to logprobs + 1 entries).
+        if (c_.top_logprobs > 0 && !top.contains(text)) top[text] = t.logprob;
         tops.push_back(std::move(top));
         offsets.push_back(offset);
         offset += text.size();

@@ -116,7 +116,8 @@ bool output_parser::parse_call(std::string_view body, output_delta& out) {
     // The model's text, so as hostile as a request body (openai_request.cpp says why the depth).
     if (json_nesting_depth(body) > k_max_call_depth) return false;
     const auto j = nlohmann::ordered_json::parse(trim(body), nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return false;
+    if (!j.is_object() || !j.contains("name") || !j["name"].is_string() || !declared(j["name"].get<std::string>()))
+        return false;
     tool_call c;
     c.id = make_id_();
     c.name = j["name"].get<std::string>();
@@ -148,7 +149,7 @@ bool output_parser::parse_xml_call(std::string_view s, output_delta& out) {
         return name;
     };
     const auto name = tag_name("<function=");
-    if (!name) return false;
+    if (!name || !declared(*name)) return false;
     const auto tool = o_.param_types.find(*name);
     ojson args = ojson::object();
     for (;;) {

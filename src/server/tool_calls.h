@@ -33,8 +33,10 @@ struct output_parser_options {
     bool think = false;           // split out <think>...</think>
     bool start_in_think = false;  // the prompt already opened <think> (the template's generation prompt)
     bool tool_calls = false;      // parse <tool_call> blocks (the request has tools)
-    // tool name -> parameter -> its JSON Schema type ("string", "integer", ...), which types the
-    // values of XML-form calls; a parameter not listed stays a string (vLLM's qwen3_coder rule).
+    // The declared tools: name -> parameter -> its JSON Schema type ("string", "integer", ...),
+    // which types the values of XML-form calls (a parameter not listed stays a string, vLLM's
+    // qwen3_coder rule). A call of a tool not declared here is content, as OpenAI never returns
+    // one; with no tools listed, every name is taken.
     std::map<std::string, std::map<std::string, std::string>> param_types;
 };
 
@@ -55,6 +57,7 @@ private:
     void close_section(output_delta& out);
     bool parse_call(std::string_view body, output_delta& out);
     bool parse_xml_call(std::string_view body, output_delta& out);
+    bool declared(const std::string& name) const { return o_.param_types.empty() || o_.param_types.count(name); }
 
     output_parser_options o_;
     std::function<std::string()> make_id_;

@@ -6,9 +6,12 @@ Greedy replies are compared across the ways of asking (streamed = not streamed, 
 sampled replies are compared across repeats with the same seed (E4: a function of the seed alone).
 """
 import json
+import pathlib
 import re
 
 import pytest
+
+from conftest import start_server
 
 try:
     import openai
@@ -59,6 +62,9 @@ def test_models_are_listed(client, model):
     ids = [m.id for m in models.data]
     assert model in ids
     assert all(m.object == "model" for m in models.data)
+    assert client.models.retrieve(model).id == model
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("no-such-model")
 
 
 def test_chat_reply_is_well_formed(client, model):
@@ -193,7 +199,25 @@ def check_tool_calls(calls):
         assert isinstance(json.loads(call.function.arguments), dict)
 
 
-def test_tools_request_is_accepted_and_well_formed(client, model):
+@pytest.fixture(scope="module")
+def tools_client(sluice_bin):
+    """A server whose chat template renders tools: the shipped model's ChatML has none, and a
+    template that cannot show the tools is refused (below). Qwen3's template, as users pass one
+    to vLLM (--chat-template) or llama.cpp (--chat-template-file)."""
+    template = pathlib.Path(__file__).resolve().parent / "templates" / "Qwen-Qwen3-0.6B.jinja"
+    server = start_server(sluice_bin, "--chat-template", str(template), name="e2e_tools_server")
+    yield openai.OpenAI(base_url=server.base_url + "/v1", api_key="sk-unused", max_retries=0, timeout=120)
+    assert server.stop() == 0, server.log_tail()
+
+
+def test_tools_the_template_cannot_show_are_refused(client, model):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=model, messages=WEATHER_QUESTION, tools=[WEATHER_TOOL], max_tokens=4)
+    assert e.value.body["param"] == "tools" and "chat template" in e.value.body["message"], e.value.body
+
+
+def test_tools_request_is_accepted_and_well_formed(tools_client, model):
+    client = tools_client
     # The small model may or may not call the tool; either way the reply must be well formed.
     r = client.chat.completions.create(model=model, messages=WEATHER_QUESTION, tools=[WEATHER_TOOL],
                                        tool_choice="auto", max_tokens=48, temperature=0)
@@ -224,7 +248,8 @@ def test_tools_request_is_accepted_and_well_formed(client, model):
     assert [joined[i] for i in sorted(joined)] == expected
 
 
-def test_conversation_with_a_tool_result_is_accepted(client, model):
+def test_conversation_with_a_tool_result_is_accepted(tools_client, model):
+    client = tools_client
     messages = WEATHER_QUESTION + [
         {"role": "assistant", "content": "", "tool_calls": [
             {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
@@ -250,6 +275,8 @@ def test_logprobs_in_openai_format(client, model):
     lp = c.choices[0].logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset)
     assert all(x <= 0.0 for x in lp.token_logprobs)
+    # The sampled token is always among them (up to logprobs + 1 entries), as OpenAI sends them.
+    assert all(tok in top and len(top) <= 3 for tok, top in zip(lp.tokens, lp.top_logprobs)), lp
 
 
 def test_n_choices_are_indexed_and_seeded(client, model):

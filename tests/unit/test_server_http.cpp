@@ -284,13 +284,41 @@ TEST(server_http, logprobs_in_openai_format) {
     const json& lp = k["choices"][0]["logprobs"];
     EXPECT_EQ(lp["tokens"], json::array({"Hel", "lo", ","}));
     EXPECT_EQ(lp["token_logprobs"].size(), 3u);
-    EXPECT_EQ(lp["top_logprobs"][0], json({{"a", -1.0}}));
+    // The best alternative, and the sampled token as OpenAI's legacy format always has it.
+    EXPECT_EQ(lp["top_logprobs"][0], json({{"a", -1.0}, {"Hel", -0.25}}));
     EXPECT_EQ(lp["text_offset"], json::array({2, 5, 7}));  // after the 2-byte prompt
 }
 
+// ChatML with the tools and the calls made before (Qwen's layout, shortened).
+const char* const k_tools_template =
+    "{% if tools %}<|im_start|>system\n{{ tools | tojson }}<|im_end|>\n{% endif %}{% for m in messages %}"
+    "<|im_start|>{{ m.role }}\n{{ m.content }}{% if m.tool_calls %}{{ m.tool_calls | tojson }}{% endif %}<|im_end|>\n"
+    "{% endfor %}<|im_start|>assistant\n";
+
+TEST(server_http, tools_a_template_cannot_show_are_refused) {
+    // ChatML (the server's default) has no tools: they, and the calls made before, were dropped
+    // from the prompt without a word, and the model answered as if it had none.
+    running_server s;
+    const json tools = json::array({json{{"type", "function"}, {"function", {{"name", "f"}}}}});
+    auto r = s.post("/v1/chat/completions", chat_body({{"tools", tools}}).dump());
+    ASSERT_EQ(r->status, 400) << r->body;
+    EXPECT_EQ(json::parse(r->body)["error"]["param"], "tools");
+    json history = chat_body();
+    history["messages"].push_back({{"role", "assistant"}, {"content", ""},
+                                   {"tool_calls", json::array({{{"id", "c"}, {"type", "function"},
+                                                                {"function", {{"name", "f"}, {"arguments", "{}"}}}}})}});
+    history["messages"].push_back({{"role", "tool"}, {"tool_call_id", "c"}, {"content", "1"}});
+    r = s.post("/v1/chat/completions", history.dump());
+    ASSERT_EQ(r->status, 400) << r->body;
+    EXPECT_NE(json::parse(r->body)["error"]["message"].get<std::string>().find("tool_calls"), std::string::npos);
+}
+
 TEST(server_http, tool_calls_are_parsed_and_streamed) {
-    running_server s({"Checking.", "<tool_", "call>\n{\"name\": \"get_weather\", ", "\"arguments\": {\"city\": \"Paris\"}}",
-                      "\n</tool_call>"});
+    auto b = std::make_shared<test::fake_backend>(std::vector<std::string>{
+        "Checking.", "<tool_", "call>\n{\"name\": \"get_weather\", ", "\"arguments\": {\"city\": \"Paris\"}}",
+        "\n</tool_call>"}, 2ms, 4, 4, /*n_ctx=*/1024);   // the tools take ~170 prompt tokens
+    b->template_ = k_tools_template;
+    running_server s(b);
     const json tools = json::array({json{{"type", "function"},
                                          {"function", {{"name", "get_weather"}, {"parameters", {{"type", "object"}}}}}}});
     auto r = s.post("/v1/chat/completions", chat_body({{"tools", tools}}).dump());

@@ -297,3 +297,22 @@ TEST(server_request, tool_parameter_types_come_from_the_schemas) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(server_request, a_reply_message_appended_as_the_sdk_gives_it_is_accepted) {
+    // messages.append(reply.choices[0].message.model_dump()) carries refusal, function_call,
+    // audio and annotations: the second turn was refused ("unknown message field").
+    const openai_request r = ok(endpoint::chat, R"({"messages": [{"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello", "refusal": null, "function_call": null, "audio": null,
+         "annotations": [], "tool_calls": null}, {"role": "user", "content": "more"}],
+        "prompt_cache_key": "k", "safety_identifier": "s"})");
+    ASSERT_EQ(r.messages.size(), 3u);
+    EXPECT_FALSE(r.messages[1].contains("refusal"));
+    // With something in them they would be dropped unseen: still refused.
+    EXPECT_EQ(err(endpoint::chat, R"({"messages": [{"role": "assistant", "content": "", "refusal": "no"}]})").param,
+              "messages[0].refusal");
+    EXPECT_EQ(chat_err(R"("prompt_cache_key": 3)").param, "prompt_cache_key");
+}
+
+}  // namespace

@@ -126,6 +126,7 @@ TEST(server_tool_calls, the_xml_form_of_qwen3_coder_and_qwen3_5_is_a_call_typed_
     output_parser_options o{.tool_calls = true};
     o.param_types["get_weather"] = {{"city", "string"}, {"days", "integer"}, {"metric", "boolean"},
                                     {"zip", "string"}, {"filters", "object"}, {"note", "string"}};
+    o.param_types["now"] = {};
     for (bool by_char : {false, true}) {
         output_parser p(o, test_id);
         const output_delta d = parse_all(p, by_char ? chars_of(text) : std::vector<std::string>{text});
@@ -145,10 +146,13 @@ TEST(server_tool_calls, the_xml_form_of_qwen3_coder_and_qwen3_5_is_a_call_typed_
     EXPECT_EQ(d.calls[0].arguments, "{\"days\":\"three\"}");
     EXPECT_EQ(d.calls[1].name, "now");
     EXPECT_EQ(d.calls[1].arguments, "{}");
-    // Malformed: no closing </function>, or stray text between parameters: content, as written.
-    for (const std::string bad : {"<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</tool_call>",
-                                  "<tool_call>\n<function=f>\nhello\n</function>\n</tool_call>",
-                                  "<tool_call>\n<function=>\n</function>\n</tool_call>"}) {
+    // Malformed (no closing </function>, stray text between parameters, no name) or a tool that
+    // was not declared (OpenAI returns only declared ones): content, as written.
+    for (const std::string bad : {"<tool_call>\n<function=now>\n<parameter=a>\n1\n</parameter>\n</tool_call>",
+                                  "<tool_call>\n<function=now>\nhello\n</function>\n</tool_call>",
+                                  "<tool_call>\n<function=>\n</function>\n</tool_call>",
+                                  "<tool_call>\n<function=rm_rf>\n</function>\n</tool_call>",
+                                  "<tool_call>{\"name\": \"rm_rf\", \"arguments\": {}}</tool_call>"}) {
         output_parser q(o, test_id);
         const output_delta e = parse_all(q, {bad});
         EXPECT_TRUE(e.calls.empty()) << bad;
