@@ -40,7 +40,7 @@ void fill_logprobs(const tokenizer& tok, const float* l, int32_t n_vocab, int32_
         }
         best[j] = i;
     }
-    for (int j = 0; j < n; ++j) ev.top.push_back(token_logprob{best[j], tok.token_bytes(best[j]), lp(best[j])});
+    for (int j = 0; j < n; ++j) ev.top.push_back(token_logprob{best[j], tok.text_of(best[j]), lp(best[j])});
 }
 
 }  // namespace

@@ -57,8 +57,10 @@ void close_after(const httplib::Request& req, httplib::Response& res) {
     res.headers.erase("Content-Type");
     // httplib writes the header itself when the request asked to close (it would appear twice).
     if (req.get_header_value("Connection") != "close") res.set_header("Connection", "close");
+    // httplib passes a Range header's offset and length through unchecked: held to the body (a
+    // 'Range: bytes=0-20000' on a 54-byte error sent 20 KB of the heap after it).
     res.set_content_provider(body->size(), type, [body](size_t offset, size_t length, httplib::DataSink& sink) {
-        sink.write(body->data() + offset, length);
+        if (offset < body->size()) sink.write(body->data() + offset, std::min(length, body->size() - offset));
         return false;
     });
 }
@@ -241,10 +243,13 @@ void http_server::impl::routes() {
         // refused before the body is read, and the connection ends: its unread bytes cannot be
         // told apart from a next request. httplib compares the coding names exactly, so "GZIP"
         // would pass the body through still compressed; it is refused with the rest.
+        // Only the completions read their bodies through read_body's bound: httplib reads a chunked
+        // or compressed body to any size, so other paths take neither.
         const std::string te = req.get_header_value("Transfer-Encoding");
         const std::string ce = req.get_header_value("Content-Encoding");
-        const bool te_ok = te.empty() || te == "chunked";
-        const bool ce_ok = ce.empty() || ce == "identity" || ce == "gzip" || ce == "deflate" || ce == "br";
+        const bool bounded = req.method == "POST" && (req.path == "/v1/chat/completions" || req.path == "/v1/completions");
+        const bool te_ok = te.empty() || (bounded && te == "chunked");
+        const bool ce_ok = ce.empty() || ce == "identity" || (bounded && (ce == "gzip" || ce == "deflate" || ce == "br"));
         if (!te_ok || !ce_ok) {
             send_error(res, te_ok ? make_error(415, fmt::format("Content-Encoding '{}' is not accepted: send the body "
                                                                 "as it is, or with gzip, deflate or br", ce),
@@ -476,15 +481,17 @@ bool http_server::impl::read_body(const httplib::Request& req, const httplib::Co
         return decoded <= k_drain_factor * o.max_body_bytes;
     });
     if (read && decoded <= o.max_body_bytes) return true;
-    // httplib leaves 413 (a Content-Length past the limit: skipped) or 400 (malformed framing or
-    // compressed data, or the client went away) in res.status.
+    // httplib leaves 413 (a Content-Length past the limit: it read the body to its end, so the
+    // connection is in step) or 400 (malformed framing or compressed data, or the client went
+    // away) in res.status.
+    const bool skipped = !read && res.status == 413 && decoded == 0;
     if (decoded > o.max_body_bytes || res.status == 413)
         send_error(res, body_too_large());
     else
         send_error(res, make_error(400, "the request body could not be read: malformed chunked framing or compressed "
                                         "data, or the connection ended early",
                                    "invalid_request_error", "invalid_body"));
-    if (!read) close_after(req, res);
+    if (!read && !skipped) close_after(req, res);
     return false;
 }
 
@@ -572,7 +579,11 @@ void http_server::impl::completion(const httplib::Request& req, httplib::Respons
     }
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
-    auto events = [session, poll = o.poll, fd](size_t, httplib::DataSink& sink) {
+    // HTTP/1.0 has no chunked encoding: the stream goes as it is and ends with the connection,
+    // which a provider without a length closes by returning false after the last event (httplib
+    // would keep it open for an HTTP/1.0 client that sent Connection: Keep-Alive).
+    const bool close_at_end = req.version == "HTTP/1.0";
+    auto events = [session, poll = o.poll, fd, close_at_end](size_t, httplib::DataSink& sink) {
         session->wait(poll);
         if (client_gone(fd)) {
             session->cancel();
@@ -587,7 +598,7 @@ void http_server::impl::completion(const httplib::Request& req, httplib::Respons
         }
         if (session->stream_ended()) {
             sink.done();
-            return true;
+            return !close_at_end;
         }
         if (sink.is_writable && !sink.is_writable()) {
             session->cancel();
@@ -600,8 +611,7 @@ void http_server::impl::completion(const httplib::Request& req, httplib::Respons
         --in_flight;
         stats.observe_request_seconds(std::chrono::duration<double>(clock_type::now() - t0).count());
     };
-    // HTTP/1.0 has no chunked encoding: the stream goes as it is and ends with the connection.
-    if (req.version == "HTTP/1.0")
+    if (close_at_end)
         res.set_content_provider("text/event-stream", std::move(events), std::move(released));
     else
         res.set_chunked_content_provider("text/event-stream", std::move(events), std::move(released));

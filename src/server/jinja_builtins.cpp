@@ -340,26 +340,29 @@ std::string indent(const std::string& s, call_args& a) {
     const bool blank = truthy(a.get(2, "blank", value::boolean(false)));
     // splitlines(s + "\n"), as jinja2 splits: the segment after the last break is a line too,
     // unless s ends with \r (the \n appended joins it into one \r\n break).
+    // Each line is written as it is found (a list of them took 16 bytes a line: 1 GiB for 64 MiB
+    // of newlines).
     const std::string_view sv(s);
-    std::vector<std::string_view> lines;
+    std::string out = first ? pad : "";
+    bool first_line = true;
+    auto line = [&](std::string_view l) {
+        if (!first_line) {
+            out += '\n';
+            if (blank || !l.empty()) out += pad;
+        }
+        first_line = false;
+        out += l;
+        if (out.size() > k_max_text_bytes) fail("jinja: indent: the result would exceed 64 MiB");
+    };
     size_t b = 0;
     for (size_t i = 0; i < s.size(); ++i) {
         const char c = s[i];
         if (c != '\n' && c != '\r' && c != '\v' && c != '\f' && (c < '\x1c' || c > '\x1e')) continue;
-        lines.push_back(sv.substr(b, i - b));
+        line(sv.substr(b, i - b));
         if (c == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
         b = i + 1;
     }
-    if (s.empty() || s.back() != '\r') lines.push_back(sv.substr(b));
-    std::string out = first ? pad : "";
-    for (size_t i = 0; i < lines.size(); ++i) {
-        if (i) {
-            out += '\n';
-            if (blank || !lines[i].empty()) out += pad;
-        }
-        out += lines[i];
-        if (out.size() > k_max_text_bytes) fail("jinja: indent: the result would exceed 64 MiB");
-    }
+    if (s.empty() || s.back() != '\r') line(sv.substr(b));
     return out;
 }
 
@@ -544,6 +547,7 @@ value apply_filter(const std::string& name, const value& in, call_args& a) {
     if (name == "map") {
         value attr = a.get(99, "attribute");
         list_t out;
+        size_t made = 0;
         for (const auto& x : iterate(in)) {
             if (attr.is_string()) {
                 value v = attr_path(x, attr.s);
@@ -554,6 +558,10 @@ value apply_filter(const std::string& name, const value& in, call_args& a) {
                 call_args rest(a.budget);
                 for (size_t i = 1; i < a.pos.size(); i++) rest.pos.push_back(a.pos[i]);
                 out.push_back(apply_filter(to_str(a.pos[0]), x, rest));
+                // Each result is bounded, their sum is not: 100,000 indents of a 30 MB string
+                // would make 3 TB inside this one call.
+                made += out.back().s.size();
+                if (made > k_max_text_bytes) fail("jinja: map: the results would hold more than 64 MiB of text");
             }
         }
         return value::list(std::move(out));

@@ -10,6 +10,7 @@
 #include <climits>
 #include <cmath>
 #include <map>
+#include <unordered_set>
 
 namespace sluice::jinja {
 namespace {
@@ -33,6 +34,14 @@ struct renderer {
     int64_t loop_steps = 0;
     compare_budget budget;
     std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+    // Namespaces assigned to in this render: one set to hold itself (ns.a = ns, or a list that
+    // holds it) is a reference cycle its shared_ptrs never free, so they are emptied at the end.
+    std::vector<std::shared_ptr<dict_t>> assigned;
+    std::unordered_set<const dict_t*> assigned_set;
+
+    ~renderer() {
+        for (const auto& d : assigned) d->clear();
+    }
 
     // One loop iteration or macro call: counted, and the clock read (~20 ns, 20 ms for the most
     // steps a render may take; one step can copy 64 MiB, so reading it every 1,024 let a render
@@ -362,6 +371,7 @@ struct renderer {
                     value ns = lookup(n.names[0]);
                     if (!ns.is_namespace)
                         error(n, fmt::format("cannot assign attribute on non-namespace object '{}'", n.names[0]));
+                    if (assigned_set.insert(ns.d.get()).second) assigned.push_back(ns.d);
                     for (auto& [k, x] : *ns.d)
                         if (k == n.name) { x = v; return; }
                     ns.d->emplace_back(n.name, v);

@@ -312,6 +312,7 @@ static bool equals_rec(const value& a, const value& b, compare_budget& budget, i
         case value::kind::dict:
             if (a.d->size() != b.d->size()) return false;
             for (const auto& [k, x] : *a.d) {
+                budget.items_left -= int64_t(b.d->size());   // find() walks b's entries
                 const value* y = b.find(k);
                 if (!y || !equals_rec(x, *y, budget, visit(budget, depth))) return false;
             }

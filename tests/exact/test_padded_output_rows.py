@@ -67,3 +67,24 @@ def test_generation_goes_on_through_padding_ids(capi, tmp_path):
         serial = e.generate("def add(a, b):", chat=False, temperature=temperature, seed=seed, n=16)
         drafted = e.generate("def add(a, b):", chat=False, temperature=temperature, seed=seed, n=16, drafter=NGRAM)
         assert drafted["tokens"] == serial["tokens"] and drafted["sha"] == serial["sha"], (temperature, seed)
+
+
+def test_a_padding_id_among_the_top_logprobs_ends_nothing(sluice_bin, tmp_path):
+    # fill_logprobs named the top ids with token_bytes, which throws past the tokenizer: the
+    # exception left the step and ended every request in the batch with an error.
+    import importlib.util
+    import json as _json
+
+    # tests/server/conftest.py's server helpers (a module named conftest is already tests/'s).
+    spec = importlib.util.spec_from_file_location("server_conftest", FIXTURES.parents[1] / "server" / "conftest.py")
+    helpers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(helpers)
+    server = helpers.start_server(sluice_bin, str(padded_model(tmp_path)), "-c", "256", name="padded_rows_server")
+    try:
+        status, body = server.post_json("/v1/completions", {"prompt": "def add(a, b):", "max_tokens": 4,
+                                                            "logprobs": 5, "temperature": 0})
+        assert status == 200, body
+        top = body["choices"][0]["logprobs"]["top_logprobs"]
+        assert len(top) == 4 and all(len(t) >= 1 for t in top), _json.dumps(body)[:500]
+    finally:
+        assert server.stop() == 0, server.log_tail()

@@ -364,7 +364,9 @@ def test_an_http_1_0_stream_is_not_chunked(server):
     # HTTP/1.0 has no chunked encoding: the events go as they are and end with the connection.
     body = json.dumps({"prompt": "def f(", "max_tokens": 4, "stream": True, "seed": 1}).encode()
     with socket.create_connection(("127.0.0.1", server.port), timeout=60) as s:
-        s.sendall(b"POST /v1/completions HTTP/1.0\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        s.settimeout(3)   # the end of the stream closes the connection, Keep-Alive or not
+        s.sendall(b"POST /v1/completions HTTP/1.0\r\nConnection: Keep-Alive\r\nContent-Length: %d\r\n\r\n" % len(body)
+                  + body)
         data = b""
         while chunk := s.recv(65536):
             data += chunk
@@ -389,10 +391,25 @@ def test_unreadable_bodies_end_the_connection(server):
         # read timeout); the socket gives up before the server's 10 s would.
         (b"Content-Length: 50000000\r\n\r\n{\"prompt\": \"hi\"}", 413, "payload_too_large"),
     ]
-    for head, status, code in cases:
-        (reply,), closed = _exchange(server.port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + head, timeout=8)
-        assert reply is not None and reply[0] == status, (head, reply)
-        assert json.loads(reply[2])["error"]["code"] == code and closed, (head, reply)
+    # Only the completions read chunked or compressed bodies (with their bound): elsewhere httplib
+    # would read them whole, to any size.
+    path = b"/v1/completions"
+    cases = [(path, *c) for c in cases] + [
+        (b"/health", b"Transfer-Encoding: chunked\r\n\r\n" + _chunked(b"{}", 2), 501, "not_implemented"),
+        (b"/nope", b"Content-Encoding: gzip\r\nContent-Length: 2\r\n\r\n{}", 415, "unsupported_media_type")]
+    for path, head, status, code in cases:
+        (reply,), closed = _exchange(server.port, b"POST %s HTTP/1.1\r\nHost: x\r\n" % path + head, timeout=8)
+        assert reply is not None and reply[0] == status, (path, head, reply)
+        assert json.loads(reply[2])["error"]["code"] == code and closed, (path, head, reply)
+    # A Range header on such a reply: httplib passed its offset and length to the body's provider
+    # unchecked, and 20 KB of the heap followed the 54-byte error.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=8) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: zstd\r\nRange: bytes=0-20000\r\n\r\n")
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    body = data.partition(b"\r\n\r\n")[2]
+    assert json.loads(body)["error"]["code"] == "not_implemented", data[:300]
     assert server.post("/v1/completions", {"prompt": "hi", "max_tokens": 1})[0] == 200
 
 

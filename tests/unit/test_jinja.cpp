@@ -60,6 +60,9 @@ TEST(jinja, hostile_templates_end_in_clear_errors) {
          "more than 2^24"},
         {"{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}{{ ns.l < ns.l }}",
          "more than 2^24"},
+        // Each map result is bounded, their sum was not (100,000 x 30 MB inside one filter call).
+        {"{% set s = 'a' * 30000000 %}{{ range(100000) | map('replace', '0', s) | list | length }}",
+         "more than 64 MiB of text"},
         // A namespace that holds itself: walking it overflowed the stack (SIGSEGV).
         {"{% set ns = namespace() %}{% set ns.a = ns %}{{ ns|tojson }}", "nested deeper than 256"},
         {"{% set ns = namespace() %}{% set ns.a = ns %}{{ ns == ns }}", "nested deeper than 256"},
