@@ -245,7 +245,21 @@ void http_server::impl::routes() {
         // would pass the body through still compressed; it is refused with the rest.
         // Only the completions read their bodies through read_body's bound: httplib reads a chunked
         // or compressed body to any size, so other paths take neither.
-        const std::string te = req.get_header_value("Transfer-Encoding");
+        // Framing that two readers could take two ways (a proxy in front and this server) is refused
+        // (RFC 9112 section 6.3): Content-Lengths that disagree, or one beside Transfer-Encoding.
+        const size_t n_lengths = req.get_header_value_count("Content-Length");
+        bool lengths_differ = false;
+        for (size_t i = 1; i < n_lengths; ++i)
+            lengths_differ = lengths_differ || req.get_header_value("Content-Length", i) != req.get_header_value("Content-Length");
+        if (lengths_differ || (n_lengths > 0 && req.has_header("Transfer-Encoding"))) {
+            send_error(res, make_error(400, "the request's framing is ambiguous: Content-Length values that differ, or "
+                                            "Content-Length with Transfer-Encoding",
+                                       "invalid_request_error", "invalid_body"));
+            close_after(req, res);
+            return httplib::Server::HandlerResponse::Handled;
+        }
+        std::string te = req.get_header_value("Transfer-Encoding");
+        for (char& c : te) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));   // as httplib reads it
         const std::string ce = req.get_header_value("Content-Encoding");
         const bool bounded = req.method == "POST" && (req.path == "/v1/chat/completions" || req.path == "/v1/completions");
         const bool te_ok = te.empty() || (bounded && te == "chunked");

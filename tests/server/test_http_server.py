@@ -340,6 +340,8 @@ def test_chunked_and_compressed_bodies_are_read_to_the_limit(server):
     status, _, payload = server.request("POST", "/v1/completions", gzip.compress(small),
                                         headers={"Content-Encoding": "gzip"})
     assert status == 200, payload
+    (ok,), _ = _exchange(server.port, _post_head(b"Transfer-Encoding: Chunked\r\n") + _chunked(small, 7))
+    assert ok[0] == 200, ok   # coding names are case-insensitive (RFC 9112)
 
     # Past the limit, the rest of the body is read and dropped so the 413 arrives and the next
     # request on the connection is read from where it starts.
@@ -384,6 +386,9 @@ def test_unreadable_bodies_end_the_connection(server):
         (b"Content-Encoding: GZIP\r\nContent-Length: 2\r\n\r\n{}", 415, "unsupported_media_type"),
         (b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n", 400, "invalid_body"),
         (b"Content-Encoding: gzip\r\nContent-Length: 9\r\n\r\nnot gzip!", 400, "invalid_body"),
+        # Framing a proxy and this server could read two ways (RFC 9112 section 6.3).
+        (b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n" + _chunked(b"{}", 2), 400, "invalid_body"),
+        (b"Content-Length: 30\r\nContent-Length: 2\r\n\r\n{}" + b" " * 28, 400, "invalid_body"),
         # httplib took -1 as 2^64 - 1 and waited for that many bytes.
         (b"Content-Length: -1\r\n\r\n{}", 400, "invalid_body"),
         (b"Content-Length: 99999999999999999999\r\n\r\n{}", 400, "invalid_body"),
