@@ -75,6 +75,11 @@ api_error make_error(int status, std::string message, std::string type, std::str
     return e;
 }
 
+// Whether a chat template renders tools and the calls made before (it names both).
+bool shows_tools(const std::string& template_text) {
+    return template_text.find("tools") != std::string::npos && template_text.find("tool_calls") != std::string::npos;
+}
+
 api_error body_too_large() {
     return make_error(413, "the request body is too large", "invalid_request_error", "payload_too_large");
 }
@@ -339,7 +344,12 @@ void http_server::impl::routes() {
     });
     svr.Get("/openapi.json", [this](const httplib::Request&, httplib::Response& res) {
         auto b = get_backend();
-        res.set_content(openapi_document(b ? b->n_vocab() : 0, o.max_n), "application/json");
+        std::string text;
+        {
+            std::lock_guard<std::mutex> lock(m);
+            text = tmpl_text;
+        }
+        res.set_content(openapi_document(b ? b->n_vocab() : 0, o.max_n, shows_tools(text)), "application/json");
     });
     auto model_object = [](serving_backend& b) {
         ojson model{{"id", b.model_name()}, {"object", "model"}, {"created", 0}, {"owned_by", "sluice"}};
@@ -409,8 +419,9 @@ bool http_server::impl::prepare(const openai_request& r, serving_backend& b, std
         if (!t) return send_error(res, make_error(500, err, "server_error")), false;
         // A template that never names `tools` (or `tool_calls`) renders the request as if it had
         // none: the model would not see the tools, or what it called before, and answer anyway.
-        const bool history_calls = std::any_of(r.messages.begin(), r.messages.end(),
-                                               [](const ojson& m) { return m.contains("tool_calls"); });
+        const bool history_calls = std::any_of(r.messages.begin(), r.messages.end(), [](const ojson& m) {
+            return m.contains("tool_calls") && !m["tool_calls"].empty();
+        });
         for (const auto& [needed, what] : {std::pair{!r.tools.is_null(), "tools"}, std::pair{history_calls, "tool_calls"}})
             if (needed && text.find(what) == std::string::npos)
                 return send_error(res, make_error(400,

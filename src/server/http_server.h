@@ -63,7 +63,8 @@ private:
 
 // The OpenAPI 3 document of the endpoints above (GET /openapi.json), with the served model's
 // token id range (n_vocab 0: unknown yet) and the choices-per-request limit filled in.
-std::string openapi_document(int32_t n_vocab, int max_n);
+// template_shows_tools: the chat template renders tools and tool calls (else they are refused).
+std::string openapi_document(int32_t n_vocab, int max_n, bool template_shows_tools);
 
 // The `web/` folder with index.html next to the running binary or in one of its parents
 // (empty when none is found).

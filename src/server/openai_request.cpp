@@ -371,6 +371,9 @@ openai_request parse(endpoint kind, std::string_view body, const request_limits&
         }
         if (auto v = field("parallel_tool_calls")) get_bool(*v, "parallel_tool_calls");
         if (tools_off) r.tools = nullptr;  // the template is rendered without them: no call can be made
+        // No tools declared (null or []): no output is a call (the parser takes any name when it
+        // has no list).
+        if (r.tools.is_array() && r.tools.empty()) r.tools = nullptr;
         r.parse_tool_calls = !r.tools.is_null();
         if (auto v = field("response_format")) {
             if (!v->is_object() || !v->contains("type") || !(*v)["type"].is_string())

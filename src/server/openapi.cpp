@@ -408,12 +408,19 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
 
 }  // namespace
 
-std::string openapi_document(int32_t n_vocab, int max_n) {
+std::string openapi_document(int32_t n_vocab, int max_n, bool template_shows_tools) {
     std::string doc = k_document;
     replace_all(doc, "@MAX_ID@", std::to_string(n_vocab > 0 ? n_vocab - 1 : 2147483647));
     replace_all(doc, "@MAX_N@", std::to_string(max_n));
     replace_all(doc, "@ID_PATTERN@", decimal_range_pattern(n_vocab > 0 ? n_vocab - 1 : 2147483647));
     ojson j = ojson::parse(doc);
+    if (!template_shows_tools) {   // the request would be refused: the template cannot show them
+        auto& schemas = j["components"]["schemas"];
+        for (auto* p : {&schemas["ChatRequest"]["properties"]["tools"], &schemas["Message"]["properties"]["tool_calls"]}) {
+            (*p)["maxItems"] = 0;
+            (*p)["description"] = "none: the model's chat template does not render tools (serve --chat-template)";
+        }
+    }
     to_openapi_31(j);
     j["openapi"] = "3.1.0";
     return j.dump(1);

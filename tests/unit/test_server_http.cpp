@@ -311,6 +311,10 @@ TEST(server_http, tools_a_template_cannot_show_are_refused) {
     r = s.post("/v1/chat/completions", history.dump());
     ASSERT_EQ(r->status, 400) << r->body;
     EXPECT_NE(json::parse(r->body)["error"]["message"].get<std::string>().find("tool_calls"), std::string::npos);
+    // No tools (an empty list) drops nothing; the OpenAPI document says what this server takes.
+    EXPECT_EQ(s.post("/v1/chat/completions", chat_body({{"tools", json::array()}}).dump())->status, 200);
+    const json doc = json::parse(s.client()->Get("/openapi.json")->body);
+    EXPECT_EQ(doc["components"]["schemas"]["ChatRequest"]["properties"]["tools"]["maxItems"], 0);
 }
 
 TEST(server_http, tool_calls_are_parsed_and_streamed) {
