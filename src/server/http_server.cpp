@@ -417,20 +417,23 @@ bool http_server::impl::prepare(const openai_request& r, serving_backend& b, std
             err = tmpl_error;
         }
         if (!t) return send_error(res, make_error(500, err, "server_error")), false;
-        // A template that never names `tools` (or `tool_calls`) renders the request as if it had
-        // none: the model would not see the tools, or what it called before, and answer anyway.
+        // A template that does not render tools (the test /openapi.json states too) renders the
+        // request as if it had none: the model would not see the tools, or what it called before,
+        // and answer anyway.
         const bool history_calls = std::any_of(r.messages.begin(), r.messages.end(), [](const ojson& m) {
             return m.contains("tool_calls") && !m["tool_calls"].empty();
         });
-        for (const auto& [needed, what] : {std::pair{!r.tools.is_null(), "tools"}, std::pair{history_calls, "tool_calls"}})
-            if (needed && text.find(what) == std::string::npos)
-                return send_error(res, make_error(400,
-                                                  fmt::format("the model's chat template does not show '{}' to the model "
-                                                              "(it has no tool calling): {} would be dropped",
-                                                              what, what),
-                                                  "invalid_request_error", "unsupported_parameter",
-                                                  std::string(what) == "tools" ? "tools" : "messages")),
-                       false;
+        if ((!r.tools.is_null() || history_calls) && !shows_tools(text)) {
+            const bool tools = !r.tools.is_null();
+            return send_error(res, make_error(400,
+                                              fmt::format("the model's chat template does not render tools and tool "
+                                                          "calls: the request's '{}' would be dropped (serve "
+                                                          "--chat-template gives the model one that does)",
+                                                          tools ? "tools" : "tool_calls"),
+                                              "invalid_request_error", "unsupported_parameter",
+                                              tools ? "tools" : "messages")),
+                   false;
+        }
         chat_request cr;
         cr.messages = r.messages;
         cr.tools = r.tools;

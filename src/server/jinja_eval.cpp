@@ -36,8 +36,7 @@ struct renderer {
     std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
     // Namespaces assigned to in this render: one set to hold itself (ns.a = ns, or a list that
     // holds it) is a reference cycle its shared_ptrs never free, so they are emptied at the end.
-    std::vector<std::shared_ptr<dict_t>> assigned;
-    std::unordered_set<const dict_t*> assigned_set;
+    std::unordered_set<std::shared_ptr<dict_t>> assigned;
 
     ~renderer() {
         for (const auto& d : assigned) d->clear();
@@ -371,7 +370,7 @@ struct renderer {
                     value ns = lookup(n.names[0]);
                     if (!ns.is_namespace)
                         error(n, fmt::format("cannot assign attribute on non-namespace object '{}'", n.names[0]));
-                    if (assigned_set.insert(ns.d.get()).second) assigned.push_back(ns.d);
+                    assigned.insert(ns.d);
                     for (auto& [k, x] : *ns.d)
                         if (k == n.name) { x = v; return; }
                     ns.d->emplace_back(n.name, v);

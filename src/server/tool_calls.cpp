@@ -112,10 +112,11 @@ void output_parser::close_section(output_delta&) {
 }
 
 bool output_parser::parse_call(std::string_view body, output_delta& out) {
-    if (trim(body).starts_with("<function=")) return parse_xml_call(trim(body), out);
+    body = trim(body);
+    if (body.starts_with("<function=")) return parse_xml_call(body, out);
     // The model's text, so as hostile as a request body (openai_request.cpp says why the depth).
     if (json_nesting_depth(body) > k_max_call_depth) return false;
-    const auto j = nlohmann::ordered_json::parse(trim(body), nullptr, /*allow_exceptions=*/false);
+    const auto j = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object() || !j.contains("name") || !j["name"].is_string() || !declared(j["name"].get<std::string>()))
         return false;
     tool_call c;
