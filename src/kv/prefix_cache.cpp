@@ -57,7 +57,7 @@ bool prefix_cache::store(std::span<const int32_t> tokens, const kv_cache& kv) {
             entries_.splice(entries_.begin(), entries_, it);
             return true;
         }
-        if (lcp == it->tokens.size()) {  // a shorter checkpoint this one covers
+        if (lcp == it->tokens.size() && !recurrent) {  // a shorter checkpoint this one covers (a state: not)
             auto dead = it++;
             erase(dead);
             ++stats_.evicted;

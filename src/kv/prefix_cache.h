@@ -12,7 +12,9 @@
 // folded into it and exists only at the checkpoint's length, so a checkpoint keeps the state
 // after its last token and is restored only when all its tokens begin the new prompt (a
 // conversation's next turn): the rows and the state are then the bits a fresh prefill of those
-// tokens leaves (E1), and the rest is prefilled as before.
+// tokens leaves (E1), and the rest is prefilled as before. The serving engine checkpoints a
+// hybrid's prompt (less its last token) as well as the whole request, so that a prompt sent
+// again, or a next turn whose template rewrites the reply, finds a state to start from.
 #pragma once
 
 #include "kv/kv_cache.h"
@@ -38,7 +40,7 @@ public:
     // Keeps rows [0, tokens.size()) of kv (tokens.size() <= kv.n_pos()) keyed by tokens; with a
     // recurrent state, tokens.size() must be the state's length (else nothing is kept) and the
     // state is kept too. Checkpoints whose tokens are a prefix of these are dropped (this one
-    // covers them); when these tokens are a prefix of a checkpoint already kept, that one is
+    // covers them), except with a state (theirs is at their own length); when these tokens are a prefix of a checkpoint already kept, that one is
     // only marked used (attention rows only: a longer one has no state at this length). Least
     // recently used checkpoints go until the new one fits; one larger than the whole budget is
     // not kept. Returns whether the rows are held afterwards.

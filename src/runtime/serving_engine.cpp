@@ -351,6 +351,12 @@ bool serving_engine::impl::admit(request_state& r) {
             r.result.cached_tokens = cache->restore(q.prompt, r.n_prompt - 1, *r.kv);
             if (r.result.cached_tokens > 0) target.net->load_kv_from_host(*r.kv);   // a GPU model's copy
         }
+        // A hybrid's state exists only at the lengths it passes, and the end-of-request checkpoint
+        // holds it after the reply: a request that repeats this prompt (a regenerate, n > 1 sent
+        // as several requests) or rewrites the reply (a template that drops past reasoning)
+        // would miss. So the prompt is checkpointed too, once its rows are prefilled.
+        r.checkpoint_prompt = q.use_prefix_cache && p.drafter != drafter_kind::mtp && !r.kv->recurrent().empty() &&
+                              r.result.cached_tokens < r.n_prompt - 1;
         r.context.reserve(static_cast<size_t>(r.n_prompt + r.max_tokens + 1));
         r.context.assign(q.prompt.begin(), q.prompt.end());
         r.rows.reserve(static_cast<size_t>(opt.prefill_rows_per_step + k_max_window));
@@ -427,7 +433,9 @@ void serving_engine::impl::step() {
         budget -= r.n_prefill;
         r.rows.assign(r.context.begin() + r.pos0, r.context.begin() + r.pos0 + r.n_prefill);
         r.n_drafts = 0;
-        if (r.n_prefill == pending) {
+        // The prompt's last rows go alone when its checkpoint is wanted (the window's rows
+        // would move the state past it); the first window comes in the next step.
+        if (r.n_prefill == pending && !(pending > 0 && r.checkpoint_prompt)) {
             // The window: the pending token plus drafts, never more than the tokens still wanted
             // (a window emits at most drafts + 1), cut at the first id outside the vocabulary.
             r.has_window = true;
@@ -484,6 +492,10 @@ void serving_engine::impl::step() {
     for (request_state* r : in_batch) {
         if (!r->has_window) {
             if (r->mtp) absorb_mtp(*r, r->n_prefill);   // a prefill chunk: every row is kept
+            if (r->checkpoint_prompt && r->kv->n_pos() == r->n_prompt - 1) {
+                r->checkpoint_prompt = false;
+                store_checkpoint(*r, static_cast<size_t>(r->n_prompt - 1));
+            }
             continue;
         }
         const int32_t g0 = r->generated;

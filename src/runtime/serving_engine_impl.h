@@ -81,6 +81,9 @@ struct request_state {
     int32_t pos0 = 0, n_prefill = 0, n_drafts = 0;
     int64_t row0 = 0;             // the segment's first row among the step's stacked rows
     bool has_window = false;
+    // A hybrid model's prompt is checkpointed once its rows are prefilled, before the first
+    // window (serving_engine.cpp: the state exists only at the lengths the sequence passes).
+    bool checkpoint_prompt = false;
 
     int32_t generated = 0;
     token_sha sha;
@@ -143,6 +146,9 @@ struct serving_engine::impl {
     void finish(request_state& r, const char* finish_reason, const char* stop_reason, std::string error = {});
     void walk_window(request_state& r, const float* logits);
     void absorb_mtp(request_state& r, int32_t kept);
+    // Keeps r's first n committed rows (and a hybrid's state, which must be at n) in the prefix
+    // cache; a failure (the GPU model's copy back) is reported and keeps nothing.
+    void store_checkpoint(request_state& r, size_t n);
     void calibrate_costs(int32_t token);
     int32_t choose_drafts(request_state& r, int32_t cap);
 };

@@ -111,6 +111,17 @@ void serving_engine::impl::absorb_mtp(request_state& r, int32_t kept) {
     r.mtp->absorb(r.rows, r.pos0, kept, res);
 }
 
+void serving_engine::impl::store_checkpoint(request_state& r, size_t n) {
+    // A GPU model's rows into the host arrays the checkpoint reads. A checkpoint only saves
+    // later prefill: when the copy fails the request goes on, nothing is kept.
+    try {
+        target.net->sync_kv_to_host(*r.kv);
+        cache->store(std::span<const int32_t>(r.context.data(), n), *r.kv);
+    } catch (const std::exception& e) {
+        fmt::print(stderr, "prefix cache: a checkpoint of {} rows was not kept: {}\n", n, e.what());
+    }
+}
+
 // Ends a request: its result, its checkpoint in the prefix cache, on_done (once; `finished`
 // marks the request for removal).
 void serving_engine::impl::finish(request_state& r, const char* finish_reason, const char* stop_reason,
@@ -152,18 +163,8 @@ void serving_engine::impl::finish(request_state& r, const char* finish_reason, c
     if (r.text) res.text_tail = r.text->flush();
 
     // The checkpoint: every committed row, keyed by the tokens it holds.
-    if (r.kv && r.req.use_prefix_cache && res.finish_reason != "error" &&
-        r.kv->n_pos() > 0) {
-        const size_t n = static_cast<size_t>(r.kv->n_pos());
-        // A GPU model's rows into the host arrays the checkpoint reads. A checkpoint only saves
-        // later prefill: when the copy fails the request is still done, nothing is kept.
-        try {
-            target.net->sync_kv_to_host(*r.kv);
-            cache->store(std::span<const int32_t>(r.context.data(), n), *r.kv);
-        } catch (const std::exception& e) {
-            fmt::print(stderr, "prefix cache: the checkpoint of a finished request was not kept: {}\n", e.what());
-        }
-    }
+    if (r.kv && r.req.use_prefix_cache && res.finish_reason != "error" && r.kv->n_pos() > 0)
+        store_checkpoint(r, static_cast<size_t>(r.kv->n_pos()));
     r.kv.reset();
     r.draft_target.reset();
     r.draft_session.reset();

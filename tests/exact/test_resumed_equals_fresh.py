@@ -95,3 +95,31 @@ def test_resumed_equals_fresh_hybrid(capi, name):
         assert srv.metric("cached_prompt_tokens") > 0
     finally:
         srv.close()
+
+
+@pytest.mark.parametrize("name", ["qwen35moe_e4_k2_mtp", "qwen3next_e4_k2_mtp"])
+def test_hybrid_prompt_sent_again_restores_its_state(capi, name):
+    # A hybrid's state exists only at the lengths the sequence passed, so the checkpoint at the end
+    # of a request cannot serve its own prompt again (a regenerate, n > 1 sent as requests): the
+    # engine checkpoints the prompt as well, once its rows are prefilled. The second request
+    # restores every prompt row but the last (the first window's) and gives fresh's tokens.
+    srv = Serving(capi, FIXTURES / name / "converted-F32.gguf", max_batch=2, n_ctx=512)
+    try:
+        prompt = srv.tokenize(chatml(TURNS[0]))
+        for settings in (dict(temperature=0.0), dict(temperature=0.8, seed=7, drafter=1)):
+            first = srv.run(prompt, n_predict=12, cache=True, **settings)
+            again = srv.run(prompt, n_predict=12, cache=True, **settings)
+            fresh = srv.run(prompt, n_predict=12, cache=False, **settings)
+            for r in (first, again):
+                assert r["finish"] != "error", r["error"]
+                assert r["tokens"] == fresh["tokens"] and r["sha"] == fresh["sha"]
+            assert again["cached"] == len(prompt) - 1, (again["cached"], len(prompt))
+            # A prompt that goes on past the checkpointed one restores it too (all of it begins
+            # the new prompt) and prefills the rest.
+            longer = prompt + srv.tokenize(chatml(TURNS[1]))
+            resumed = srv.run(longer, n_predict=12, cache=True, **settings)
+            fresh = srv.run(longer, n_predict=12, cache=False, **settings)
+            assert resumed["tokens"] == fresh["tokens"] and resumed["sha"] == fresh["sha"]
+            assert resumed["cached"] >= len(prompt) - 1, (resumed["cached"], len(prompt))
+    finally:
+        srv.close()

@@ -199,6 +199,35 @@ TEST(prefix_cache, a_longer_checkpoint_replaces_its_prefixes) {
     EXPECT_TRUE(rows_equal(out, k2, 5));
 }
 
+// With a recurrent state a longer checkpoint does not cover its prefixes: their state is at their
+// own length. The serving engine keeps a hybrid's prompt and its whole request: the same prompt
+// sent again restores the first, a next turn the second.
+TEST(prefix_cache, a_longer_recurrent_checkpoint_keeps_its_prefixes) {
+    kv_shape s = small_shape(16);
+    s.rec.n_layer = 1;
+    s.rec.conv_floats = 2;
+    s.rec.ssm_floats = 2;
+    s.rec.n_ckpt = 1;
+    const std::vector<int32_t> prompt = {1, 2, 3}, request = {1, 2, 3, 4, 5};
+    kv_cache k1(s), k2(s);
+    const std::vector<float> st1{1, 2, 3, 4}, st2{5, 6, 7, 8};
+    k1.recurrent().assign(st1, 3);
+    k2.recurrent().assign(st2, 5);
+    fill(k1, prompt);
+    fill(k2, request);
+    prefix_cache c(1 << 20);
+    ASSERT_TRUE(c.store(prompt, k1));
+    ASSERT_TRUE(c.store(request, k2));
+    EXPECT_EQ(c.entries(), 2u);
+    kv_cache out(s);
+    EXPECT_EQ(c.restore(std::vector<int32_t>{1, 2, 3, 9}, 3, out), 3);   // the prompt again
+    EXPECT_EQ(out.recurrent().live(), st1);
+    EXPECT_TRUE(rows_equal(out, k1, 3));
+    EXPECT_EQ(c.restore(std::vector<int32_t>{1, 2, 3, 4, 5, 6}, 5, out), 5);   // the next turn
+    EXPECT_EQ(out.recurrent().live(), st2);
+    EXPECT_TRUE(rows_equal(out, k2, 5));
+}
+
 TEST(prefix_cache, evicts_least_recently_used_within_its_budget) {
     kv_cache k(small_shape(16));
     const std::vector<int32_t> a = {1, 1, 1, 1}, b = {2, 2, 2, 2}, d = {3, 3, 3, 3};
