@@ -39,7 +39,7 @@ void prefix_cache::clear() {
     bytes_ = 0;
 }
 
-bool prefix_cache::store(std::span<const int32_t> tokens, const kv_cache& kv) {
+bool prefix_cache::store(std::span<const int32_t> tokens, const kv_cache& kv, std::span<const float> aux) {
     const size_t n = tokens.size();
     if (n == 0) return false;
     if (n > static_cast<size_t>(kv.n_pos()))
@@ -54,8 +54,15 @@ bool prefix_cache::store(std::span<const int32_t> tokens, const kv_cache& kv) {
         }
         const size_t lcp = common_prefix(it->tokens, tokens);
         if (lcp == n && (!recurrent || it->tokens.size() == n)) {  // already covered by a checkpoint at least this long
-            entries_.splice(entries_.begin(), entries_, it);
-            return true;
+            if (aux.empty() || !it->aux.empty()) {
+                entries_.splice(entries_.begin(), entries_, it);
+                return true;
+            }
+            if (it->tokens.size() == n) {   // the same checkpoint without the drafter's state: replaced
+                auto dead = it++;
+                erase(dead);
+                continue;
+            }
         }
         if (lcp == it->tokens.size() && !recurrent) {  // a shorter checkpoint this one covers (a state: not)
             auto dead = it++;
@@ -65,7 +72,7 @@ bool prefix_cache::store(std::span<const int32_t> tokens, const kv_cache& kv) {
         }
         ++it;
     }
-    const size_t need = entry_bytes(n, shape);
+    const size_t need = entry_bytes(n, shape) + aux.size() * sizeof(float);
     if (need > max_bytes_) return false;
     while (bytes_ + need > max_bytes_ && !entries_.empty()) {
         erase(std::prev(entries_.end()));
@@ -84,13 +91,14 @@ bool prefix_cache::store(std::span<const int32_t> tokens, const kv_cache& kv) {
         dst += n * row;
     }
     if (recurrent) e.state = kv.recurrent().live();
+    e.aux.assign(aux.begin(), aux.end());
     bytes_ += e.bytes();
     entries_.push_front(std::move(e));
     ++stats_.stored;
     return true;
 }
 
-int32_t prefix_cache::restore(std::span<const int32_t> tokens, int32_t max_rows, kv_cache& kv) {
+int32_t prefix_cache::restore(std::span<const int32_t> tokens, int32_t max_rows, kv_cache& kv, std::vector<float>* aux) {
     ++stats_.lookups;
     kv.clear();
     const kv_shape& shape = kv.shape();
@@ -99,10 +107,10 @@ int32_t prefix_cache::restore(std::span<const int32_t> tokens, int32_t max_rows,
     const bool recurrent = !kv.recurrent().empty();
     const size_t cap = std::min(static_cast<size_t>(std::max(max_rows, 0)), static_cast<size_t>(shape.n_ctx));
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-        if (!same_rows(it->shape, shape)) continue;
+        if (!same_rows(it->shape, shape) || (aux && it->aux.empty())) continue;
         const size_t lcp = common_prefix(it->tokens, tokens);
-        // A state exists at the checkpoint's length only: all of it must be reused.
-        if (recurrent && (lcp != it->tokens.size() || lcp > cap)) continue;
+        // A state (and a drafter's) exists at the checkpoint's length only: all of it must be reused.
+        if ((recurrent || aux) && (lcp != it->tokens.size() || lcp > cap)) continue;
         if (lcp > best_n) best = it, best_n = lcp;
     }
     best_n = std::min(best_n, cap);
@@ -117,6 +125,7 @@ int32_t prefix_cache::restore(std::span<const int32_t> tokens, int32_t max_rows,
         src += n_kept * row;
     }
     if (recurrent) kv.recurrent().assign(best->state, static_cast<int32_t>(best_n));
+    if (aux) *aux = best->aux;
     kv.set_n_pos(static_cast<int32_t>(best_n));
     entries_.splice(entries_.begin(), entries_, best);
     ++stats_.hits;

@@ -44,14 +44,17 @@ public:
     // only marked used (attention rows only: a longer one has no state at this length). Least
     // recently used checkpoints go until the new one fits; one larger than the whole budget is
     // not kept. Returns whether the rows are held afterwards.
-    bool store(std::span<const int32_t> tokens, const kv_cache& kv);
+    // aux: a drafter's own state at this length (the MTP head's rows, mtp_drafter::save), kept
+    // beside the rows; a checkpoint with aux replaces one of the same tokens without.
+    bool store(std::span<const int32_t> tokens, const kv_cache& kv, std::span<const float> aux = {});
 
     // Finds the checkpoint sharing the longest prefix with `tokens` (same KV shape), copies
     // min(common prefix, max_rows) rows into kv (whose previous contents are dropped) and sets
     // kv.n_pos() to that; marks the checkpoint used. With a recurrent state only checkpoints
     // whose every token begins `tokens`, at most max_rows of them, qualify, and their state is
     // restored with the rows. Returns the rows restored, 0 on a miss (kv then holds nothing).
-    int32_t restore(std::span<const int32_t> tokens, int32_t max_rows, kv_cache& kv);
+    // With `aux` only checkpoints that kept one qualify, and it is copied there.
+    int32_t restore(std::span<const int32_t> tokens, int32_t max_rows, kv_cache& kv, std::vector<float>* aux = nullptr);
 
     size_t bytes() const { return bytes_; }
     size_t max_bytes() const { return max_bytes_; }
@@ -65,8 +68,9 @@ private:
         kv_shape shape;               // n_layer, n_kv_head, head_dim of the rows (n_ctx unused)
         std::vector<float> rows;      // per layer: K rows [n, row_floats] then V rows [n, row_floats]
         std::vector<float> state;     // [rec layers, conv + ssm floats] after token n-1 (hybrid models), else empty
+        std::vector<float> aux;       // a drafter's state at n (the MTP head's rows), else empty
         size_t bytes() const {
-            return tokens.size() * sizeof(int32_t) + (rows.size() + state.size()) * sizeof(float);
+            return tokens.size() * sizeof(int32_t) + (rows.size() + state.size() + aux.size()) * sizeof(float);
         }
     };
     static size_t entry_bytes(size_t n_tokens, const kv_shape& s);

@@ -127,6 +127,27 @@ public:
     int32_t n_past() const override { return n_past_; }
     void truncate(int32_t n) override { n_past_ = std::clamp(n, 0, n_past_); }
 
+    // The cache is [2][n_ctx][n_kv_head * head_dim] in VRAM (K then V, as one trunk layer's):
+    // the rows go through plain copies (the head's forwards end with a stream sync).
+    int64_t row_floats() const override { return 2 * nkv(); }
+    void save_rows(int32_t n, float* dst) const override {
+        if (n < 0 || n > n_past_) fail("mtp head: save of {} rows: the cache holds {}", n, n_past_);
+        ck(cudaSetDevice(m_.device()), "cudaSetDevice");
+        const size_t r = static_cast<size_t>(n) * nkv();
+        ck(cudaMemcpy(dst, kv_, r * 4, cudaMemcpyDeviceToHost), "mtp head: K rows");
+        ck(cudaMemcpy(dst + r, kv_ + static_cast<size_t>(n_ctx_) * nkv(), r * 4, cudaMemcpyDeviceToHost),
+           "mtp head: V rows");
+    }
+    void load_rows(const float* src, int32_t n) override {
+        if (n < 0 || n > n_ctx_) fail("mtp head: load of {} rows: the cache holds {} positions", n, n_ctx_);
+        ck(cudaSetDevice(m_.device()), "cudaSetDevice");
+        const size_t r = static_cast<size_t>(n) * nkv();
+        ck(cudaMemcpy(kv_, src, r * 4, cudaMemcpyHostToDevice), "mtp head: K rows");
+        ck(cudaMemcpy(kv_ + static_cast<size_t>(n_ctx_) * nkv(), src + r, r * 4, cudaMemcpyHostToDevice),
+           "mtp head: V rows");
+        n_past_ = n;
+    }
+
     void target_hidden(const float* residual, int64_t n, float* out) const override {
         const int64_t E = hp_.n_embd;
         for (int64_t r = 0; r < n; ++r)
@@ -173,6 +194,7 @@ public:
     const float* logits() const override { return draft_rows_ ? logits_.data() : h_logits_; }
 
 private:
+    size_t nkv() const { return static_cast<size_t>(hp_.n_kv_head) * static_cast<size_t>(hp_.head_dim); }
     template <class T>
     T* dev(size_t count) {
         void* p = nullptr;

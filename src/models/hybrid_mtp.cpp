@@ -90,6 +90,21 @@ public:
     const float* out_hidden(int32_t row) const override { return hout_.data() + int64_t{row} * hp_.n_embd; }
     const float* logits() const override { return logits_.data(); }
 
+    int64_t row_floats() const override { return 2 * kv_.row_floats(); }
+    void save_rows(int32_t n, float* dst) const override {
+        if (n < 0 || n > kv_.n_pos()) fail("mtp head: save of {} rows: the cache holds {}", n, kv_.n_pos());
+        const size_t r = static_cast<size_t>(n) * static_cast<size_t>(kv_.row_floats());
+        std::memcpy(dst, kv_.k(0), r * sizeof(float));
+        std::memcpy(dst + r, kv_.v(0), r * sizeof(float));
+    }
+    void load_rows(const float* src, int32_t n) override {
+        if (n < 0 || n > kv_.shape().n_ctx) fail("mtp head: load of {} rows: the cache holds {} positions", n, kv_.shape().n_ctx);
+        const size_t r = static_cast<size_t>(n) * static_cast<size_t>(kv_.row_floats());
+        std::memcpy(kv_.k(0), src, r * sizeof(float));
+        std::memcpy(kv_.v(0), src + r, r * sizeof(float));
+        kv_.set_n_pos(n);
+    }
+
 private:
     const tensor_view& head_matrix() const { return w_.head ? *w_.head : *out_.output; }
 

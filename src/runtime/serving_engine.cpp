@@ -345,18 +345,20 @@ bool serving_engine::impl::admit(request_state& r) {
         // forwarded and a window never drafts past max_tokens (n_prompt + max_tokens - 2).
         r.kv = std::make_unique<kv_cache>(target.net->kv_shape_for(r.n_prompt + std::max(r.max_tokens, 1)));
         // Hybrid models: a checkpoint restores with its recurrent state when all of it begins the
-        // prompt (kv/prefix_cache.h). The MTP head must see every prompt row's hidden state:
-        // such requests prefill in full.
-        if (q.use_prefix_cache && p.drafter != drafter_kind::mtp) {
-            r.result.cached_tokens = cache->restore(q.prompt, r.n_prompt - 1, *r.kv);
+        // prompt (kv/prefix_cache.h). The MTP head must have folded in every row before the
+        // ones it drafts from: an MTP request takes only checkpoints that kept the head's rows
+        // (`mtp_saved`, given to its drafter below).
+        std::vector<float> mtp_saved;
+        if (q.use_prefix_cache) {
+            r.result.cached_tokens =
+                cache->restore(q.prompt, r.n_prompt - 1, *r.kv, p.drafter == drafter_kind::mtp ? &mtp_saved : nullptr);
             if (r.result.cached_tokens > 0) target.net->load_kv_from_host(*r.kv);   // a GPU model's copy
         }
         // A hybrid's state exists only at the lengths it passes, and the end-of-request checkpoint
         // holds it after the reply: a request that repeats this prompt (a regenerate, n > 1 sent
         // as several requests) or rewrites the reply (a template that drops past reasoning)
         // would miss. So the prompt is checkpointed too, once its rows are prefilled.
-        r.checkpoint_prompt = q.use_prefix_cache && p.drafter != drafter_kind::mtp && !r.kv->recurrent().empty() &&
-                              r.result.cached_tokens < r.n_prompt - 1;
+        r.checkpoint_prompt = q.use_prefix_cache && !r.kv->recurrent().empty() && r.result.cached_tokens < r.n_prompt - 1;
         r.context.reserve(static_cast<size_t>(r.n_prompt + r.max_tokens + 1));
         r.context.assign(q.prompt.begin(), q.prompt.end());
         r.rows.reserve(static_cast<size_t>(opt.prefill_rows_per_step + k_max_window));
@@ -373,6 +375,7 @@ bool serving_engine::impl::admit(request_state& r) {
             mtp_drafter_params mp;
             mp.max_draft = std::clamp(p.max_window - 1, 1, 4);   // as `sluice run --spec mtp`
             auto d = std::make_unique<mtp_drafter>(*r.head, sp, mp);
+            if (r.result.cached_tokens > 0) d->restore(mtp_saved, r.result.cached_tokens);
             r.mtp = d.get();
             r.drafts = std::move(d);
         } else if (p.drafter == drafter_kind::ngram) {

@@ -94,7 +94,8 @@ void serving_engine::impl::walk_window(request_state& r, const float* l) {
     // Rows 0..emitted-1 carried the old pending token and the kept drafts: keep them (and the
     // prompt rows before them); roll back the rest.
     r.kv->truncate(r.pos0 + r.n_prefill + emitted);
-    if (r.mtp && !finish_reason) absorb_mtp(r, r.n_prefill + emitted);   // a finished request drafts no more
+    // Also when the request ends: it drafts no more, but its checkpoint keeps the head's rows.
+    if (r.mtp) absorb_mtp(r, r.n_prefill + emitted);
     r.spec.add_window(rows, r.n_drafts, accepted, emitted);
     if (r.n_drafts > 0) {
         // A window cut by a stop says nothing about the drafts after the cut.
@@ -116,7 +117,9 @@ void serving_engine::impl::store_checkpoint(request_state& r, size_t n) {
     // later prefill: when the copy fails the request goes on, nothing is kept.
     try {
         target.net->sync_kv_to_host(*r.kv);
-        cache->store(std::span<const int32_t>(r.context.data(), n), *r.kv);
+        std::vector<float> head_rows;   // an MTP drafter's state at n (none when it is not there)
+        if (r.mtp) r.mtp->save(static_cast<int32_t>(n), head_rows);
+        cache->store(std::span<const int32_t>(r.context.data(), n), *r.kv, head_rows);
     } catch (const std::exception& e) {
         fmt::print(stderr, "prefix cache: a checkpoint of {} rows was not kept: {}\n", n, e.what());
     }

@@ -45,6 +45,13 @@ struct mtp_head {
     virtual void forward(const float* hidden, std::span<const int32_t> tokens, int32_t pos0, bool want_logits) = 0;
     virtual const float* out_hidden(int32_t row) const = 0;   // [n_embd], valid until the next forward
     virtual const float* logits() const = 0;                 // [n_vocab], valid until the next forward
+
+    // The head's cache rows as a prefix-cache checkpoint keeps them: row_floats() floats a
+    // position (its K row and its V row). save_rows writes positions [0, n) (n <= n_past()) as
+    // n K rows then n V rows; load_rows puts such rows back, and n_past() is then n.
+    virtual int64_t row_floats() const = 0;
+    virtual void save_rows(int32_t n, float* dst) const = 0;
+    virtual void load_rows(const float* src, int32_t n) = 0;
 };
 
 }  // namespace sluice

@@ -106,6 +106,27 @@ void mtp_drafter::absorb(std::span<const int32_t> tokens, int32_t pos0, int32_t 
     pending_pos_ = last;
 }
 
+bool mtp_drafter::save(int32_t n, std::vector<float>& out) const {
+    out.clear();
+    if (n < 1 || pending_pos_ != n - 1 || final_ < n - 1 || head_.n_past() < n - 1) return false;
+    const size_t rows = static_cast<size_t>(n - 1) * static_cast<size_t>(head_.row_floats());
+    out.resize(rows + static_cast<size_t>(E_));
+    head_.save_rows(n - 1, out.data());
+    std::memcpy(out.data() + rows, pending_.data(), static_cast<size_t>(E_) * sizeof(float));
+    return true;
+}
+
+void mtp_drafter::restore(std::span<const float> saved, int32_t n) {
+    const size_t rows = n >= 1 ? static_cast<size_t>(n - 1) * static_cast<size_t>(head_.row_floats()) : 0;
+    if (n < 1 || n > head_.n_ctx() || saved.size() != rows + static_cast<size_t>(E_))
+        fail("mtp drafter: restore of {} floats at {} rows: expected {} (a checkpoint of {} rows, the head holding {})",
+             saved.size(), n, rows + static_cast<size_t>(E_), n, head_.n_ctx());
+    head_.load_rows(saved.data(), n - 1);
+    std::memcpy(pending_.data(), saved.data() + rows, static_cast<size_t>(E_) * sizeof(float));
+    pending_pos_ = n - 1;
+    final_ = n - 1;
+}
+
 int32_t mtp_drafter::propose(std::span<const int32_t> ctx, int32_t max_n, std::span<int32_t> out) {
     ++stats_.calls;
     const int32_t len = static_cast<int32_t>(ctx.size());

@@ -66,6 +66,16 @@ public:
     // new sequence at 0; anything else throws.
     void absorb(std::span<const int32_t> tokens, int32_t pos0, int32_t n, const float* residual);
 
+    // A prefix-cache checkpoint of this drafter when the target holds n committed rows: the head's
+    // final rows [0, n - 1) (head.save_rows) and the hidden state of row n - 1, still pending (the
+    // token after it is not committed). Returns false, leaving `out` empty, when the drafter is
+    // not at n (a request ended before its last rows were absorbed).
+    bool save(int32_t n, std::vector<float>& out) const;
+    // Back to such a checkpoint: the drafter of a sequence whose first n rows the target restored
+    // from the same checkpoint, as if it had absorbed them (the head's rows are those bits, E1).
+    // Throws when the size is not save()'s for n.
+    void restore(std::span<const float> saved, int32_t n);
+
 private:
     class adapter final : public verify_target {
     public:

@@ -83,7 +83,8 @@ int sluice_serving_tokenize(void* hv, const char* text, int parse_special, int32
 }
 
 // Queues one request; returns its index, or -1 (the queue is full).
-// drafter: 0 none, 1 ngram, 2 draft model. top_logprobs: -1 none, else 0..20.
+// drafter: 0 none, 1 ngram, 2 draft model, 3 MTP; plus 10: at a fixed depth (every window carries
+// max_window - 1 drafts: the proposals then depend on the drafter's state alone). top_logprobs: -1 none, else 0..20.
 int sluice_serving_submit(void* hv, const int32_t* prompt, int n_prompt, int n_predict, float temperature, int top_k,
                           float top_p, float min_p, unsigned long long seed, float repeat_penalty, int drafter,
                           int use_prefix_cache, int top_logprobs) {
@@ -98,8 +99,11 @@ int sluice_serving_submit(void* hv, const int32_t* prompt, int n_prompt, int n_p
         r.params.min_p = min_p;
         r.params.seed = seed;
         r.params.repeat_penalty = repeat_penalty;
+        r.params.adaptive_depth = drafter < 10;
+        drafter %= 10;
         r.params.drafter = drafter == 1   ? sluice::drafter_kind::ngram
                            : drafter == 2 ? sluice::drafter_kind::draft_model
+                           : drafter == 3 ? sluice::drafter_kind::mtp
                                           : sluice::drafter_kind::none;
         r.use_prefix_cache = use_prefix_cache != 0;
         r.top_logprobs = top_logprobs;
@@ -201,6 +205,12 @@ const char* sluice_serving_result_error(void* h, int idx) {
 int sluice_serving_result_cached(void* h, int idx) {
     served* s = get(h, idx);
     return s ? s->result.cached_tokens : -1;
+}
+// Drafts the request proposed (which = 0) or had accepted (which = 1); -1 for a bad index.
+long long sluice_serving_result_drafts(void* h, int idx, int which) {
+    served* s = get(h, idx);
+    if (!s) return -1;
+    return which == 0 ? s->result.drafts_proposed : s->result.drafts_accepted;
 }
 
 // One figure of serving_metrics by name: steps, rows, max_segments, generated_tokens,

@@ -39,6 +39,8 @@ def _bind(c):
         getattr(c, f"sluice_serving_result_{f}").restype = ctypes.c_char_p
         getattr(c, f"sluice_serving_result_{f}").argtypes = [ctypes.c_void_p, ctypes.c_int]
     c.sluice_serving_result_cached.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    c.sluice_serving_result_drafts.restype = ctypes.c_longlong
+    c.sluice_serving_result_drafts.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
     c.sluice_serving_metric.restype = ctypes.c_longlong
     c.sluice_serving_metric.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
 
@@ -90,7 +92,8 @@ class Serving:
                     sha=c.sluice_serving_result_sha(self.h, idx).decode(),
                     finish=c.sluice_serving_result_finish(self.h, idx).decode(),
                     error=c.sluice_serving_result_error(self.h, idx).decode(),
-                    cached=c.sluice_serving_result_cached(self.h, idx))
+                    cached=c.sluice_serving_result_cached(self.h, idx),
+                    drafts=(c.sluice_serving_result_drafts(self.h, idx, 0), c.sluice_serving_result_drafts(self.h, idx, 1)))
 
     def wait(self):
         self.c.sluice_serving_wait(self.h)

@@ -123,3 +123,39 @@ def test_hybrid_prompt_sent_again_restores_its_state(capi, name):
             assert resumed["cached"] >= len(prompt) - 1, (resumed["cached"], len(prompt))
     finally:
         srv.close()
+
+
+@pytest.mark.parametrize("name", ["qwen35moe_e4_k2_mtp", "qwen3next_e4_k2_mtp"])
+def test_hybrid_mtp_requests_resume_with_the_heads_rows(capi, name):
+    # An MTP request's checkpoint keeps its head's rows and the pending hidden state beside the
+    # trunk's rows and state (mtp_drafter::save), so the same prompt again or a next turn restores
+    # both instead of prefilling in full. At a fixed depth (drafter 13) the proposals depend on
+    # the head's state alone: a restored head proposes what the head it was saved from did, so
+    # the resumed request's drafted and accepted counts equal those of the same request on an
+    # engine with an empty cache, whose last prompt rows also go alone to be checkpointed.
+    def engine():
+        return Serving(capi, FIXTURES / name / "converted-F32.gguf", max_batch=2, n_ctx=512)
+
+    turn1 = None
+    for settings in (dict(temperature=0.0, drafter=13), dict(temperature=0.8, seed=5, drafter=13)):
+        srv, ref = engine(), engine()
+        try:
+            turn1 = srv.tokenize(chatml(TURNS[0]))
+            first = srv.run(turn1, n_predict=16, cache=True, **settings)
+            assert first["finish"] != "error", first["error"]
+            assert first["cached"] == 0 and first["drafts"][0] > 0
+            again = srv.run(turn1, n_predict=16, cache=True, **settings)
+            assert again["cached"] == len(turn1) - 1
+            assert (again["tokens"], again["sha"], again["drafts"]) == (first["tokens"], first["sha"], first["drafts"])
+            turn2 = turn1 + first["tokens"] + srv.tokenize(chatml(TURNS[1]))
+            resumed = srv.run(turn2, n_predict=16, cache=True, **settings)
+            fresh = ref.run(turn2, n_predict=16, cache=True, **settings)
+            assert resumed["finish"] != "error", resumed["error"]
+            assert resumed["cached"] >= len(turn1) - 1 and fresh["cached"] == 0
+            assert (resumed["tokens"], resumed["sha"], resumed["drafts"]) == (fresh["tokens"], fresh["sha"], fresh["drafts"])
+            # A request without MTP takes the same checkpoints (the head's rows unused).
+            plain = srv.run(turn1, n_predict=8, cache=True)
+            assert plain["cached"] == len(turn1) - 1
+        finally:
+            srv.close()
+            ref.close()

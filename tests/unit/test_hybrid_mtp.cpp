@@ -276,6 +276,43 @@ TEST_P(hybrid_mtp, drafts_are_a_function_of_the_committed_context) {
     }
 }
 
+// A prefix-cache checkpoint of the drafter (the head's rows and the pending hidden state) restored
+// into a fresh head gives the drafts and logits bits of the drafter it was saved from.
+TEST_P(hybrid_mtp, a_saved_drafter_restores_to_the_same_drafts) {
+    auto f = model_file::open(fixture(GetParam()));
+    auto m = load_model(*f, {});
+    const sampling_params sp = sampling_params::greedy();
+    const std::vector<int32_t> ctx = tokens(19, 3);
+    const int32_t n = static_cast<int32_t>(ctx.size()) - 1;   // committed rows: all but the pending token
+    session_options so;
+    so.n_ctx = k_ctx;
+    so.prefill_chunk = k_rows;
+    session s(*m, so);
+    auto head = make_mtp_head(*m, s.pool(), k_ctx, k_rows);
+    mtp_drafter_params mp;
+    mp.max_draft = 4;
+    mtp_drafter d(s, *head, sp, mp);
+    d.prefill(std::span<const int32_t>(ctx.data(), static_cast<size_t>(n)));
+    std::vector<float> saved;
+    EXPECT_FALSE(d.save(n - 1, saved));   // not the drafter's length
+    EXPECT_TRUE(saved.empty());
+    ASSERT_TRUE(d.save(n, saved));
+    ASSERT_EQ(saved.size(), static_cast<size_t>(n - 1) * static_cast<size_t>(head->row_floats()) + size_t(m->hparams().n_embd));
+    std::vector<int32_t> want(16), got(16);
+    const int32_t nw = d.propose(ctx, 4, want);
+    const std::vector<float> want_logits(head->logits(), head->logits() + m->hparams().n_vocab);
+
+    auto head2 = make_mtp_head(*m, s.pool(), k_ctx, k_rows);
+    mtp_drafter d2(*head2, sp, mp);
+    EXPECT_THROW(d2.restore(std::span<const float>(saved).first(saved.size() - 1), n), error);
+    d2.restore(saved, n);
+    EXPECT_EQ(head2->n_past(), n - 1);
+    const int32_t ng = d2.propose(ctx, 4, got);
+    ASSERT_EQ(ng, nw);
+    EXPECT_EQ(std::vector<int32_t>(got.begin(), got.begin() + ng), std::vector<int32_t>(want.begin(), want.begin() + nw));
+    EXPECT_EQ(std::memcmp(head2->logits(), want_logits.data(), want_logits.size() * sizeof(float)), 0);
+}
+
 TEST_P(hybrid_mtp, drafted_equals_serial) {
     auto f = model_file::open(fixture(GetParam()));
     auto m = load_model(*f, {});

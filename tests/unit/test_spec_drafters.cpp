@@ -393,6 +393,9 @@ struct echo_head final : mtp_head {
     }
     const float* out_hidden(int32_t) const override { return h.data(); }
     const float* logits() const override { return l.data(); }
+    int64_t row_floats() const override { return 0; }   // no cache rows
+    void save_rows(int32_t, float*) const override {}
+    void load_rows(const float*, int32_t n) override { past = n; }
 };
 
 TEST(mtp, interface_is_usable) {
