@@ -6,6 +6,8 @@
 //   - the residual rows the CUDA model leaves in scratch.x (the drafter's input) are the CPU's bits;
 //   - head rows folded in several at a time, chained rows with logits, a truncation and the same
 //     positions again: h' and the logits bit for bit, with the whole vocabulary and a trimmed one;
+//     the cache rows a prefix-cache checkpoint keeps (save_rows) bit for bit, and loaded back
+//     (load_rows) they give the same logits;
 //   - generations through the MTP drafter (greedy, and sampled with three seeds; windows 2, 3, 5):
 //     every proposal and the head's logits after it equal the CPU generation's, and the tokens
 //     equal the GPU's serial decoding (drafted = serial, E1-E2 on the GPU).
@@ -116,6 +118,22 @@ void compare_heads(model& cpu, model& gpu, const draft_vocab* vocab, tally& t, c
     hg->forward(two_rows.data(), std::span<const int32_t>(two, 2), n, true);
     t.expect(same_bits(hc->logits(), hg->logits(), size_t(V)), std::string(tag) + ": logits after truncation");
     t.expect(same_bits(hc->out_hidden(1), hg->out_hidden(1), size_t(E)), std::string(tag) + ": h' after truncation");
+    // The cache rows as a prefix-cache checkpoint keeps them (save_rows): the CPU's bits; put back
+    // (load_rows) into the GPU head after it forgot them, the two rows again give the same logits.
+    t.expect(hc->row_floats() == hg->row_floats(), std::string(tag) + ": floats a cache row");
+    if (hc->row_floats() != hg->row_floats()) return;
+    const size_t kept = size_t(n + 2) * size_t(hc->row_floats());
+    std::vector<float> rows_c(kept), rows_g(kept);
+    hc->save_rows(n + 2, rows_c.data());
+    hg->save_rows(n + 2, rows_g.data());
+    t.expect(same_bits(rows_c.data(), rows_g.data(), kept), std::string(tag) + ": saved cache rows");
+    hg->truncate(0);
+    std::vector<float> first_n(size_t(n) * size_t(hc->row_floats()));
+    hc->save_rows(n, first_n.data());
+    hg->load_rows(first_n.data(), n);
+    t.expect(hg->n_past() == n, std::string(tag) + ": n_past after load_rows");
+    hg->forward(two_rows.data(), std::span<const int32_t>(two, 2), n, true);
+    t.expect(same_bits(hc->logits(), hg->logits(), size_t(V)), std::string(tag) + ": logits after load_rows");
 }
 
 using run_result = mtp_generation;
