@@ -251,6 +251,28 @@ run_result generate(model& m, const std::vector<int32_t>& prompt, const sampling
     return generate_with_mtp(m, prompt, sp, max_window, max_tokens, k_ctx, k_rows, stop_after);
 }
 
+// A session of the model with its MTP head and a drafter over both (max_draft 4), fed through
+// the session: what `sluice run --spec mtp` builds.
+struct session_drafter {
+    session s;
+    std::unique_ptr<mtp_head> head;
+    mtp_drafter d;
+    session_drafter(model& m, const sampling_params& sp, const session_options& so)
+        : s(m, so), head(make_mtp_head(m, s.pool(), k_ctx, k_rows)), d(s, *head, sp, params()) {}
+    static mtp_drafter_params params() {
+        mtp_drafter_params mp;
+        mp.max_draft = 4;
+        return mp;
+    }
+};
+
+session_options drafter_session_options() {
+    session_options so;
+    so.n_ctx = k_ctx;
+    so.prefill_chunk = k_rows;
+    return so;
+}
+
 TEST_P(hybrid_mtp, drafts_are_a_function_of_the_committed_context) {
     auto f = model_file::open(fixture(GetParam()));
     auto m = load_model(*f, {});
@@ -259,19 +281,12 @@ TEST_P(hybrid_mtp, drafts_are_a_function_of_the_committed_context) {
     ASSERT_GE(r.calls.size(), 8u);
     for (const auto& c : r.calls) {
         // A fresh session and head fed the context in one prefill.
-        session_options so;
-        so.n_ctx = k_ctx;
-        so.prefill_chunk = k_rows;
-        session s(*m, so);
-        auto head = make_mtp_head(*m, s.pool(), k_ctx, k_rows);
-        mtp_drafter_params mp;
-        mp.max_draft = 4;
-        mtp_drafter d(s, *head, sp, mp);
-        d.prefill(std::span<const int32_t>(c.context.data(), c.context.size() - 1));
+        session_drafter sd(*m, sp, drafter_session_options());
+        sd.d.prefill(std::span<const int32_t>(c.context.data(), c.context.size() - 1));
         std::vector<int32_t> out(16);
-        const int32_t n = d.propose(c.context, c.max_n, out);
+        const int32_t n = sd.d.propose(c.context, c.max_n, out);
         ASSERT_EQ(std::vector<int32_t>(out.begin(), out.begin() + n), c.drafts) << "context " << c.context.size();
-        ASSERT_EQ(std::memcmp(head->logits(), c.logits.data(), c.logits.size() * sizeof(float)), 0)
+        ASSERT_EQ(std::memcmp(sd.head->logits(), c.logits.data(), c.logits.size() * sizeof(float)), 0)
             << "context " << c.context.size();
     }
 }
@@ -284,14 +299,9 @@ TEST_P(hybrid_mtp, a_saved_drafter_restores_to_the_same_drafts) {
     const sampling_params sp = sampling_params::greedy();
     const std::vector<int32_t> ctx = tokens(19, 3);
     const int32_t n = static_cast<int32_t>(ctx.size()) - 1;   // committed rows: all but the pending token
-    session_options so;
-    so.n_ctx = k_ctx;
-    so.prefill_chunk = k_rows;
-    session s(*m, so);
-    auto head = make_mtp_head(*m, s.pool(), k_ctx, k_rows);
-    mtp_drafter_params mp;
-    mp.max_draft = 4;
-    mtp_drafter d(s, *head, sp, mp);
+    session_drafter sd(*m, sp, drafter_session_options());
+    mtp_drafter& d = sd.d;
+    const mtp_head* head = sd.head.get();
     d.prefill(std::span<const int32_t>(ctx.data(), static_cast<size_t>(n)));
     std::vector<float> saved;
     EXPECT_FALSE(d.save(n - 1, saved));   // not the drafter's length
@@ -302,8 +312,8 @@ TEST_P(hybrid_mtp, a_saved_drafter_restores_to_the_same_drafts) {
     const int32_t nw = d.propose(ctx, 4, want);
     const std::vector<float> want_logits(head->logits(), head->logits() + m->hparams().n_vocab);
 
-    auto head2 = make_mtp_head(*m, s.pool(), k_ctx, k_rows);
-    mtp_drafter d2(*head2, sp, mp);
+    auto head2 = make_mtp_head(*m, sd.s.pool(), k_ctx, k_rows);
+    mtp_drafter d2(*head2, sp, session_drafter::params());
     EXPECT_THROW(d2.restore(std::span<const float>(saved).first(saved.size() - 1), n), error);
     d2.restore(saved, n);
     EXPECT_EQ(head2->n_past(), n - 1);

@@ -34,6 +34,17 @@ kv_shape small_shape(int n_ctx) {
     return s;
 }
 
+// small_shape's rows beside a recurrent state of `layers` layers of conv + ssm floats (one
+// checkpointed row: these tests roll back no windows).
+kv_shape hybrid_shape(int n_ctx, int layers, int conv, int ssm) {
+    kv_shape s = small_shape(n_ctx);
+    s.rec.n_layer = layers;
+    s.rec.conv_floats = conv;
+    s.rec.ssm_floats = ssm;
+    s.rec.n_ckpt = 1;
+    return s;
+}
+
 // A cache whose row p of layer il holds the value f(token at p, p, il) in every float.
 void fill(kv_cache& kv, const std::vector<int32_t>& toks) {
     const int64_t rf = kv.row_floats();
@@ -144,11 +155,7 @@ TEST(prefix_cache, restores_the_longest_common_prefix) {
 // Hybrid models: the recurrent state exists at the checkpoint's length only, so a checkpoint
 // comes back (rows and state) only when all of its tokens begin the prompt.
 TEST(prefix_cache, a_recurrent_state_comes_back_only_with_the_whole_checkpoint) {
-    kv_shape s = small_shape(64);
-    s.rec.n_layer = 2;
-    s.rec.conv_floats = 3;
-    s.rec.ssm_floats = 5;
-    s.rec.n_ckpt = 1;
+    const kv_shape s = hybrid_shape(64, 2, 3, 5);
     const std::vector<int32_t> toks{5, 6, 7, 8, 9};
     kv_cache a(s);
     std::vector<float> state(2 * (3 + 5));
@@ -203,11 +210,7 @@ TEST(prefix_cache, a_longer_checkpoint_replaces_its_prefixes) {
 // own length. The serving engine keeps a hybrid's prompt and its whole request: the same prompt
 // sent again restores the first, a next turn the second.
 TEST(prefix_cache, a_longer_recurrent_checkpoint_keeps_its_prefixes) {
-    kv_shape s = small_shape(16);
-    s.rec.n_layer = 1;
-    s.rec.conv_floats = 2;
-    s.rec.ssm_floats = 2;
-    s.rec.n_ckpt = 1;
+    const kv_shape s = hybrid_shape(16, 1, 2, 2);
     const std::vector<int32_t> prompt = {1, 2, 3}, request = {1, 2, 3, 4, 5};
     kv_cache k1(s), k2(s);
     const std::vector<float> st1{1, 2, 3, 4}, st2{5, 6, 7, 8};
@@ -226,6 +229,34 @@ TEST(prefix_cache, a_longer_recurrent_checkpoint_keeps_its_prefixes) {
     EXPECT_EQ(c.restore(std::vector<int32_t>{1, 2, 3, 4, 5, 6}, 5, out), 5);   // the next turn
     EXPECT_EQ(out.recurrent().live(), st2);
     EXPECT_TRUE(rows_equal(out, k2, 5));
+}
+
+// A drafter's state kept beside the rows (the MTP head's, `aux`): a request that needs it takes
+// only checkpoints that kept one, whole; a checkpoint with it replaces the same tokens without.
+TEST(prefix_cache, a_drafters_state_comes_back_only_from_checkpoints_that_kept_it) {
+    const kv_shape s = hybrid_shape(16, 1, 2, 2);
+    const std::vector<int32_t> toks = {1, 2, 3, 4};
+    kv_cache k(s);
+    k.recurrent().assign(std::vector<float>{1, 2, 3, 4}, 4);
+    fill(k, toks);
+    prefix_cache c(1 << 20);
+    ASSERT_TRUE(c.store(toks, k));
+    kv_cache out(s);
+    std::vector<float> aux;
+    const std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
+    EXPECT_EQ(c.restore(prompt, 4, out, &aux), 0);   // no drafter's state kept
+    EXPECT_EQ(c.restore(prompt, 4, out), 4);         // a request without a drafter takes it
+    const size_t plain = c.bytes();
+    const std::vector<float> head = {7, 8, 9};
+    ASSERT_TRUE(c.store(toks, k, head));
+    EXPECT_EQ(c.entries(), 1u);                      // replaced, not added
+    EXPECT_EQ(c.bytes(), plain + head.size() * sizeof(float));
+    EXPECT_EQ(c.restore(prompt, 4, out, &aux), 4);
+    EXPECT_EQ(aux, head);
+    EXPECT_EQ(c.restore(prompt, 4, out), 4);
+    ASSERT_TRUE(c.store(toks, k));                   // without: the one with the state stays
+    EXPECT_EQ(c.restore(prompt, 4, out, &aux), 4);
+    EXPECT_EQ(aux, head);
 }
 
 TEST(prefix_cache, evicts_least_recently_used_within_its_budget) {
