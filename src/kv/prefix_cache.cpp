@@ -39,7 +39,7 @@ void prefix_cache::clear() {
     bytes_ = 0;
 }
 
-bool prefix_cache::store(std::span<const int32_t> tokens, const kv_cache& kv, std::span<const float> aux) {
+bool prefix_cache::store(std::span<const int32_t> tokens, const kv_cache& kv, std::vector<float> aux) {
     const size_t n = tokens.size();
     if (n == 0) return false;
     if (n > static_cast<size_t>(kv.n_pos()))
@@ -47,24 +47,31 @@ bool prefix_cache::store(std::span<const int32_t> tokens, const kv_cache& kv, st
     const kv_shape& shape = kv.shape();
     const bool recurrent = !kv.recurrent().empty();
     if (recurrent && n != static_cast<size_t>(kv.recurrent().length())) return false;   // no state at n
+    const size_t need = entry_bytes(n, shape) + aux.size() * sizeof(float);
+    if (need > max_bytes_) return false;   // before anything is replaced
+    // A checkpoint with a state (recurrent, or a drafter's) serves only prompts that begin with all
+    // of it: a longer checkpoint never covers it, and it covers no shorter one.
+    const bool whole_only = recurrent || !aux.empty();
     for (auto it = entries_.begin(); it != entries_.end();) {
         if (!same_rows(it->shape, shape)) {
             ++it;
             continue;
         }
         const size_t lcp = common_prefix(it->tokens, tokens);
-        if (lcp == n && (!recurrent || it->tokens.size() == n)) {  // already covered by a checkpoint at least this long
-            if (aux.empty() || !it->aux.empty()) {
+        if (lcp == n && it->tokens.size() == n) {   // the same tokens
+            if (aux.empty() || !it->aux.empty()) {   // already kept, with at least this state
                 entries_.splice(entries_.begin(), entries_, it);
                 return true;
             }
-            if (it->tokens.size() == n) {   // the same checkpoint without the drafter's state: replaced
-                auto dead = it++;
-                erase(dead);
-                continue;
-            }
+            auto dead = it++;   // kept without the drafter's state: replaced
+            erase(dead);
+            continue;
         }
-        if (lcp == it->tokens.size() && !recurrent) {  // a shorter checkpoint this one covers (a state: not)
+        if (lcp == n && !whole_only) {   // covered by a longer checkpoint's rows
+            entries_.splice(entries_.begin(), entries_, it);
+            return true;
+        }
+        if (lcp == it->tokens.size() && !recurrent && it->aux.empty()) {   // a shorter one this one covers
             auto dead = it++;
             erase(dead);
             ++stats_.evicted;
@@ -72,8 +79,6 @@ bool prefix_cache::store(std::span<const int32_t> tokens, const kv_cache& kv, st
         }
         ++it;
     }
-    const size_t need = entry_bytes(n, shape) + aux.size() * sizeof(float);
-    if (need > max_bytes_) return false;
     while (bytes_ + need > max_bytes_ && !entries_.empty()) {
         erase(std::prev(entries_.end()));
         ++stats_.evicted;
@@ -91,7 +96,7 @@ bool prefix_cache::store(std::span<const int32_t> tokens, const kv_cache& kv, st
         dst += n * row;
     }
     if (recurrent) e.state = kv.recurrent().live();
-    e.aux.assign(aux.begin(), aux.end());
+    e.aux = std::move(aux);
     bytes_ += e.bytes();
     entries_.push_front(std::move(e));
     ++stats_.stored;

@@ -46,7 +46,9 @@ public:
     // not kept. Returns whether the rows are held afterwards.
     // aux: a drafter's own state at this length (the MTP head's rows, mtp_drafter::save), kept
     // beside the rows; a checkpoint with aux replaces one of the same tokens without.
-    bool store(std::span<const int32_t> tokens, const kv_cache& kv, std::span<const float> aux = {});
+    bool store(std::span<const int32_t> tokens, const kv_cache& kv, std::vector<float> aux = {});
+    // Whether a checkpoint of n rows of this shape (no drafter's state) fits the budget at all.
+    bool can_hold(size_t n, const kv_shape& s) const { return entry_bytes(n, s) <= max_bytes_; }
 
     // Finds the checkpoint sharing the longest prefix with `tokens` (same KV shape), copies
     // min(common prefix, max_rows) rows into kv (whose previous contents are dropped) and sets

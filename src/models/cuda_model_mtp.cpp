@@ -127,8 +127,9 @@ public:
     int32_t n_past() const override { return n_past_; }
     void truncate(int32_t n) override { n_past_ = std::clamp(n, 0, n_past_); }
 
-    // The cache is [2][n_ctx][n_kv_head * head_dim] in VRAM (K then V, as one trunk layer's):
-    // the rows go through plain copies (the head's forwards end with a stream sync).
+    // The cache is [2][n_ctx][n_kv_head * head_dim] in VRAM (K then V, as one trunk layer's).
+    // Plain copies on the legacy stream, then a device sync: the model's stream is non-blocking,
+    // so nothing else orders them with the head's next forward (which also ends synced).
     int64_t row_floats() const override { return 2 * nkv(); }
     void save_rows(int32_t n, float* dst) const override {
         if (n < 0 || n > n_past_) fail("mtp head: save of {} rows: the cache holds {}", n, n_past_);
@@ -137,6 +138,7 @@ public:
         ck(cudaMemcpy(dst, kv_, r * 4, cudaMemcpyDeviceToHost), "mtp head: K rows");
         ck(cudaMemcpy(dst + r, kv_ + static_cast<size_t>(n_ctx_) * nkv(), r * 4, cudaMemcpyDeviceToHost),
            "mtp head: V rows");
+        ck(cudaDeviceSynchronize(), "mtp head: saved rows");
     }
     void load_rows(const float* src, int32_t n) override {
         if (n < 0 || n > n_ctx_) fail("mtp head: load of {} rows: the cache holds {} positions", n, n_ctx_);
@@ -145,6 +147,7 @@ public:
         ck(cudaMemcpy(kv_, src, r * 4, cudaMemcpyHostToDevice), "mtp head: K rows");
         ck(cudaMemcpy(kv_ + static_cast<size_t>(n_ctx_) * nkv(), src + r, r * 4, cudaMemcpyHostToDevice),
            "mtp head: V rows");
+        ck(cudaDeviceSynchronize(), "mtp head: loaded rows");   // a pageable copy may return before it lands
         n_past_ = n;
     }
 

@@ -352,13 +352,14 @@ bool serving_engine::impl::admit(request_state& r) {
         if (q.use_prefix_cache) {
             r.result.cached_tokens =
                 cache->restore(q.prompt, r.n_prompt - 1, *r.kv, p.drafter == drafter_kind::mtp ? &mtp_saved : nullptr);
-            if (r.result.cached_tokens > 0) target.net->load_kv_from_host(*r.kv);   // a GPU model's copy
         }
         // A hybrid's state exists only at the lengths it passes, and the end-of-request checkpoint
         // holds it after the reply: a request that repeats this prompt (a regenerate, n > 1 sent
         // as several requests) or rewrites the reply (a template that drops past reasoning)
         // would miss. So the prompt is checkpointed too, once its rows are prefilled.
-        r.checkpoint_prompt = q.use_prefix_cache && !r.kv->recurrent().empty() && r.result.cached_tokens < r.n_prompt - 1;
+        // (Not when it cannot be kept: its step would delay the first token for nothing.)
+        r.checkpoint_prompt = q.use_prefix_cache && !r.kv->recurrent().empty() && r.result.cached_tokens < r.n_prompt - 1 &&
+                              cache->can_hold(static_cast<size_t>(r.n_prompt - 1), r.kv->shape());
         r.context.reserve(static_cast<size_t>(r.n_prompt + r.max_tokens + 1));
         r.context.assign(q.prompt.begin(), q.prompt.end());
         r.rows.reserve(static_cast<size_t>(opt.prefill_rows_per_step + k_max_window));
@@ -375,7 +376,17 @@ bool serving_engine::impl::admit(request_state& r) {
             mtp_drafter_params mp;
             mp.max_draft = std::clamp(p.max_window - 1, 1, 4);   // as `sluice run --spec mtp`
             auto d = std::make_unique<mtp_drafter>(*r.head, sp, mp);
-            if (r.result.cached_tokens > 0) d->restore(mtp_saved, r.result.cached_tokens);
+            if (r.result.cached_tokens > 0) {
+                try {
+                    d->restore(mtp_saved, r.result.cached_tokens);
+                } catch (const std::exception& e) {
+                    // The checkpoint's head rows do not fit this head: a full prefill instead.
+                    fmt::print(stderr, "prefix cache: the MTP head's rows were not restored: {}\n", e.what());
+                    r.kv->clear();
+                    r.result.cached_tokens = 0;
+                    r.checkpoint_prompt = q.use_prefix_cache && cache->can_hold(static_cast<size_t>(r.n_prompt - 1), r.kv->shape());
+                }
+            }
             r.mtp = d.get();
             r.drafts = std::move(d);
         } else if (p.drafter == drafter_kind::ngram) {
@@ -401,6 +412,8 @@ bool serving_engine::impl::admit(request_state& r) {
                 r.confidence.resize(k_max_window);
             }
         }
+        // A GPU model's copy of the restored rows, once nothing can undo the restore.
+        if (r.result.cached_tokens > 0) target.net->load_kv_from_host(*r.kv);
         r.spec.drafter_name = r.drafts && p.max_window > 1 ? std::string(r.drafts->name()) : "none";
         r.spec.prompt_rows = r.n_prompt - 1 - r.result.cached_tokens;
         {

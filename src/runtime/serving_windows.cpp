@@ -94,8 +94,18 @@ void serving_engine::impl::walk_window(request_state& r, const float* l) {
     // Rows 0..emitted-1 carried the old pending token and the kept drafts: keep them (and the
     // prompt rows before them); roll back the rest.
     r.kv->truncate(r.pos0 + r.n_prefill + emitted);
-    // Also when the request ends: it drafts no more, but its checkpoint keeps the head's rows.
-    if (r.mtp) absorb_mtp(r, r.n_prefill + emitted);
+    if (r.mtp && !finish_reason) {
+        absorb_mtp(r, r.n_prefill + emitted);
+    } else if (r.mtp && r.req.use_prefix_cache) {
+        // The request drafts no more, but its checkpoint keeps the head's rows, which need these
+        // too. A failure here keeps the checkpoint without them (save() then finds the drafter
+        // behind) and ends nothing else.
+        try {
+            absorb_mtp(r, r.n_prefill + emitted);
+        } catch (const std::exception& e) {
+            fmt::print(stderr, "prefix cache: the MTP head's last rows were not folded in: {}\n", e.what());
+        }
+    }
     r.spec.add_window(rows, r.n_drafts, accepted, emitted);
     if (r.n_drafts > 0) {
         // A window cut by a stop says nothing about the drafts after the cut.
@@ -119,10 +129,13 @@ void serving_engine::impl::store_checkpoint(request_state& r, size_t n) {
         target.net->sync_kv_to_host(*r.kv);
         std::vector<float> head_rows;   // an MTP drafter's state at n (none when it is not there)
         if (r.mtp) r.mtp->save(static_cast<int32_t>(n), head_rows);
-        cache->store(std::span<const int32_t>(r.context.data(), n), *r.kv, head_rows);
+        cache->store(std::span<const int32_t>(r.context.data(), n), *r.kv, std::move(head_rows));
     } catch (const std::exception& e) {
         fmt::print(stderr, "prefix cache: a checkpoint of {} rows was not kept: {}\n", n, e.what());
     }
+    std::lock_guard<std::mutex> lk(mu);
+    m.prefix_cache_entries = static_cast<int64_t>(cache->entries());
+    m.prefix_cache_bytes = static_cast<int64_t>(cache->bytes());
 }
 
 // Ends a request: its result, its checkpoint in the prefix cache, on_done (once; `finished`
@@ -180,8 +193,6 @@ void serving_engine::impl::finish(request_state& r, const char* finish_reason, c
         std::lock_guard<std::mutex> lk(mu);
         if (!r.finished) --slots_taken;
         m.requests_done += 1;
-        m.prefix_cache_entries = static_cast<int64_t>(cache->entries());
-        m.prefix_cache_bytes = static_cast<int64_t>(cache->bytes());
     }
     r.finished = true;
     done_callback done = std::move(r.on_done);

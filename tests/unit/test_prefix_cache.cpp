@@ -257,6 +257,29 @@ TEST(prefix_cache, a_drafters_state_comes_back_only_from_checkpoints_that_kept_i
     ASSERT_TRUE(c.store(toks, k));                   // without: the one with the state stays
     EXPECT_EQ(c.restore(prompt, 4, out, &aux), 4);
     EXPECT_EQ(aux, head);
+
+    // A replacement that does not fit the budget leaves the checkpoint it would have replaced.
+    prefix_cache tight(plain);
+    ASSERT_TRUE(tight.store(toks, k));
+    EXPECT_FALSE(tight.store(toks, k, head));
+    EXPECT_EQ(tight.entries(), 1u);
+    EXPECT_EQ(tight.restore(prompt, 4, out), 4);
+
+    // Attention rows alone (no recurrent state): a checkpoint with a drafter's state is still
+    // whole-only, so a longer one without it neither covers nor evicts it.
+    const kv_shape a = small_shape(16);
+    kv_cache k4(a), k6(a);
+    fill(k4, toks);
+    const std::vector<int32_t> six = {1, 2, 3, 4, 5, 6};
+    fill(k6, six);
+    prefix_cache rows(1 << 20);
+    ASSERT_TRUE(rows.store(six, k6));
+    ASSERT_TRUE(rows.store(toks, k4, head));         // not covered by the longer rows
+    ASSERT_TRUE(rows.store(six, k6));
+    EXPECT_EQ(rows.entries(), 2u);
+    kv_cache out_a(a);
+    EXPECT_EQ(rows.restore(six, 5, out_a, &aux), 4);
+    EXPECT_EQ(aux, head);
 }
 
 TEST(prefix_cache, evicts_least_recently_used_within_its_budget) {
