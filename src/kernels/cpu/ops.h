@@ -28,12 +28,15 @@ float dot_f32_lanes(const float* a, const float* b, int64_t n);
 // Row-wise work over n rows (norms, RoPE, activation quantisation, SwiGLU, residual adds):
 // fn(r0, r1) on chunks of rows from the pool when there are at least k_rows_parallel_min rows,
 // else fn(0, n) on the calling thread. Every row is computed by the same code whichever thread
-// takes it, so the split never changes a bit (E2). Below the threshold a call costs more than the
-// work it spreads: an empty parallel_for took 1.0-1.3 us at 2 threads and 3.1-4.4 us at 16
-// (bench_pool), one row of rmsnorm or of activation quantisation takes well under 1 us.
-// On 16 threads the serial row-wise loops of a 512-row prefill chunk were most of a small
-// model's layer (SmolLM2-135M pp512 0.31x llama.cpp at 16 threads, 1.13x at 2).
-inline constexpr int64_t k_rows_parallel_min = 16;
+// takes it, so the split never changes a bit (E2). An empty parallel_for took 1.0-1.3 us at 2
+// threads and 3.1-4.4 us at 16 (bench_pool); one row of a norm takes ~2.4 us (SmolLM2's 576,
+// the exact chained sum). At 16 rows (the old threshold) a verify window of 8 rows ran its
+// row-wise work on one thread while 15 waited: SmolLM2-135M at 16 threads, depth 256, the
+// window's forward took 9.40 ms, its two norms, RoPE and SwiGLU ~80 us a layer; split from 2
+// rows on, 6.56 ms and ~24 us (the H200 host, session 26, bench/RESULTS.md). A 2-row window
+// gained nothing there (its rows' work is about one parallel_for's cost), so 2-3 rows stay on
+// the calling thread.
+inline constexpr int64_t k_rows_parallel_min = 4;
 template <class F>
 void for_rows(thread_pool& pool, int64_t n, F&& fn) {
     if (n < k_rows_parallel_min || pool.n_threads() == 1) {
