@@ -40,10 +40,12 @@ public:
     // Keeps rows [0, tokens.size()) of kv (tokens.size() <= kv.n_pos()) keyed by tokens; with a
     // recurrent state, tokens.size() must be the state's length (else nothing is kept) and the
     // state is kept too. Checkpoints whose tokens are a prefix of these are dropped (this one
-    // covers them), except with a state (theirs is at their own length); when these tokens are a prefix of a checkpoint already kept, that one is
-    // only marked used (attention rows only: a longer one has no state at this length). Least
-    // recently used checkpoints go until the new one fits; one larger than the whole budget is
-    // not kept. Returns whether the rows are held afterwards.
+    // covers them), except those with a state or a drafter's state (theirs is at their own
+    // length). When these tokens are a prefix of a checkpoint already kept, that one is only
+    // marked used (attention rows only: a longer one has no state at this length, and none
+    // stands in for a drafter's state). Least recently used checkpoints go until the new one
+    // fits; one larger than the whole budget is not kept, and removes nothing. Returns whether
+    // the rows are held afterwards.
     // aux: a drafter's own state at this length (the MTP head's rows, mtp_drafter::save), kept
     // beside the rows; a checkpoint with aux replaces one of the same tokens without.
     bool store(std::span<const int32_t> tokens, const kv_cache& kv, std::vector<float> aux = {});

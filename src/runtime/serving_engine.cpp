@@ -358,8 +358,12 @@ bool serving_engine::impl::admit(request_state& r) {
         // as several requests) or rewrites the reply (a template that drops past reasoning)
         // would miss. So the prompt is checkpointed too, once its rows are prefilled.
         // (Not when it cannot be kept: its step would delay the first token for nothing.)
-        r.checkpoint_prompt = q.use_prefix_cache && !r.kv->recurrent().empty() && r.result.cached_tokens < r.n_prompt - 1 &&
-                              cache->can_hold(static_cast<size_t>(r.n_prompt - 1), r.kv->shape());
+        // Decided again if a restore is undone below.
+        auto wants_prompt_checkpoint = [&] {
+            return q.use_prefix_cache && !r.kv->recurrent().empty() && r.result.cached_tokens < r.n_prompt - 1 &&
+                   cache->can_hold(static_cast<size_t>(r.n_prompt - 1), r.kv->shape());
+        };
+        r.checkpoint_prompt = wants_prompt_checkpoint();
         r.context.reserve(static_cast<size_t>(r.n_prompt + r.max_tokens + 1));
         r.context.assign(q.prompt.begin(), q.prompt.end());
         r.rows.reserve(static_cast<size_t>(opt.prefill_rows_per_step + k_max_window));
@@ -384,7 +388,7 @@ bool serving_engine::impl::admit(request_state& r) {
                     fmt::print(stderr, "prefix cache: the MTP head's rows were not restored: {}\n", e.what());
                     r.kv->clear();
                     r.result.cached_tokens = 0;
-                    r.checkpoint_prompt = q.use_prefix_cache && cache->can_hold(static_cast<size_t>(r.n_prompt - 1), r.kv->shape());
+                    r.checkpoint_prompt = wants_prompt_checkpoint();
                 }
             }
             r.mtp = d.get();
