@@ -18,6 +18,8 @@
 # parity_logs.txt (matmul, ops + delta_net, model + mtp, placement), trace_30b.log,
 # trace_35b.log, builds.log: 6 files (the machine returns 8 at most).
 # AB_TRACE=0 skips the trace build and runs; AB_SPLIT=0 the split runs; AB_35B=0 the 35B file.
+# AB_NCU=1 adds bench/gpu/ncu_source.sh on the working tree's build and the 30B file: ncu.tar.gz
+# and ncu_top.txt (the SASS lines with the most warp-state samples), 8 files in all.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -74,6 +76,11 @@ wait
 if [ "${AB_TRACE:-1}" = 1 ]; then
   timeout 60 /tmp/ab-trace/step_trace $f30 512 32 > "$O/trace_30b.log" 2>&1
   [ -s "$f35" ] && timeout 60 /tmp/ab-trace/step_trace $f35 512 32 > "$O/trace_35b.log" 2>&1
+fi
+if [ "${AB_NCU:-0}" = 1 ]; then
+  OUT=/tmp/ab-ncu NCU_FILE=$f30 NCU_BUILD=0 timeout 200 bash bench/gpu/ncu_source.sh > /dev/null 2>&1
+  cp /tmp/ab-ncu/source_top.txt "$O/ncu_top.txt" 2>/dev/null
+  tar czf "$O/ncu.tar.gz" -C /tmp/ab-ncu . 2>/dev/null
 fi
 s=/tmp/ab-session
 cp $s/summary.txt "$O/summary.txt" 2>/dev/null

@@ -86,6 +86,8 @@ int test_rope() {
     return f;
 }
 
+int report_bytes(const std::string& what, const std::vector<std::byte>& cpu, const std::byte* dev);
+
 int test_attention(thread_pool& pool) {
     int f = 0;
     // ties: the KV rows repeat every 5 positions, so every chunk holds equal maximal scores
@@ -170,6 +172,38 @@ int test_attention(thread_pool& pool) {
                                 " lanes, records of " + std::to_string(max_chunks) + " chunks" +
                                 (from_device ? ", position on the device)" : ")"),
                             cpu, dout.get());
+            }
+            // The output rows' int8 activation blocks made by the merging blocks (cuda::attention_act),
+            // where a KV head's heads hold whole blocks: quantize_act_row's bytes of the CPU's rows,
+            // and the floats unchanged.
+            for (const quant::act_format af : {quant::act_format::q8_32, quant::act_format::q8_256}) {
+                const int width = af == quant::act_format::q8_32 ? 32 : 256;
+                const int64_t rf_i = static_cast<int64_t>(rf);
+                if ((c.n_head / c.n_kv * c.hd) % width != 0) continue;
+                const size_t rb = quant::act_row_bytes(af, rf_i);
+                std::vector<std::byte> want(rb * static_cast<size_t>(c.rows));
+                for (int r = 0; r < c.rows; ++r) quant::quantize_act_row_ref(af, cpu.data() + r * rf, rf_i, want.data() + r * rb);
+                std::byte* dact = nullptr;
+                CK(cudaMalloc(&dact, want.size()));
+                CK(cudaMemset(dact, 0xee, want.size()));
+                CK(cudaMemset(dout.p, 0, q.size() * 4));
+                int folded = 0;
+                for (int r = 0; r < c.rows; ++r) {
+                    const int32_t pos = c.pos0 + r;
+                    CK(cudaMemcpy(dpos, &pos, 4, cudaMemcpyHostToDevice));
+                    cuda::attention_act aq;
+                    aq.act = dact + r * rb;
+                    aq.width = width;
+                    folded += cuda::attention(p, dq.p + r * rf, dk.p, dv.p, 0, 1, dout.p + r * rf, nullptr, dpos, &sp, &aq);
+                }
+                const std::string what = name + " split, activation blocks of " + std::to_string(width);
+                if (folded != c.rows) {
+                    std::printf("FAIL: %s: made in %d of %d launches\n", what.c_str(), folded, c.rows);
+                    ++f;
+                }
+                f += report(what + " (floats)", cpu, dout.get());
+                f += report_bytes(what, want, dact);
+                cudaFree(dact);
             }
             std::vector<unsigned> arr(static_cast<size_t>(c.n_kv));
             CK(cudaMemcpy(arr.data(), sp.arrivals, arr.size() * 4, cudaMemcpyDeviceToHost));

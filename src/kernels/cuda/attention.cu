@@ -8,10 +8,12 @@
 #include "kernels/cuda/ops.cuh"
 
 #include "core/error.h"
+#include "kernels/cuda/act_quant_dev.cuh"
 #include "kernels/cuda/lanes.cuh"
 #include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/math.h"
+#include "quant/act.h"
 
 #include <cuda_runtime.h>
 
@@ -459,10 +461,17 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
 // KV head from all SMs.
 //   rec: [n_head, max_chunks, head_dim + 2]; arrivals: [n_kv_head], zero before and after.
 //   The chunk's K and V rows (rows_chunk_buffers<U>) are dynamic shared memory: 66 KB at U = 8.
+// With act (act_width 32 or 256, dividing G * head_dim) the merging block also writes its G heads'
+// int8 activation blocks of the output row (quantize_block_warp, as quantize_act_rows makes
+// them from the same floats) for the output projection, which then skips its quantiser launch.
+// Measured on the H200 (bench/gpu/step_trace, the 30B shape, session 27): the 2.2 us launch gone,
+// attention 9.4 -> 10.5 us a layer (the merging block's quantisation), ~1 us a layer net; decode
+// 247.1 -> 247.9 tok/s, within one call's noise.
 template <int U>
 __global__ void __launch_bounds__(k_rows_warps * 32)
     attention_split_kernel(kernels::attention_params p, const float* q, const float* kc, const float* vc, int32_t pos0,
-                           const int32_t* pos_dev, float* rec, unsigned* arrivals, int64_t max_chunks, float* out) {
+                           const int32_t* pos_dev, float* rec, unsigned* arrivals, int64_t max_chunks, float* out,
+                           std::byte* act, int act_width) {
     // The position: copied in before the step's first launch (pos_dev), so settled here.
     if (pos_dev) pos0 = *pos_dev;
     extern __shared__ float4 split_dyn[];
@@ -557,10 +566,30 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
         m = m_after;
     }
     float* orow = out + static_cast<int64_t>(h) * hd;
+    // The chunk rows are consumed (every warp passed the barrier before the arrival): the G heads'
+    // outputs go there side by side for the quantiser.
+    float* heads = reinterpret_cast<float*>(split_dyn);   // [G, head_dim]
 #pragma unroll
     for (int u = 0; u < U; ++u) {
         const int d = lane + 32 * u;
-        if (d < hd) orow[d] = __fdiv_rn(o[u], l);
+        if (d < hd) {
+            const float r = __fdiv_rn(o[u], l);
+            orow[d] = r;
+            heads[warp * hd + d] = r;
+        }
+    }
+    if (!act) return;
+    __syncthreads();
+    const int per_head = G * hd / act_width;   // activation blocks of this KV head's heads
+    for (int b = warp; b < per_head; b += G) {
+        const int64_t gb = static_cast<int64_t>(kvh) * per_head + b;
+        if (act_width == 256) {
+            quant::act_block256* dst = reinterpret_cast<quant::act_block256*>(act) + gb;
+            quantize_block_warp<256>(heads + b * 256, &dst->d, dst->q, dst->bsums);
+        } else {
+            quant::act_block32* dst = reinterpret_cast<quant::act_block32*>(act) + gb;
+            quantize_block_warp<32>(heads + b * 32, &dst->d, dst->q, nullptr);
+        }
     }
 }
 
@@ -601,12 +630,15 @@ void launch_rows(const kernels::attention_params& p, const float* q, const float
 
 template <int U>
 void launch_split(const kernels::attention_params& p, const float* q, const float* kc, const float* vc, int32_t pos0,
-                  const int32_t* pos_dev, const attention_split& split, int64_t lanes, float* out, cudaStream_t stream) {
+                  const int32_t* pos_dev, const attention_split& split, int64_t lanes, float* out, std::byte* act,
+                  int act_width, cudaStream_t stream) {
     constexpr size_t dyn = sizeof(rows_chunk_buffers<U>);
+    static_assert(sizeof(rows_chunk_buffers<U>) >= sizeof(float) * k_rows_warps * k_rows_hd<U>,
+                  "the G heads' outputs fit in the chunk rows' memory");
     opt_in_shared(attention_split_kernel<U>, dyn, "split decode");
     launch(attention_split_kernel<U>, dim3(static_cast<unsigned>(p.n_kv_head), static_cast<unsigned>(lanes)),
            dim3(static_cast<unsigned>(p.n_head / p.n_kv_head * 32)), dyn, stream, p, q, kc, vc, pos0, pos_dev,
-           split.records, split.arrivals, split.max_chunks, out);
+           split.records, split.arrivals, split.max_chunks, out, act, act_width);
 }
 
 }  // namespace
@@ -618,13 +650,14 @@ int64_t attention_split_blocks(const kernels::attention_params& p, int64_t max_c
     return max_chunks < k_split_lanes ? max_chunks : k_split_lanes;
 }
 
-void attention(const kernels::attention_params& p, const float* q, const float* kc, const float* vc, int32_t pos0,
-               int64_t n_rows, float* out, void* stream, const int32_t* pos_dev, const attention_split* split) {
+bool attention(const kernels::attention_params& p, const float* q, const float* kc, const float* vc, int32_t pos0,
+               int64_t n_rows, float* out, void* stream, const int32_t* pos_dev, const attention_split* split,
+               const attention_act* act_out) {
     if (p.head_dim < 1 || p.head_dim > kernels::k_max_head_dim || p.n_kv_head < 1 || p.n_head % p.n_kv_head != 0)
         fail("cuda: attention: head_dim {} (1..{}), n_head {}, n_kv_head {}", p.head_dim, kernels::k_max_head_dim,
              p.n_head, p.n_kv_head);
     const int64_t total = n_rows * p.n_head;
-    if (total <= 0) return;
+    if (total <= 0) return false;
     if (total > 0x7fffffff) fail("cuda: attention: {} (row, head) pairs exceed one launch", total);
     // Many rows (a prefill chunk): the rows kernel, K and V staged once per block for up to 32
     // queries (16 where G is odd); same bits (see there). It takes head_dim <= 256 and at most 16
@@ -640,23 +673,27 @@ void attention(const kernels::attention_params& p, const float* q, const float* 
             launch_rows<4>(p, q, kc, vc, pos0, n_rows, out, s);
         else
             launch_rows<8>(p, q, kc, vc, pos0, n_rows, out, s);
-        return;
+        return false;
     }
     // A decode step with the split records: all SMs (see attention_split_kernel).
     const int64_t lanes = split && n_rows == 1 ? attention_split_blocks(p, split->max_chunks) : 0;
     if (lanes > 0) {
         if (!pos_dev && (pos0 + kernels::k_attn_chunk) / kernels::k_attn_chunk > split->max_chunks)
             fail("cuda: attention: position {} needs more than the split records' {} chunks", pos0, split->max_chunks);
+        const int width = act_out && act_out->act ? act_out->width : 0;
+        const bool quantise = (width == 32 || width == 256) && (G * p.head_dim) % width == 0;
+        std::byte* act = quantise ? act_out->act : nullptr;
         if (p.head_dim <= k_rows_hd<4>)
-            launch_split<4>(p, q, kc, vc, pos0, pos_dev, *split, lanes, out, s);
+            launch_split<4>(p, q, kc, vc, pos0, pos_dev, *split, lanes, out, act, width, s);
         else
-            launch_split<8>(p, q, kc, vc, pos0, pos_dev, *split, lanes, out, s);
-        return;
+            launch_split<8>(p, q, kc, vc, pos0, pos_dev, *split, lanes, out, act, width, s);
+        return quantise;
     }
     // 4 dimensions a lane up to head_dim 128, 8 up to 256: fewer registers than the 16 of 512.
     auto kernel = p.head_dim <= 128 ? attention_kernel<4> : p.head_dim <= 256 ? attention_kernel<8> : attention_kernel<k_dims_per_lane>;
     launch(kernel, dim3(static_cast<unsigned>(total)), dim3(k_attn_warps * 32), 0, static_cast<cudaStream_t>(stream), p,
            q, kc, vc, pos0, pos_dev, n_rows, out);
+    return false;
 }
 
 }  // namespace sluice::cuda

@@ -74,9 +74,17 @@ struct attention_split {
 };
 // Blocks per KV head the split kernel launches for records of max_chunks (0: p can't split).
 int64_t attention_split_blocks(const kernels::attention_params& p, int64_t max_chunks);
-void attention(const kernels::attention_params& p, const float* q, const float* kc, const float* vc, int32_t pos0,
+// The output row's int8 activation blocks (the output projection's input), made in the split
+// kernel's launch where it runs (one row with split records) and width (32 or 256: the blocks of
+// act_format q8_32 or q8_256) divides a KV head's query heads' floats; null act: none.
+struct attention_act {
+    std::byte* act = nullptr;   // [act_row_bytes(format, n_head * head_dim)]: the row's blocks
+    int width = 0;
+};
+// Returns true when act_out's blocks were written (the caller quantises otherwise).
+bool attention(const kernels::attention_params& p, const float* q, const float* kc, const float* vc, int32_t pos0,
                int64_t n_rows, float* out, void* stream, const int32_t* pos_dev = nullptr,
-               const attention_split* split = nullptr);
+               const attention_split* split = nullptr, const attention_act* act_out = nullptr);
 
 // kernels::route_topk for each of n_rows rows. logits: [n_rows, n_expert] (overwritten with the
 // probabilities); ids, weights: [n_rows, n_used].

@@ -23,6 +23,11 @@ namespace sluice::cuda {
 // A NaN anywhere (logits or probabilities) makes the order of comparisons matter: lane 0 then
 // runs the serial code itself, so the result is route_topk_row's in every case.
 constexpr int k_route_per_lane = 16;   // experts per lane: rows of up to 512 experts
+// The row's experts a lane holds in a given launch (PL <= k_route_per_lane, n_expert <= 32 * PL):
+// each pick of the top-k walks a lane's PL slots as one chain of compare-and-selects, so a
+// 128-expert router (Qwen3-30B-A3B) takes 4 slots rather than 16. The router's one-warp tail ran
+// its 9 picks through 16 slots; with 4, the fused norm + router + top-k took 13.6 us a layer of a
+// decode step instead of 15.5 (bench/gpu/step_trace on the H200, session 27, the 30B shape).
 
 // A non-NaN float as an unsigned key in its numeric order, +0 and -0 the same key (they compare
 // equal, so the serial scan keeps the first of them).
@@ -42,11 +47,12 @@ struct picked {
 // reductions (__reduce_max_sync on the keys, then __reduce_min_sync on the indices holding the
 // maximum) instead of five rounds of two shuffles and a comparison: the router's top-8 of 128
 // made 8 such rounds a decode step and layer. Every lane gets the result.
-__device__ inline picked warp_pick(const float (&v)[k_route_per_lane], int n, uint32_t taken, int lane) {
+template <int PL>
+__device__ inline picked warp_pick(const float (&v)[PL], int n, uint32_t taken, int lane) {
     uint32_t bk = 0;   // below every element's key (the smallest, -inf's, is 0x007fffff)
     int bi = -1;
 #pragma unroll
-    for (int u = 0; u < k_route_per_lane; ++u) {
+    for (int u = 0; u < PL; ++u) {
         const int i = 32 * u + lane;
         if (i < n && !((taken >> u) & 1u)) {
             const uint32_t key = order_key(v[u]);
@@ -60,21 +66,22 @@ __device__ inline picked warp_pick(const float (&v)[k_route_per_lane], int n, ui
     const int idx = static_cast<int>(__reduce_min_sync(0xffffffffu, bi >= 0 && bk == m ? static_cast<uint32_t>(bi) : 0xffffffffu));
     float mine = 0.0f;
 #pragma unroll
-    for (int u = 0; u < k_route_per_lane; ++u)
+    for (int u = 0; u < PL; ++u)
         if (32 * u + lane == idx) mine = v[u];
     return picked{__shfl_sync(0xffffffffu, mine, idx & 31), idx};
 }
 
 // x: the row's n_expert logits (global memory; overwritten with the probabilities); rid, rwt:
 // its n_used ids and weights; se: shared memory of 32 * k_route_per_lane floats for this warp.
-// Every lane of the warp calls it.
-__device__ inline void route_topk_warp(const kernels::router_params& p, float* x, int32_t* rid, float* rwt, int lane,
-                                       float* se) {
+// Every lane of the warp calls it. PL: see k_route_per_lane (route_topk_warp below picks it).
+template <int PL>
+__device__ inline void route_topk_warp_pl(const kernels::router_params& p, float* x, int32_t* rid, float* rwt, int lane,
+                                          float* se) {
     const int n = p.n_expert;
-    float v[k_route_per_lane];
+    float v[PL];
     bool nan = false;
 #pragma unroll
-    for (int k = 0; k < k_route_per_lane; ++k) {
+    for (int k = 0; k < PL; ++k) {
         const int i = 32 * k + lane;
         v[k] = i < n ? __ldcg(x + i) : 0.0f;
         nan = nan || v[k] != v[k];
@@ -87,12 +94,12 @@ __device__ inline void route_topk_warp(const kernels::router_params& p, float* x
     const float mx = warp_pick(v, n, 0u, lane).value;
     // exp, the sum in index order, the division.
 #pragma unroll
-    for (int k = 0; k < k_route_per_lane; ++k)
+    for (int k = 0; k < PL; ++k)
         if (32 * k + lane < n) v[k] = kernels::exp_f32(v[k] - mx);
     // The sum in index order by every lane, from shared memory: a chain of adds whose loads are
     // issued ahead (a shuffle per term put its latency in the chain: 128 x ~30 cycles).
 #pragma unroll
-    for (int k = 0; k < k_route_per_lane; ++k)
+    for (int k = 0; k < PL; ++k)
         if (32 * k + lane < n) se[32 * k + lane] = v[k];
     __syncwarp();
     float sum = 0.0f;
@@ -100,7 +107,7 @@ __device__ inline void route_topk_warp(const kernels::router_params& p, float* x
     for (int i = 0; i < n; ++i) sum = sum + se[i];
     nan = false;
 #pragma unroll
-    for (int k = 0; k < k_route_per_lane; ++k) {
+    for (int k = 0; k < PL; ++k) {
         const int i = 32 * k + lane;
         if (i < n) {
             v[k] = v[k] / sum;
@@ -136,6 +143,15 @@ __device__ inline void route_topk_warp(const kernels::router_params& p, float* x
         rid[lane] = my_id;
         rwt[lane] = my_wt;
     }
+}
+
+// route_topk_warp_pl with the fewest slots a lane that hold the row (n_expert <= 32 *
+// k_route_per_lane): the same picks, so the same bits, whichever runs.
+__device__ inline void route_topk_warp(const kernels::router_params& p, float* x, int32_t* rid, float* rwt, int lane,
+                                       float* se) {
+    if (p.n_expert <= 32 * 4) route_topk_warp_pl<4>(p, x, rid, rwt, lane, se);
+    else if (p.n_expert <= 32 * 8) route_topk_warp_pl<8>(p, x, rid, rwt, lane, se);
+    else route_topk_warp_pl<k_route_per_lane>(p, x, rid, rwt, lane, se);
 }
 
 }  // namespace sluice::cuda
