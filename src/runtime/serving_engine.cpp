@@ -330,9 +330,8 @@ bool serving_engine::impl::admit(request_state& r) {
         if (p.drafter == drafter_kind::draft_model && !draft)
             fail("the draft-model drafter needs a draft model (engine_options::draft_model_path)");
         if (p.drafter == drafter_kind::mtp && !has_mtp)
-            fail("the MTP drafter needs a model whose file has MTP (nextn) layers, on the CPU (the served model has "
-                 "none{})",
-                 opt.engine.gpu >= 0 ? ", or runs on the GPU" : "");
+            fail("the MTP drafter needs a model whose file has MTP (nextn) layers (a qwen35moe or qwen3next file "
+                 "converted with them); the served model has none");
         const int32_t room = n_ctx - r.n_prompt;
         r.max_tokens = p.n_predict < 0 ? room : std::min(p.n_predict, room);
         r.ctx_capped = p.n_predict < 0 || p.n_predict > room;

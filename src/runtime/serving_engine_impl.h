@@ -104,7 +104,7 @@ struct serving_engine::impl {
     std::unique_ptr<loaded_model> draft;
     int n_ctx = 0;
     int32_t n_vocab = 0;
-    bool has_mtp = false;                                 // the target has an MTP head (CPU model)
+    bool has_mtp = false;                                 // the target has an MTP head (CPU or CUDA model)
     std::shared_ptr<const mtp_draft_rows> draft_rows;    // the trimmed draft vocabulary's rows, or null
     std::string mtp_summary;                             // "" without an MTP head
     std::vector<int32_t> eog;   // ids that end a generation
