@@ -86,4 +86,4 @@ s=/tmp/ab-session
 cp $s/summary.txt "$O/summary.txt" 2>/dev/null
 cat $s/matmul_parity.h200.log $s/ops_parity.h200.log $s/model_parity.h200.log $s/placement_parity.h200.log \
   > "$O/parity_logs.txt" 2>/dev/null
-grep -E "^(#### |decode \(graphs \+ programmatic)" "$O/ab.log" | tee -a "$O/summary.txt"
+grep -E "^(#### |decode \(graphs \+ programmatic|cost |cpu-only )" "$O/ab.log" | tee -a "$O/summary.txt"
