@@ -78,7 +78,7 @@ if [ "${AB_TRACE:-1}" = 1 ]; then
   [ -s "$f35" ] && timeout 60 /tmp/ab-trace/step_trace $f35 512 32 > "$O/trace_35b.log" 2>&1
 fi
 if [ "${AB_NCU:-0}" = 1 ]; then
-  OUT=/tmp/ab-ncu NCU_FILE=$f30 NCU_BUILD=0 timeout 200 bash bench/gpu/ncu_source.sh > /dev/null 2>&1
+  OUT=/tmp/ab-ncu NCU_FILE=$f30 NCU_BUILD=0 timeout 260 bash bench/gpu/ncu_source.sh > /dev/null 2>&1
   cp /tmp/ab-ncu/source_top.txt "$O/ncu_top.txt" 2>/dev/null
   tar czf "$O/ncu.tar.gz" -C /tmp/ab-ncu . 2>/dev/null
 fi

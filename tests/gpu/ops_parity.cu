@@ -179,7 +179,26 @@ int test_attention(thread_pool& pool) {
             for (const quant::act_format af : {quant::act_format::q8_32, quant::act_format::q8_256}) {
                 const int width = af == quant::act_format::q8_32 ? 32 : 256;
                 const int64_t rf_i = static_cast<int64_t>(rf);
-                if ((c.n_head / c.n_kv * c.hd) % width != 0) continue;
+                const std::string what = name + " split, activation blocks of " + std::to_string(width);
+                if ((c.n_head / c.n_kv * c.hd) % width != 0) {
+                    // Blocks would straddle two KV heads' merges: declined, nothing written.
+                    const std::vector<std::byte> untouched(4096, std::byte{0xee});
+                    std::byte* dact = nullptr;
+                    CK(cudaMalloc(&dact, untouched.size()));
+                    CK(cudaMemset(dact, 0xee, untouched.size()));
+                    cuda::attention_act aq;
+                    aq.act = dact;
+                    aq.width = width;
+                    const int32_t pos = c.pos0;
+                    CK(cudaMemcpy(dpos, &pos, 4, cudaMemcpyHostToDevice));
+                    if (cuda::attention(p, dq.p, dk.p, dv.p, 0, 1, dout.p, nullptr, dpos, &sp, &aq)) {
+                        std::printf("FAIL: %s: made although the width does not divide a KV head's heads\n", what.c_str());
+                        ++f;
+                    }
+                    f += report_bytes(what + " declined", untouched, dact);
+                    cudaFree(dact);
+                    continue;
+                }
                 const size_t rb = quant::act_row_bytes(af, rf_i);
                 std::vector<std::byte> want(rb * static_cast<size_t>(c.rows));
                 for (int r = 0; r < c.rows; ++r) quant::quantize_act_row_ref(af, cpu.data() + r * rf, rf_i, want.data() + r * rb);
@@ -196,13 +215,27 @@ int test_attention(thread_pool& pool) {
                     aq.width = width;
                     folded += cuda::attention(p, dq.p + r * rf, dk.p, dv.p, 0, 1, dout.p + r * rf, nullptr, dpos, &sp, &aq);
                 }
-                const std::string what = name + " split, activation blocks of " + std::to_string(width);
                 if (folded != c.rows) {
                     std::printf("FAIL: %s: made in %d of %d launches\n", what.c_str(), folded, c.rows);
                     ++f;
                 }
                 f += report(what + " (floats)", cpu, dout.get());
                 f += report_bytes(what, want, dact);
+                // Without split records (the one-block kernel) and for the whole window at once
+                // (the window kernels) nothing is made: false, and the blocks left as they were.
+                CK(cudaMemset(dact, 0xee, want.size()));
+                cuda::attention_act aq;
+                aq.act = dact;
+                aq.width = width;
+                const bool alone = cuda::attention(p, dq.p, dk.p, dv.p, c.pos0, 1, dout.p, nullptr, nullptr, nullptr, &aq);
+                const bool window = c.rows > 1 && cuda::attention(p, dq.p, dk.p, dv.p, c.pos0, c.rows, dout.p, nullptr,
+                                                                  nullptr, &sp, &aq);
+                if (alone || window) {
+                    std::printf("FAIL: %s: made outside the split kernel (%s)\n", what.c_str(), alone ? "no records" : "a window");
+                    ++f;
+                }
+                f += report_bytes(what + ", none outside the split kernel",
+                                  std::vector<std::byte>(want.size(), std::byte{0xee}), dact);
                 cudaFree(dact);
             }
             std::vector<unsigned> arr(static_cast<size_t>(c.n_kv));

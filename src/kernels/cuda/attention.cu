@@ -575,7 +575,7 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
         if (d < hd) {
             const float r = __fdiv_rn(o[u], l);
             orow[d] = r;
-            heads[warp * hd + d] = r;
+            if (act) heads[warp * hd + d] = r;
         }
     }
     if (!act) return;

@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(k_ft_threads)
 // (ncu, caches not flushed).
 constexpr int k_col_threads = 128;
 // The router's top-k fused into its matmul's launch (router_topk): when arrivals is set, the
-// last block to finish runs route_topk_warp on the one row y holds.
+// last block to finish runs route_topk_warp_pl on the one row y holds.
 struct route_tail {
     kernels::router_params p;
     int32_t* ids = nullptr;        // [n_used]
@@ -219,7 +219,8 @@ __device__ inline void quantize_row_block0(const float* xs, int64_t n, std::byte
     }
 }
 
-template <dtype T>
+// PL: the top-k's slots a lane (route_slots; the launch picks it, k_route_per_lane without a top-k).
+template <dtype T, int PL>
 __global__ void __launch_bounds__(k_col_threads)
     mm_float_col_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
                         const uint8_t* __restrict__ act, size_t act_stride, int64_t n_rows, float* __restrict__ y,
@@ -315,7 +316,7 @@ __global__ void __launch_bounds__(k_col_threads)
         __threadfence();
     }
     __syncthreads();
-    if (last && threadIdx.x < 32) route_topk_warp(rt.p, y, rt.ids, rt.weights, static_cast<int>(threadIdx.x), s_exp);
+    if (last && threadIdx.x < 32) route_topk_warp_pl<PL>(rt.p, y, rt.ids, rt.weights, static_cast<int>(threadIdx.x), s_exp);
 }
 
 // Few columns of a plain float matrix whose row fits in shared memory (the router): a block a
@@ -348,7 +349,9 @@ bool launch_float_col(const mm_args& a, dim3 grid, cudaStream_t s, route_tail rt
     grid.x = static_cast<unsigned>(a.n_out + (a.w2 ? a.n_out2 : 0));
     const bool stage_x = c.stage_x;
     const size_t smem = a.row_bytes + (stage_x ? static_cast<size_t>(a.n_in) * 4 : 0);
-    launch(mm_float_col_kernel<T>, dim3(grid), dim3(k_col_threads), smem, s,
+    auto kernel = rt.arrivals && route_slots(rt.p.n_expert) == 4 ? mm_float_col_kernel<T, 4>
+                                                                  : mm_float_col_kernel<T, k_route_per_lane>;
+    launch(kernel, dim3(grid), dim3(k_col_threads), smem, s,
            reinterpret_cast<const uint8_t*>(a.w), a.row_bytes, a.n_in, a.n_out,
            reinterpret_cast<const uint8_t*>(a.act), a.act_stride, a.n_rows, a.y, a.y_stride, a.accumulate, a.n_out,
            reinterpret_cast<const uint8_t*>(a.w2), a.n_out2, a.y2, a.y2_stride, rt, stage_x, nrm);

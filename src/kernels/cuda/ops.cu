@@ -240,6 +240,7 @@ __global__ void kv_store_kernel(const float* k, const float* v, float* kc, float
 
 constexpr int k_route_warps = 4;
 
+template <int PL>
 __global__ void __launch_bounds__(k_route_warps * 32)
     route_topk_warp_kernel(kernels::router_params p, float* logits, int64_t n_rows, int32_t* ids, float* weights) {
     wait_prior_grids();   // first: see launch.cuh
@@ -247,7 +248,8 @@ __global__ void __launch_bounds__(k_route_warps * 32)
     const int lane = static_cast<int>(threadIdx.x & 31);
     const int64_t r = static_cast<int64_t>(blockIdx.x) * k_route_warps + threadIdx.x / 32;
     if (r >= n_rows) return;   // whole warps leave together
-    route_topk_warp(p, logits + r * p.n_expert, ids + r * p.n_used, weights + r * p.n_used, lane, s_exp[threadIdx.x / 32]);
+    route_topk_warp_pl<PL>(p, logits + r * p.n_expert, ids + r * p.n_used, weights + r * p.n_used, lane,
+                           s_exp[threadIdx.x / 32]);
 }
 
 // One thread per row: softmax and the repeated-argmax selection of kernels::route_topk, serially,
@@ -443,8 +445,8 @@ void route_topk(const kernels::router_params& p, float* logits, int64_t n_rows, 
         fail("cuda: route_topk: n_used {} of n_expert {}", p.n_used, p.n_expert);
     auto s = static_cast<cudaStream_t>(stream);
     if (p.n_expert <= 32 * k_route_per_lane && p.n_used <= 32) {
-        launch(route_topk_warp_kernel, dim3(blocks_for(n_rows, k_route_warps)), dim3(k_route_warps * 32), 0, s, p,
-               logits, n_rows, ids, weights);
+        launch(route_slots(p.n_expert) == 4 ? route_topk_warp_kernel<4> : route_topk_warp_kernel<k_route_per_lane>,
+               dim3(blocks_for(n_rows, k_route_warps)), dim3(k_route_warps * 32), 0, s, p, logits, n_rows, ids, weights);
         check_launch("route_topk");
         return;
     }

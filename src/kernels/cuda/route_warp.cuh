@@ -145,13 +145,11 @@ __device__ inline void route_topk_warp_pl(const kernels::router_params& p, float
     }
 }
 
-// route_topk_warp_pl with the fewest slots a lane that hold the row (n_expert <= 32 *
-// k_route_per_lane): the same picks, so the same bits, whichever runs.
-__device__ inline void route_topk_warp(const kernels::router_params& p, float* x, int32_t* rid, float* rwt, int lane,
-                                       float* se) {
-    if (p.n_expert <= 32 * 4) route_topk_warp_pl<4>(p, x, rid, rwt, lane, se);
-    else if (p.n_expert <= 32 * 8) route_topk_warp_pl<8>(p, x, rid, rwt, lane, se);
-    else route_topk_warp_pl<k_route_per_lane>(p, x, rid, rwt, lane, se);
-}
+// The slots a lane for a row of n_expert experts (<= 32 * k_route_per_lane): 4 up to 128 experts,
+// else 16; the same picks, so the same bits, either way. The launch picks the kernel's form: with
+// the forms inlined side by side in one kernel behind a branch, ptxas for sm_90 spilled the router
+// kernel's norm weights (68 bytes stored, 112 loaded; three forms) and the top-k kernel's rows
+// (56 bytes; two forms); one form a kernel spills nothing.
+inline constexpr int route_slots(int n_expert) { return n_expert <= 32 * 4 ? 4 : k_route_per_lane; }
 
 }  // namespace sluice::cuda
