@@ -608,8 +608,9 @@ void cuda_model::attention_block(const dlayer& l, int il, std::span<const attn_r
         cuda::attention_act aq;
         aq.act = o_fold ? act_ + static_cast<size_t>(row0) * o_act_bytes : nullptr;
         aq.width = o_fmt == quant::act_format::q8_32 ? 32 : 256;
-        o_act = cuda::attention(ap, q_ + row0 * nq, kc, vc, g.pos0, rows, attn_ + row0 * nq, stream_, pos_dev,
-                                &attn_split_, &aq) && o_act;
+        const bool made = cuda::attention(ap, q_ + row0 * nq, kc, vc, g.pos0, rows, attn_ + row0 * nq, stream_, pos_dev,
+                                          &attn_split_, &aq);
+        o_act = o_act && made;   // every segment launched; one that made none: wo quantises all
         row0 += rows;
     }
     if (spec_.hybrid) cuda::output_gate(attn_, qg_, n, hp_.n_head, static_cast<int>(hd), stream_);

@@ -73,7 +73,7 @@ __device__ inline picked warp_pick(const float (&v)[PL], int n, uint32_t taken, 
 
 // x: the row's n_expert logits (global memory; overwritten with the probabilities); rid, rwt:
 // its n_used ids and weights; se: shared memory of 32 * k_route_per_lane floats for this warp.
-// Every lane of the warp calls it. PL: see k_route_per_lane (route_topk_warp below picks it).
+// Every lane of the warp calls it. PL: see k_route_per_lane (the launch picks it: route_slots).
 template <int PL>
 __device__ inline void route_topk_warp_pl(const kernels::router_params& p, float* x, int32_t* rid, float* rwt, int lane,
                                           float* se) {
