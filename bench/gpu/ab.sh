@@ -18,6 +18,9 @@
 # parity_logs.txt (matmul, ops + delta_net, model + mtp, placement), trace_30b.log,
 # trace_35b.log, builds.log: 6 files (the machine returns 8 at most).
 # AB_TRACE=0 skips the trace build and runs; AB_SPLIT=0 the split runs; AB_35B=0 the 35B file.
+# AB_TRACE_BASE=1 also builds the base with STEP_TRACE=1 and traces it (trace_30b_base.log in place
+# of trace_35b.log): per-kernel times of both trees from one machine (traces from two calls
+# differ by more than a small change: session 27).
 # AB_NCU=1 adds bench/gpu/ncu_source.sh on the working tree's build and the 30B file: ncu.tar.gz
 # and ncu_top.txt (the SASS lines with the most warp-state samples), 8 files in all.
 set -uo pipefail
@@ -48,6 +51,10 @@ if [ "${AB_TRACE:-1}" = 1 ]; then
   (JOBS=5 CUDA_ARCH=90 STEP_TRACE=1 bash bench/gpu/build.sh /tmp/ab-trace > /tmp/ab-trace.log 2>&1
    echo "trace build rc=$?" >> /tmp/ab-trace.log) &
 fi
+if [ "${AB_TRACE_BASE:-0}" = 1 ]; then
+  (cd .peers/old-tree && JOBS=4 CUDA_ARCH=90 STEP_TRACE=1 bash bench/gpu/build.sh /tmp/ab-base-trace > /tmp/ab-base-trace.log 2>&1
+   echo "base trace build rc=$?" >> /tmp/ab-base-trace.log) &
+fi
 if [ "${AB_35B:-1}" = 1 ]; then
   (PYTHONPATH=.gpudeps/py timeout 200 python3 tools/make_synthetic.py --shape qwen3.6-35b-a3b --mix q4_k_m --layers 8 \
      -o "$f35" > /tmp/ab-synth35.log 2>&1; echo "make_synthetic 35B rc=$?" >> /tmp/ab-synth35.log) &
@@ -55,7 +62,7 @@ fi
 OUT=/tmp/ab-session BUDGET_S=300 T_TEST=200 NCU=0 KERNEL_BENCH=0 PLACEMENT_SYNTH=0 DECODE_BENCH=0 SYNTH_LAYERS=48 \
   N_PROMPT=512 SYNTH_FILE=$f30 bash bench/gpu/session.sh > /tmp/ab-session.out 2>&1
 wait
-{ tail -n 3 /tmp/ab-base.log /tmp/ab-trace.log /tmp/ab-synth35.log 2>/dev/null; cat /tmp/ab-session.out; } > "$O/builds.log"
+{ tail -n 3 /tmp/ab-base.log /tmp/ab-trace.log /tmp/ab-base-trace.log /tmp/ab-synth35.log 2>/dev/null; cat /tmp/ab-session.out; } > "$O/builds.log"
 
 {
   for b in /tmp/ab-base $B; do
@@ -75,7 +82,11 @@ wait
 } > "$O/ab.log" 2>&1
 if [ "${AB_TRACE:-1}" = 1 ]; then
   timeout 60 /tmp/ab-trace/step_trace $f30 512 32 > "$O/trace_30b.log" 2>&1
-  [ -s "$f35" ] && timeout 60 /tmp/ab-trace/step_trace $f35 512 32 > "$O/trace_35b.log" 2>&1
+  if [ "${AB_TRACE_BASE:-0}" = 1 ]; then
+    timeout 60 /tmp/ab-base-trace/step_trace $f30 512 32 > "$O/trace_30b_base.log" 2>&1
+  elif [ -s "$f35" ]; then
+    timeout 60 /tmp/ab-trace/step_trace $f35 512 32 > "$O/trace_35b.log" 2>&1
+  fi
 fi
 if [ "${AB_NCU:-0}" = 1 ]; then
   OUT=/tmp/ab-ncu NCU_FILE=$f30 NCU_BUILD=0 timeout 260 bash bench/gpu/ncu_source.sh > /dev/null 2>&1
