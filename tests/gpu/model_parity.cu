@@ -7,7 +7,9 @@
 //   - E1 on the GPU: the prompt fed one token at a time gives the window's last-row logits;
 //   - a 4-row window rolled back to 2 rows, then 3 rows from there, compared likewise;
 //   - a conversation resumed through the prefix cache (sync_kv_to_host, store, restore,
-//     load_kv_from_host): its next rows equal the CPU's.
+//     load_kv_from_host): its next rows equal the CPU's;
+//   - a decode step of three sequences in one forward_batch (one row a segment) equals each
+//     row decoded alone (added in session 27, after the last H200 run).
 // The hybrid fixtures (qwen3next, qwen35moe) exercise the DeltaNet kernels and the device
 // recurrent state's checkpoints.
 // Exit 0 when every fixture is bit-identical, 1 otherwise, 77 (skipped) without a GPU.
@@ -33,6 +35,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -141,12 +144,41 @@ int run_fixture(const fs::path& path, thread_pool& pool) {
         resumed = got == static_cast<int32_t>(prompt.size()) && r.diff == 0;
         c.add(rc.data(), rg.data(), rc.size());
     }
-    const bool ok = c.diff == 0 && e1 && resumed;
+    // A decode step of three sequences batched (forward_batch, one row a segment: each segment's
+    // attention launches alone, and where the split kernel writes the output rows' int8 blocks
+    // for wo it writes each segment's at its own row): every row's logits are the bits of the same
+    // row decoded alone (E1 across sequences).
+    bool batch_e1 = false;
+    {
+        const size_t lens[3] = {12, 9, 5};
+        std::vector<std::unique_ptr<kv_cache>> alone_kv, batch_kv;
+        std::vector<float> prefill(prompt.size() * static_cast<size_t>(V));
+        std::vector<float> alone(3 * static_cast<size_t>(V)), batched(alone.size());
+        token_id nexts[3];
+        batch_segment segs[3];
+        for (int i = 0; i < 3; ++i) {
+            alone_kv.push_back(std::make_unique<kv_cache>(gpu->kv_shape_for(64)));
+            batch_kv.push_back(std::make_unique<kv_cache>(gpu->kv_shape_for(64)));
+            const std::span<const token_id> p(prompt.data(), lens[i]);
+            gpu->forward(p, 0, *alone_kv[i], sg, prefill.data());
+            gpu->forward(p, 0, *batch_kv[i], sg, prefill.data());
+            nexts[i] = static_cast<token_id>((static_cast<size_t>(next) + 5 + 13 * static_cast<size_t>(i)) % static_cast<size_t>(V));
+            gpu->forward(std::span<const token_id>(&nexts[i], 1), static_cast<int32_t>(lens[i]), *alone_kv[i], sg,
+                         alone.data() + static_cast<size_t>(i) * V);
+            segs[i].tokens = std::span<const token_id>(&nexts[i], 1);
+            segs[i].pos0 = static_cast<int32_t>(lens[i]);
+            segs[i].kv = batch_kv[i].get();
+            segs[i].n_logits = 1;
+        }
+        gpu->forward_batch(segs, sg, batched.data());
+        batch_e1 = std::memcmp(alone.data(), batched.data(), alone.size() * 4) == 0;
+    }
+    const bool ok = c.diff == 0 && e1 && resumed && batch_e1;
     std::printf("%s %-40s %-9s logits %zu/%zu bit-identical (max |diff| %.3g), greedy picks %d/%d equal, GPU E1 %s, "
-                "prefix-cache resume %s\n",
+                "prefix-cache resume %s, batch of 3 sequences %s\n",
                 ok ? "PASS" : "FAIL", (path.parent_path().filename() / path.filename()).string().c_str(), hp.arch.c_str(),
                 c.total - c.diff, c.total, c.max_abs, picks_equal, steps + 1, e1 ? "holds" : "BROKEN",
-                resumed ? "exact" : "BROKEN");
+                resumed ? "exact" : "BROKEN", batch_e1 ? "as alone" : "BROKEN");
     return ok ? 0 : 1;
 }
 
