@@ -26,7 +26,7 @@ draft_model_drafter::draft_model_drafter(verify_target& draft, const sampling_pa
     if (p_.max_draft < 1 || p_.prompt_chunk < 1)
         fail("draft model drafter: expected max_draft >= 1 and prompt_chunk >= 1, got {} and {}", p_.max_draft,
              p_.prompt_chunk);
-    logits_.assign(size_t(std::max(p_.prompt_chunk, p_.max_draft)) * size_t(draft_.n_vocab()), 0.0f);
+    logits_.assign(size_t(p_.max_draft) * size_t(draft_.n_vocab()), 0.0f);
 }
 
 void draft_model_drafter::reset() { seen_.clear(); }
@@ -52,17 +52,28 @@ int32_t draft_model_drafter::propose(std::span<const int32_t> ctx, int32_t max_n
     }
     const int32_t nv = draft_.n_vocab();
 
-    // Catch up: forward the unseen context tokens; the last row predicts the token at len.
-    int64_t next = np;
-    const float* last_row = nullptr;
-    while (next < len) {
-        int32_t rows = int32_t(std::min<int64_t>(p_.prompt_chunk, len - next));
-        draft_.forward(ctx.subspan(size_t(next), size_t(rows)), logits_.data());
-        draft_.commit(rows);
-        seen_.insert(seen_.end(), ctx.begin() + next, ctx.begin() + next + rows);
-        next += rows;
-        last_row = logits_.data() + size_t(rows - 1) * size_t(nv);
+    // Catch up on the unseen context tokens; the last row predicts the token at len. The rows
+    // before it need no logits: a session target takes them without its output head and without a
+    // [prompt_chunk, n_vocab] buffer (512 rows are 311 MB at Qwen3's vocabulary, which every
+    // request used to allocate); another target forwards them in chunks, into a buffer grown once.
+    if (const int64_t head = len - 1 - np; head > 0) {
+        const std::span<const int32_t> rows_before = ctx.subspan(size_t(np), size_t(head));
+        if (!draft_.prefill_without_logits(rows_before)) {
+            const size_t need = size_t(std::min<int64_t>(p_.prompt_chunk, head)) * size_t(nv);
+            if (logits_.size() < need) logits_.resize(need);
+            for (int64_t next = 0; next < head;) {
+                const int32_t rows = int32_t(std::min<int64_t>(p_.prompt_chunk, head - next));
+                draft_.forward(rows_before.subspan(size_t(next), size_t(rows)), logits_.data());
+                draft_.commit(rows);
+                next += rows;
+            }
+        }
+        seen_.insert(seen_.end(), rows_before.begin(), rows_before.end());
     }
+    draft_.forward(ctx.subspan(size_t(len - 1), 1), logits_.data());
+    draft_.commit(1);
+    seen_.push_back(ctx[size_t(len - 1)]);
+    const float* last_row = logits_.data();
     // seen_ = context now; drafts are appended provisionally so the penalties see them.
     int32_t n = 0;
     out[0] = sampler_.pick(last_row, len, seen_);

@@ -32,7 +32,7 @@ void check_vocab_compatible(std::span<const std::string> target_vocab, std::span
 
 struct draft_model_params {
     int32_t max_draft = 15;      // the most drafts one propose() makes
-    int32_t prompt_chunk = 256;  // rows per forward while the draft model catches up on context
+    int32_t prompt_chunk = 256;  // rows per forward while catching up, for a target without prefill_without_logits
 };
 
 class draft_model_drafter final : public drafter {
@@ -52,7 +52,7 @@ private:
     keyed_sampler sampler_;
     draft_model_params p_;
     std::vector<int32_t> seen_;    // the tokens in the draft model's committed state, then drafts
-    std::vector<float> logits_;    // [max(prompt_chunk, max_draft), n_vocab of the draft]
+    std::vector<float> logits_;    // [max_draft, n_vocab of the draft]; [prompt_chunk, ..] after a catch-up by forward()
 };
 
 }  // namespace sluice

@@ -34,6 +34,12 @@ public:
         rows_ = int32_t(tokens.size());
     }
 
+    bool prefill_without_logits(std::span<const int32_t> tokens) override {
+        if (base_ >= 0) fail("session target: prefill while {} rows of a window are provisional", rows_);
+        s_.prefill(tokens);
+        return true;
+    }
+
     void commit(int32_t n) override {
         if (base_ < 0 || n < 0 || n > rows_) fail("session target: commit of {} rows after a forward of {}", n, rows_);
         s_.truncate(base_ + n);

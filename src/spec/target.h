@@ -21,6 +21,12 @@ struct verify_target {
     // Keeps the first n_rows_kept rows of the last forward (n_past() grows by that many) and
     // rolls the rest back, as if they had never been forwarded. 0 <= n_rows_kept <= rows.
     virtual void commit(int32_t n_rows_kept) = 0;
+    // Commits rows tokens[i] at positions n_past() + i whose logits nobody reads (a prompt's rows
+    // before its last), where the target has a cheaper way than forward() + commit(): a session
+    // runs its output head for the last row only (session::prefill), and the caller needs no
+    // [rows, n_vocab] buffer. Returns false, having done nothing, where it has none; the caller
+    // then forwards and commits the rows itself.
+    virtual bool prefill_without_logits(std::span<const int32_t> /*tokens*/) { return false; }
 };
 
 }  // namespace sluice
