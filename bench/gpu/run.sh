@@ -84,15 +84,20 @@ fi
 
 # Two small hybrid files (qwen3next Q4_K_M and qwen35moe Q8_0, tiny shapes, 4 layers; ~10 s):
 # model_parity and placement_parity run the hybrids' quantised CUDA path on them (the golden
-# hybrid fixtures are F32). HYBRID_SYNTH=0 skips them.
+# hybrid fixtures are F32). A third, qwen3moe Q4_K_M (tiny, 4 layers), gives model_parity a
+# plain-attention model with 256-wide blocks: the golden fixtures are 64 wide, too narrow for
+# K-quants, so the split attention's int8 blocks for a K-quant wo were checked only by
+# ops_parity and decode tokens before. HYBRID_SYNTH=0 skips all three.
 hy_files=()
 hy_pid=
 if [ "${HYBRID_SYNTH:-1}" = 1 ]; then
-  hy_files=(/tmp/qn-tiny-sluice.gguf /tmp/q36-tiny-sluice.gguf)
+  hy_files=(/tmp/qn-tiny-sluice.gguf /tmp/q36-tiny-sluice.gguf /tmp/q3moe-tiny-sluice.gguf)
   ( PYTHONPATH=.gpudeps/py timeout -k 5 120 python3 tools/make_synthetic.py --shape qwen3-next-80b-a3b --mix q4_k_m \
       --tiny --layers 4 -o "${hy_files[0]}"
     PYTHONPATH=.gpudeps/py timeout -k 5 120 python3 tools/make_synthetic.py --shape qwen3.6-35b-a3b --mix q8_0 \
-      --tiny --layers 4 -o "${hy_files[1]}" ) >> "$OUT/hybrid_synthetic.log" 2>&1 &
+      --tiny --layers 4 -o "${hy_files[1]}"
+    PYTHONPATH=.gpudeps/py timeout -k 5 120 python3 tools/make_synthetic.py --shape qwen3-30b-a3b --mix q4_k_m \
+      --tiny --layers 4 -o "${hy_files[2]}" ) >> "$OUT/hybrid_synthetic.log" 2>&1 &
   hy_pid=$!
 fi
 
