@@ -36,7 +36,7 @@ case "${1:-}" in
   command -v pkg-config > /dev/null || args+=(-DPKG_CONFIG_EXECUTABLE="$b/bin/pkg-config")
   command -v ninja > /dev/null && args+=(-G Ninja)
   cmake -S . -B build/spec-host "${args[@]}" > /tmp/smol/configure.log 2>&1 || { tail -n 30 /tmp/smol/configure.log; exit 1; }
-  cmake --build build/spec-host --target sluice_cli -j "$(nproc)" 2>&1 | tail -n 5
+  cmake --build build/spec-host --target sluice_cli bench_attention -j "$(nproc)" 2>&1 | tail -n 5
   ls -la build/spec-host/sluice
   ;;
 --run)
@@ -48,6 +48,11 @@ case "${1:-}" in
   cp bench/RESULTS.md /tmp/smol/RESULTS.before && cp bench/results.jsonl /tmp/smol/results.before
   {
     lscpu | grep -E "Model name|^CPU\(s\)|Thread|NUMA node\(s\)"
+    # A decode row's attention with the positions split over the threads against the unsplit
+    # (row, head) tasks (session 28: measured on 2 cores only), and the window cost curve.
+    build/spec-host/bench/cpu_kernels/bench_attention 21 16
+    build/spec-host/sluice bench /tmp/smol/model.gguf -t 16 -p 0 -n 32 -d 256 --windows 1,2,4,8,16 --spec-windows 0 \
+      -r 3 --no-probe 2>&1 | grep -E "^(tg|win)"
     for t in 16 8; do
       echo "#### --threads $t"
       PYTHONUNBUFFERED=1 python3 bench/spec_workloads.py --model /tmp/smol/model.gguf --sluice build/spec-host/sluice \

@@ -322,7 +322,8 @@ void attention_block(const attn_weights& w, const model_hparams& hp, int il, std
                                    kv.v(il) + (g.pos0 + i) * nkv);
             }
         });
-        kernels::attention(pool, ap, s.q.data() + row0 * nq, kv.k(il), kv.v(il), g.pos0, rows, s.attn.data() + row0 * nq);
+        kernels::attention(pool, ap, s.q.data() + row0 * nq, kv.k(il), kv.v(il), g.pos0, rows, s.attn.data() + row0 * nq,
+                           kernels::attention_scratch{s.attn_split.data(), s.attn_split.size()});
         row0 += rows;
     }
     kernels::matmul(pool, *w.wo, s.attn.data(), n, s.out.data(), s.act.data());

@@ -272,7 +272,8 @@ void gated_attention_block(const gated_attn_weights& w, const model_hparams& hp,
                                    kv.v(il) + (g.pos0 + i) * nkv);
             }
         });
-        kernels::attention(pool, ap, s.q.data() + row0 * nq, kv.k(il), kv.v(il), g.pos0, rows, s.attn.data() + row0 * nq);
+        kernels::attention(pool, ap, s.q.data() + row0 * nq, kv.k(il), kv.v(il), g.pos0, rows, s.attn.data() + row0 * nq,
+                           kernels::attention_scratch{s.attn_split.data(), s.attn_split.size()});
         row0 += rows;
     }
     // Output gate: attn *= sigmoid(gate), per head and dimension.

@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "io/model_file.h"
+#include "kernels/cpu/ops.h"
 
 #include <algorithm>
 
@@ -58,6 +59,8 @@ forward_scratch model::make_scratch(int max_rows, thread_pool& pool) const {
     s.k.resize(R * nkv);
     s.v.resize(R * nkv);
     s.attn.resize(R * nq);
+    if (hp.n_head > 0 && hp.head_dim > 0)
+        s.attn_split.resize(kernels::attention_split_floats({hp.n_head, hp.n_kv_head, hp.head_dim, 1.0f}));
     s.out.resize(R * E);
     s.gate.resize(R * ff);
     s.up.resize(R * ff);

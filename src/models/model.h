@@ -74,6 +74,7 @@ struct forward_scratch {
     std::vector<float> q;         // [max_rows, n_head * head_dim]
     std::vector<float> k, v;      // [max_rows, n_kv_head * head_dim]
     std::vector<float> attn;      // [max_rows, n_head * head_dim] attention output
+    std::vector<float> attn_split;  // [kernels::attention_split_floats] chunk results when attention cuts the positions
     std::vector<float> out;       // [max_rows, n_embd] a block's output before the residual add
     std::vector<float> gate, up;  // [max_rows, max(n_ff, n_ff_exp, n_ff_shexp)]
     std::vector<float> expert;    // [n_embd] one expert's output for one row

@@ -92,6 +92,49 @@ TEST(row_exact_attention, long_context_simd_equals_scalar) {
     }
 }
 
+// The positions cut over the threads (attention_scratch): every chunk computed alone, then
+// merged in order, gives the scalar definition's bits: rows 1..4, GQA 1..8, head sizes 16..256,
+// contexts that end inside a chunk, on a chunk's edge and past the 64-chunk rounds (one round
+// ends exactly at 2,048 positions), thread counts 2..9. `always` makes every call split; the
+// last part checks the calls that decide for themselves.
+TEST(row_exact_attention, positions_split_over_threads_give_the_scalar_definitions_bits) {
+    const attn_case cases[] = {
+        {9, 3, 64, 31, 1, 1.0f},     {9, 3, 64, 32, 1, 1.0f},     {9, 3, 64, 200, 4, 1.0f},
+        {8, 1, 64, 2047, 1, 1.0f},   {16, 2, 256, 2048, 2, 1.0f}, {4, 2, 64, 2100, 3, 30.0f},
+        {32, 4, 128, 4500, 1, 2.0f}, {6, 2, 16, 95, 2, 1.0f},     {2, 2, 48, 700, 4, 8.0f},
+        {4, 4, 64, 6200, 1, 1.0f},
+    };
+    for (const auto& c : cases) {
+        const auto a = make_data(c, 17);
+        const auto p = params(c);
+        std::vector<float> ref(a.q.size()), got(a.q.size());
+        std::vector<float> parts(kernels::attention_split_floats(p), -3.0f);
+        thread_pool one(1);
+        kernels::attention_ref(one, p, a.q.data(), a.k.data(), a.v.data(), c.pos0, c.rows, ref.data());
+        for (int t : {2, 3, 9}) {
+            thread_pool pool(t);
+            for (bool always : {true, false}) {
+                std::fill(got.begin(), got.end(), -7.0f);
+                kernels::attention(pool, p, a.q.data(), a.k.data(), a.v.data(), c.pos0, c.rows, got.data(),
+                                   kernels::attention_scratch{parts.data(), parts.size(), always});
+                ASSERT_EQ(0, std::memcmp(ref.data(), got.data(), ref.size() * sizeof(float)))
+                    << describe(c) << ", " << t << " threads" << (always ? ", split" : ", split where it pays");
+            }
+        }
+    }
+    // A scratch one float short is not used (the unsplit loop runs): still the same bits.
+    const attn_case c{9, 3, 64, 500, 1, 1.0f};
+    const auto a = make_data(c, 2);
+    const auto p = params(c);
+    std::vector<float> ref(a.q.size()), got(a.q.size());
+    std::vector<float> parts(kernels::attention_split_floats(p) - 1);
+    thread_pool pool(4);
+    kernels::attention_ref(pool, p, a.q.data(), a.k.data(), a.v.data(), c.pos0, c.rows, ref.data());
+    kernels::attention(pool, p, a.q.data(), a.k.data(), a.v.data(), c.pos0, c.rows, got.data(),
+                       kernels::attention_scratch{parts.data(), parts.size(), true});
+    EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), ref.size() * sizeof(float)));
+}
+
 // A row computed inside a window of 1..16 (or 40) rows equals that row computed alone.
 TEST(row_exact_attention, window_rows_equal_single_rows) {
     const attn_case c{8, 2, 64, 90, 40, 1.5f};

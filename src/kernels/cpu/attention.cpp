@@ -173,20 +173,29 @@ using chunk_fn = void (*)(const float*, const float*, const float*, int64_t, int
 // the shipped MoE's 6/2 heads of 64: 140 -> 92 us (best of 8 runs each, session 10).
 constexpr int k_max_heads_together = 16;
 
+// The largest divisor of the group (query heads per KV head) up to k_max_heads_together.
+int whole_group(int group) {
+    for (int d = group < k_max_heads_together ? group : k_max_heads_together; d > 1; --d)
+        if (group % d == 0) return d;
+    return 1;
+}
+
+// Heads a task of the unsplit loop takes together: the largest divisor of the group (<=
+// k_max_heads_together) that still leaves a task for every thread, else 1. Each head's operations
+// are the same whatever the grouping, so the bits never depend on it (or on the thread count).
+int unsplit_together(const attention_params& p, int64_t n_rows, int n_threads) {
+    const int group = p.n_head / p.n_kv_head;
+    for (int d = group < k_max_heads_together ? group : k_max_heads_together; d > 1; --d)
+        if (group % d == 0 && n_rows * p.n_kv_head * (group / d) >= n_threads) return d;
+    return 1;
+}
+
 void run(thread_pool& pool, chunk_fn f, const attention_params& p, const float* q, const float* k, const float* v,
          int32_t pos0, int64_t n_rows, float* out) {
     const int hd = p.head_dim;
     const int group = p.n_head / p.n_kv_head;                           // query heads per KV head
     const int64_t kv_stride = static_cast<int64_t>(p.n_kv_head) * hd;  // floats per position
-    // Heads a task takes together: the largest divisor of the group (<= k_max_heads_together)
-    // that still leaves a task for every thread, else 1. Each head's operations are the same
-    // whatever the grouping, so the bits never depend on it (or on the thread count).
-    int together = 1;
-    for (int d = group < k_max_heads_together ? group : k_max_heads_together; d > 1; --d)
-        if (group % d == 0 && n_rows * p.n_kv_head * (group / d) >= pool.n_threads()) {
-            together = d;
-            break;
-        }
+    const int together = unsplit_together(p, n_rows, pool.n_threads());
     const int64_t tasks_per_row = static_cast<int64_t>(p.n_head) / together;
     // One task per (row, KV head, heads together); a chunk of 1 keeps the tail short.
     pool.parallel_for(n_rows * tasks_per_row, 1, [&](int64_t b, int64_t e) {
@@ -214,7 +223,100 @@ void run(thread_pool& pool, chunk_fn f, const attention_params& p, const float* 
     });
 }
 
+// Whether splitting the positions pays: the slowest thread's (head, chunk) units of the unsplit
+// loop against the split's (its items, then the merge: per chunk and head 2 exponentials and 3
+// head_dim-wide operations against a chunk's ~3 x 32 x head_dim, about a 25th, plus the second
+// barrier). Approximate: the rows' lengths differ by at most n_rows - 1 positions, counted as the
+// last row's.
+bool split_allowed(int64_t n_rows, int n_threads, int32_t pos0) {
+    return n_threads >= 2 && n_rows <= k_attn_split_rows && pos0 + n_rows > k_attn_chunk;   // 2 chunks at least
+}
+
+bool split_pays(const attention_params& p, int32_t pos0, int64_t n_rows, int n_threads) {
+    if (!split_allowed(n_rows, n_threads, pos0)) return false;
+    const int64_t chunks = (pos0 + n_rows + k_attn_chunk - 1) / k_attn_chunk;
+    auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+    const int t_unsplit = unsplit_together(p, n_rows, n_threads);
+    const int64_t unsplit = ceil_div(n_rows * p.n_head / t_unsplit, n_threads) * t_unsplit * chunks;
+    const int t_split = whole_group(p.n_head / p.n_kv_head);
+    const int64_t items = n_rows * (p.n_head / t_split) * chunks;
+    const int64_t merge = ceil_div(n_rows * p.n_head, n_threads) * chunks / 25 + 1;
+    const int64_t split = ceil_div(items, n_threads) * t_split + merge;
+    return 10 * split < 9 * unsplit;   // a tenth better at least: the model is rough
+}
+
+// The loop of run() with the positions cut as well (see ops.h): work items (row, heads together,
+// chunk), each chunk's result computed as the row's first chunk would be (f with first = true:
+// m, l and o are the chunk's own max, sum and output), then per (row, head) the chunks merged in
+// order by chunk_ref's merge, round by round.
+void run_split(thread_pool& pool, chunk_fn f, const attention_params& p, const float* q, const float* k, const float* v,
+               int32_t pos0, int64_t n_rows, float* out, attention_scratch sc) {
+    const int hd = p.head_dim;
+    const int group = p.n_head / p.n_kv_head;
+    const int together = whole_group(group);
+    const int64_t kv_stride = static_cast<int64_t>(p.n_kv_head) * hd;
+    const int64_t sets = p.n_head / together;   // head sets a row's work items walk
+    const int64_t slot = hd + 2;                 // a chunk's output [hd], then its max and sum
+    float* state = sc.parts;                     // [n_rows, n_head] running (max, sum)
+    float* parts = sc.parts + static_cast<int64_t>(k_attn_split_rows) * p.n_head * 2;
+    auto chunks_of = [&](int64_t r) { return (pos0 + r + 1 + k_attn_chunk - 1) / k_attn_chunk; };
+    const int64_t all_chunks = chunks_of(n_rows - 1);
+    for (int64_t c0 = 0; c0 < all_chunks; c0 += k_attn_split_chunks) {
+        const int64_t nc = all_chunks - c0 < k_attn_split_chunks ? all_chunks - c0 : k_attn_split_chunks;
+        // Each chunk of the round for every (row, head set): independent of the others.
+        pool.parallel_for(n_rows * sets * nc, [&](int64_t b, int64_t e) {
+            for (int64_t t = b; t < e; ++t) {
+                const int64_t c = c0 + t % nc, r = t / nc / sets;
+                const int h0 = static_cast<int>(t / nc % sets) * together;
+                const int64_t n_kv = pos0 + r + 1;
+                const int64_t first_pos = c * k_attn_chunk;
+                if (first_pos >= n_kv) continue;   // past this row's last position
+                const int n = static_cast<int>(n_kv - first_pos < k_attn_chunk ? n_kv - first_pos : k_attn_chunk);
+                const float* kc = k + first_pos * kv_stride + (h0 / group) * hd;
+                const float* vc = v + first_pos * kv_stride + (h0 / group) * hd;
+                for (int i = 0; i < together; ++i) {
+                    const int64_t row_head = r * p.n_head + h0 + i;
+                    float* s = parts + (row_head * k_attn_split_chunks + (c - c0)) * slot;
+                    f(q + row_head * hd, kc, vc, kv_stride, hd, n, true, p.scale, s[hd], s[hd + 1], s);
+                }
+            }
+        });
+        // The round's chunks merged in order into each (row, head)'s running state and output.
+        pool.parallel_for(n_rows * p.n_head, 1, [&](int64_t b, int64_t e) {
+            for (int64_t row_head = b; row_head < e; ++row_head) {
+                const int64_t r = row_head / p.n_head, row_chunks = chunks_of(r);
+                float* o = out + row_head * hd;
+                float& m = state[2 * row_head];
+                float& l = state[2 * row_head + 1];
+                const int64_t c_end = c0 + nc < row_chunks ? c0 + nc : row_chunks;
+                for (int64_t c = c0; c < c_end; ++c) {
+                    const float* s = parts + (row_head * k_attn_split_chunks + (c - c0)) * slot;
+                    const float mc = s[hd], lc = s[hd + 1];
+                    if (c == 0) {
+                        m = mc;
+                        l = lc;
+                        for (int d = 0; d < hd; ++d) o[d] = s[d];
+                        continue;
+                    }
+                    const float mn = mc > m ? mc : m;
+                    const float a = exp_f32(m - mn), bc = exp_f32(mc - mn);
+                    l = l * a + lc * bc;
+                    for (int d = 0; d < hd; ++d) o[d] = o[d] * a + s[d] * bc;
+                    m = mn;
+                }
+                if (c_end == row_chunks && c0 < row_chunks)
+                    for (int d = 0; d < hd; ++d) o[d] = o[d] / l;
+            }
+        });
+    }
+}
+
 }  // namespace
+
+size_t attention_split_floats(const attention_params& p) {
+    const size_t rh = static_cast<size_t>(k_attn_split_rows) * static_cast<size_t>(p.n_head);
+    return rh * 2 + rh * k_attn_split_chunks * static_cast<size_t>(p.head_dim + 2);
+}
 
 void attention_ref(thread_pool& pool, const attention_params& p, const float* q, const float* k,
                    const float* v, int32_t pos0, int64_t n_rows, float* out) {
@@ -222,9 +324,14 @@ void attention_ref(thread_pool& pool, const attention_params& p, const float* q,
 }
 
 void attention(thread_pool& pool, const attention_params& p, const float* q, const float* k,
-               const float* v, int32_t pos0, int64_t n_rows, float* out) {
+               const float* v, int32_t pos0, int64_t n_rows, float* out, attention_scratch split) {
     static const bool avx2 = cpu_supports(isa::avx2);
-    run(pool, avx2 && p.head_dim % 16 == 0 ? chunk_avx2 : chunk_ref, p, q, k, v, pos0, n_rows, out);
+    const chunk_fn f = avx2 && p.head_dim % 16 == 0 ? chunk_avx2 : chunk_ref;
+    const bool split_ok = split.parts && split.floats >= attention_split_floats(p);
+    if (split_ok && (split.always ? split_allowed(n_rows, pool.n_threads(), pos0) : split_pays(p, pos0, n_rows, pool.n_threads())))
+        run_split(pool, f, p, q, k, v, pos0, n_rows, out, split);
+    else
+        run(pool, f, p, q, k, v, pos0, n_rows, out);
 }
 
 }  // namespace sluice::kernels

@@ -113,8 +113,25 @@ struct attention_params {
 //   out: [n_rows, n_head, head_dim]
 // attention() runs SIMD code (AVX2+FMA where the CPU has it, head_dim % 16 == 0) that gives
 // attention_ref's bits; attention_ref is the scalar definition, kept for the parity tests.
+//
+// With a split scratch, a call of at most k_attn_split_rows rows whose (row, head) tasks would
+// leave threads idle or unevenly loaded (a decode row: SmolLM2's 9 heads on 16 threads, or its 3
+// KV heads' tasks on 2) also cuts the KV positions over the threads: each chunk's (max, sum,
+// output) goes to the scratch, and the chunks are then merged in order per (row, head) with the
+// merge the unsplit loop does: the same operations on the same operands, so the same bits. The
+// positions go in rounds of k_attn_split_chunks chunks, which bounds the scratch.
+inline constexpr int k_attn_split_rows = 4;
+inline constexpr int k_attn_split_chunks = 64;   // 2,048 positions a round
+struct attention_scratch {
+    float* parts = nullptr;   // attention_split_floats(p) floats, or null: no split
+    size_t floats = 0;
+    bool always = false;      // split whenever the rows allow, paying or not (the parity tests)
+};
+// [k_attn_split_rows, n_head] running (max, sum), then [k_attn_split_rows, n_head,
+// k_attn_split_chunks] chunk results of head_dim + 2 floats.
+size_t attention_split_floats(const attention_params& p);
 void attention(thread_pool& pool, const attention_params& p, const float* q, const float* k,
-               const float* v, int32_t pos0, int64_t n_rows, float* out);
+               const float* v, int32_t pos0, int64_t n_rows, float* out, attention_scratch split = {});
 void attention_ref(thread_pool& pool, const attention_params& p, const float* q, const float* k,
                    const float* v, int32_t pos0, int64_t n_rows, float* out);
 
