@@ -37,9 +37,13 @@ const float* session::forward_all(std::span<const token_id> tokens) {
     // drafter's target): verify windows fit the first size.
     const size_t need = tokens.size() * static_cast<size_t>(model_.hparams().n_vocab);
     if (logits_.size() < need) logits_.resize(need);
-    scratch_.last_row_logits_only = false;
-    model_.forward(tokens, kv_.n_pos(), kv_, scratch_, logits_.data());
+    forward_into(tokens, logits_.data());
     return logits_.data();
+}
+
+void session::forward_into(std::span<const token_id> tokens, float* logits) {
+    scratch_.last_row_logits_only = false;
+    model_.forward(tokens, kv_.n_pos(), kv_, scratch_, logits);
 }
 
 }  // namespace sluice

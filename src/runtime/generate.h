@@ -30,6 +30,9 @@ public:
     const float* decode(token_id t) { return prefill(std::span<const token_id>(&t, 1)); }
     // Runs a window and returns all its rows' logits [n_rows, n_vocab] (teacher forcing, tests).
     const float* forward_all(std::span<const token_id> tokens);
+    // Same, the logits written straight into the caller's [n_rows, n_vocab] buffer (a verify
+    // window: no copy of n_vocab floats a row through the session's own buffer).
+    void forward_into(std::span<const token_id> tokens, float* logits);
 
     int32_t n_pos() const { return kv_.n_pos(); }
     int32_t n_ctx() const { return kv_.shape().n_ctx; }

@@ -5,7 +5,6 @@
 // checkpoint here instead of a truncate: a later issue.)
 #pragma once
 
-#include <cstring>
 
 #include "core/error.h"
 #include "runtime/generate.h"
@@ -29,8 +28,7 @@ public:
             s_.truncate(base_);  // replace the provisional rows of the last forward
         else
             base_ = s_.n_pos();
-        const float* l = s_.forward_all(tokens);
-        std::memcpy(logits, l, tokens.size() * size_t(n_vocab()) * sizeof(float));
+        s_.forward_into(tokens, logits);
         rows_ = int32_t(tokens.size());
     }
 
