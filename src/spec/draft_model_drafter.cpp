@@ -52,11 +52,14 @@ int32_t draft_model_drafter::propose(std::span<const int32_t> ctx, int32_t max_n
     }
     const int32_t nv = draft_.n_vocab();
 
-    // Catch up on the unseen context tokens; the last row predicts the token at len. The rows
-    // before it need no logits: a session target takes them without its output head and without a
-    // [prompt_chunk, n_vocab] buffer (512 rows are 311 MB at Qwen3's vocabulary, which every
-    // request used to allocate); another target forwards them in chunks, into a buffer grown once.
-    if (const int64_t head = len - 1 - np; head > 0) {
+    // Catch up on the unseen context tokens; the last row predicts the token at len. After a
+    // window (its kept drafts and the bonus token) that is one forward into the buffer. Beyond the
+    // buffer's rows (a prompt) the rows before the last need no logits: a session target takes
+    // them without its output head and without a [prompt_chunk, n_vocab] buffer (512 rows are
+    // 311 MB at Qwen3's vocabulary, which every request used to allocate); another target forwards
+    // them in chunks, into a buffer grown once.
+    int64_t next = np;
+    if (const int64_t head = len - 1 - np; len - np > int64_t(logits_.size() / size_t(nv))) {
         const std::span<const int32_t> rows_before = ctx.subspan(size_t(np), size_t(head));
         if (!draft_.prefill_without_logits(rows_before)) {
             const size_t need = size_t(std::min<int64_t>(p_.prompt_chunk, head)) * size_t(nv);
@@ -69,11 +72,13 @@ int32_t draft_model_drafter::propose(std::span<const int32_t> ctx, int32_t max_n
             }
         }
         seen_.insert(seen_.end(), rows_before.begin(), rows_before.end());
+        next = len - 1;
     }
-    draft_.forward(ctx.subspan(size_t(len - 1), 1), logits_.data());
-    draft_.commit(1);
-    seen_.push_back(ctx[size_t(len - 1)]);
-    const float* last_row = logits_.data();
+    const int32_t rows = int32_t(len - next);
+    draft_.forward(ctx.subspan(size_t(next), size_t(rows)), logits_.data());
+    draft_.commit(rows);
+    seen_.insert(seen_.end(), ctx.begin() + next, ctx.end());
+    const float* last_row = logits_.data() + size_t(rows - 1) * size_t(nv);
     // seen_ = context now; drafts are appended provisionally so the penalties see them.
     int32_t n = 0;
     out[0] = sampler_.pick(last_row, len, seen_);

@@ -5,7 +5,6 @@
 // checkpoint here instead of a truncate: a later issue.)
 #pragma once
 
-
 #include "core/error.h"
 #include "runtime/generate.h"
 #include "spec/target.h"
@@ -33,7 +32,11 @@ public:
     }
 
     bool prefill_without_logits(std::span<const int32_t> tokens) override {
-        if (base_ >= 0) fail("session target: prefill while {} rows of a window are provisional", rows_);
+        if (base_ >= 0) {   // as forward() does: the last forward's provisional rows go first
+            s_.truncate(base_);
+            base_ = -1;
+            rows_ = 0;
+        }
         s_.prefill(tokens);
         return true;
     }

@@ -22,7 +22,8 @@ struct verify_target {
     // rolls the rest back, as if they had never been forwarded. 0 <= n_rows_kept <= rows.
     virtual void commit(int32_t n_rows_kept) = 0;
     // Commits rows tokens[i] at positions n_past() + i whose logits nobody reads (a prompt's rows
-    // before its last), where the target has a cheaper way than forward() + commit(): a session
+    // before its last; provisional rows of a forward not committed are dropped first, as by a
+    // second forward), where the target has a cheaper way than forward() + commit(): a session
     // runs its output head for the last row only (session::prefill), and the caller needs no
     // [rows, n_vocab] buffer. Returns false, having done nothing, where it has none; the caller
     // then forwards and commits the rows itself.

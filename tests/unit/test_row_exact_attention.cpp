@@ -95,14 +95,16 @@ TEST(row_exact_attention, long_context_simd_equals_scalar) {
 // The positions cut over the threads (attention_scratch): every chunk computed alone, then
 // merged in order, gives the scalar definition's bits: rows 1..4, GQA 1..8, head sizes 16..256,
 // contexts that end inside a chunk, on a chunk's edge and past the 64-chunk rounds (one round
-// ends exactly at 2,048 positions), thread counts 2..9. `always` makes every call split; the
-// last part checks the calls that decide for themselves.
+// ends exactly at 2,048 positions; in two cases a window's rows end on both sides of that edge),
+// head sizes that are no multiple of 16 (the scalar chunk), thread counts 2..9. `always` makes
+// every call split; the last part checks the calls that decide for themselves.
 TEST(row_exact_attention, positions_split_over_threads_give_the_scalar_definitions_bits) {
     const attn_case cases[] = {
         {9, 3, 64, 31, 1, 1.0f},     {9, 3, 64, 32, 1, 1.0f},     {9, 3, 64, 200, 4, 1.0f},
         {8, 1, 64, 2047, 1, 1.0f},   {16, 2, 256, 2048, 2, 1.0f}, {4, 2, 64, 2100, 3, 30.0f},
         {32, 4, 128, 4500, 1, 2.0f}, {6, 2, 16, 95, 2, 1.0f},     {2, 2, 48, 700, 4, 8.0f},
-        {4, 4, 64, 6200, 1, 1.0f},
+        {4, 4, 64, 6200, 1, 1.0f},   {8, 1, 64, 2046, 3, 1.0f},   {9, 3, 64, 2045, 4, 4.0f},
+        {4, 2, 40, 100, 2, 1.0f},    {12, 4, 24, 2110, 4, 1.0f},
     };
     for (const auto& c : cases) {
         const auto a = make_data(c, 17);

@@ -136,23 +136,27 @@ TEST(spec_session_prefill_target, a_draft_model_catches_up_without_logits_and_dr
     EXPECT_EQ(r.stats.drafts_accepted, r.stats.drafts_proposed);
 }
 
-TEST(spec_session_prefill_target, commits_the_rows_and_refuses_while_a_window_is_provisional) {
+TEST(spec_session_prefill_target, commits_the_rows_and_drops_a_windows_provisional_rows_first) {
     auto f = model_file::open(fixture("qwen3moe_e8_k2", "model-Q8_0.gguf"));
     auto m = load_model(*f, {});
     session_options so;
     so.n_ctx = 64;
-    session s(m.operator*(), so);
+    session s(*m, so);
     session_target t(s, 16);
     const std::vector<int32_t> prompt = prompt_of(10, 3);
     ASSERT_TRUE(t.prefill_without_logits(std::span<const int32_t>(prompt.data(), 6)));
     EXPECT_EQ(t.n_past(), 6);
     std::vector<float> logits(size_t(2) * size_t(t.n_vocab()));
     t.forward(std::span<const int32_t>(prompt.data() + 6, 2), logits.data());
-    EXPECT_THROW(t.prefill_without_logits(std::span<const int32_t>(prompt.data() + 8, 1)), error);
     t.commit(1);
     EXPECT_EQ(t.n_past(), 7);
-    ASSERT_TRUE(t.prefill_without_logits(std::span<const int32_t>(prompt.data() + 7, 3)));
+    ASSERT_TRUE(t.prefill_without_logits(std::span<const int32_t>(prompt.data() + 7, 2)));
+    EXPECT_EQ(t.n_past(), 9);
+    // Rows of a forward never committed are dropped first, as a second forward drops them.
+    t.forward(std::span<const int32_t>(prompt.data() + 9, 1), logits.data());
+    ASSERT_TRUE(t.prefill_without_logits(std::span<const int32_t>(prompt.data() + 9, 1)));
     EXPECT_EQ(t.n_past(), 10);
+    EXPECT_THROW(t.commit(0), error);   // nothing is provisional any more
 }
 
 }  // namespace

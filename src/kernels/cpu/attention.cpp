@@ -223,15 +223,16 @@ void run(thread_pool& pool, chunk_fn f, const attention_params& p, const float* 
     });
 }
 
+// The calls the split can take at all: 1..k_attn_split_rows rows, two chunks or more, two threads.
+bool split_allowed(int64_t n_rows, int n_threads, int32_t pos0) {
+    return n_threads >= 2 && n_rows <= k_attn_split_rows && pos0 + n_rows > k_attn_chunk;
+}
+
 // Whether splitting the positions pays: the slowest thread's (head, chunk) units of the unsplit
 // loop against the split's (its items, then the merge: per chunk and head 2 exponentials and 3
 // head_dim-wide operations against a chunk's ~3 x 32 x head_dim, about a 25th, plus the second
 // barrier). Approximate: the rows' lengths differ by at most n_rows - 1 positions, counted as the
 // last row's.
-bool split_allowed(int64_t n_rows, int n_threads, int32_t pos0) {
-    return n_threads >= 2 && n_rows <= k_attn_split_rows && pos0 + n_rows > k_attn_chunk;   // 2 chunks at least
-}
-
 bool split_pays(const attention_params& p, int32_t pos0, int64_t n_rows, int n_threads) {
     if (!split_allowed(n_rows, n_threads, pos0)) return false;
     const int64_t chunks = (pos0 + n_rows + k_attn_chunk - 1) / k_attn_chunk;
