@@ -180,7 +180,8 @@ void cuda_model::forward_batch(std::span<const batch_segment> batch, forward_scr
     int32_t max_pos = 0;
     for (const batch_segment& g : batch) max_pos = std::max(max_pos, g.pos0 + static_cast<int32_t>(g.tokens.size()));
     ensure_rope(max_pos);
-    std::vector<float*> kv_bufs;
+    std::vector<float*>& kv_bufs = kv_bufs_;
+    kv_bufs.clear();
     for (const batch_segment& g : batch) {
         kv_bufs.push_back(kv_for(*g.kv));
         ensure_attention_split(g.kv->shape().n_ctx);

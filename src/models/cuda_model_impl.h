@@ -375,6 +375,7 @@ private:
     std::shared_ptr<release_queue> released_ = std::make_shared<release_queue>();
     float* rope_ = nullptr;   // [rope_pos_, n_rot]
     cuda::attention_split attn_split_;   // decode attention's chunk records for the longest cache
+    std::vector<float*> kv_bufs_;        // [segments] each segment's device KV, refilled every forward (no allocation once grown)
     int32_t rope_pos_ = 0;
     // Scratch for max_rows_ rows (see ensure_scratch for shapes).
     int max_rows_ = 0;
