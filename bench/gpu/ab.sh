@@ -31,6 +31,16 @@ if [ "${1:-}" = --prepare ]; then
   rm -rf .peers/old-tree && mkdir -p .peers/old-tree
   git archive "$base" src include bench tests/gpu CMakeLists.txt | tar -x -C .peers/old-tree
   echo "ab.sh: $(git rev-parse --short "$base") exported to .peers/old-tree ($(du -sh .peers/old-tree | cut -f1)); carry it"
+  # The other two carried folders, where a fresh checkout lacks them: the gguf package (with the
+  # yaml and tqdm it imports; the machine's Python has numpy) for tools/make_synthetic.py, and
+  # the headers and libraries of bench/run_gpu.sh --prepare.
+  if [ ! -d .gpudeps/py/gguf ]; then
+    mkdir -p .gpudeps/py
+    python3 -c "import gguf, yaml, tqdm, os; print(*(os.path.dirname(m.__file__) for m in (gguf, yaml, tqdm)), sep=chr(10))" |
+      xargs -I{} cp -r {} .gpudeps/py/ && find .gpudeps/py -name __pycache__ -prune -exec rm -rf {} +
+    echo "ab.sh: .gpudeps/py ($(du -sh .gpudeps/py | cut -f1)); carry it"
+  fi
+  [ -d .peers/gpu-bench/include ] || bash bench/run_gpu.sh --prepare
   exit 0
 fi
 
