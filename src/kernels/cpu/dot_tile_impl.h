@@ -216,12 +216,20 @@ struct tile_block_vnni {
         float dxf;
         std::memcpy(&dxf, xb, 4);
         const __m256 dx = _mm256_set1_ps(dxf);
-        int32_t sx = 0;
-        if constexpr (offset != 0 || has_min(wt)) sx = hsum8(dot32_u(_mm256_set1_epi8(1), loadu256(xb + 4)));
-        if constexpr (offset != 0) sumi = _mm256_sub_epi32(sumi, _mm256_set1_epi32(offset * sx));
+        // sum(x) of the block in every lane, reduced in registers (exact int32 adds in any order;
+        // float(sx) is the scalar conversion's value): the scalar reduction's extract, moves and
+        // conversion were the longest chain of a row's term once the products ran in two chains.
+        __m256i sx = _mm256_setzero_si256();
+        if constexpr (offset != 0 || has_min(wt)) {
+            sx = dot32_u(_mm256_set1_epi8(1), loadu256(xb + 4));
+            sx = _mm256_add_epi32(sx, _mm256_permute2x128_si256(sx, sx, 1));
+            sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0x4E));
+            sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0xB1));
+        }
+        if constexpr (offset != 0) sumi = _mm256_sub_epi32(sumi, _mm256_mullo_epi32(sx, _mm256_set1_epi32(offset)));
         const __m256 a = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(sumi));
         if constexpr (!has_min(wt)) return a;
-        return _mm256_add_ps(a, _mm256_mul_ps(_mm256_mul_ps(m, dx), _mm256_set1_ps(static_cast<float>(sx))));
+        return _mm256_add_ps(a, _mm256_mul_ps(_mm256_mul_ps(m, dx), _mm256_cvtepi32_ps(sx)));
     }
 };
 // Rows from which the VNNI form is used: its transpose costs ~24 shuffles a block, what it saves
