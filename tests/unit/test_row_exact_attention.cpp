@@ -55,6 +55,14 @@ std::string describe(const attn_case& c) {
            std::to_string(c.pos0) + " rows " + std::to_string(c.rows) + " qscale " + std::to_string(c.qscale);
 }
 
+// attention_ref's output for a case, on one thread: the bits every other form must give.
+std::vector<float> scalar_definition(const attn_case& c, const attn_data& a) {
+    std::vector<float> ref(a.q.size());
+    thread_pool one(1);
+    kernels::attention_ref(one, params(c), a.q.data(), a.k.data(), a.v.data(), c.pos0, c.rows, ref.data());
+    return ref;
+}
+
 TEST(row_exact_attention, simd_attention_gives_the_scalar_definitions_bits) {
     const attn_case cases[] = {
         {4, 4, 64, 0, 1, 1.0f},      {4, 2, 64, 0, 5, 1.0f},      {8, 2, 128, 31, 3, 1.0f},
@@ -65,9 +73,8 @@ TEST(row_exact_attention, simd_attention_gives_the_scalar_definitions_bits) {
     for (const auto& c : cases) {
         const auto a = make_data(c, 11);
         const auto p = params(c);
-        std::vector<float> ref(a.q.size()), got(a.q.size());
-        thread_pool one(1);
-        kernels::attention_ref(one, p, a.q.data(), a.k.data(), a.v.data(), c.pos0, c.rows, ref.data());
+        const std::vector<float> ref = scalar_definition(c, a);
+        std::vector<float> got(a.q.size());
         for (float x : ref) ASSERT_TRUE(std::isfinite(x)) << describe(c);
         for (int t : {1, 2, 3}) {
             thread_pool pool(t);
@@ -109,10 +116,9 @@ TEST(row_exact_attention, positions_split_over_threads_give_the_scalar_definitio
     for (const auto& c : cases) {
         const auto a = make_data(c, 17);
         const auto p = params(c);
-        std::vector<float> ref(a.q.size()), got(a.q.size());
+        const std::vector<float> ref = scalar_definition(c, a);
+        std::vector<float> got(a.q.size());
         std::vector<float> parts(kernels::attention_split_floats(p), -3.0f);
-        thread_pool one(1);
-        kernels::attention_ref(one, p, a.q.data(), a.k.data(), a.v.data(), c.pos0, c.rows, ref.data());
         for (int t : {2, 3, 9}) {
             thread_pool pool(t);
             for (bool always : {true, false}) {

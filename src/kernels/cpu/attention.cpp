@@ -173,20 +173,14 @@ using chunk_fn = void (*)(const float*, const float*, const float*, int64_t, int
 // the shipped MoE's 6/2 heads of 64: 140 -> 92 us (best of 8 runs each, session 10).
 constexpr int k_max_heads_together = 16;
 
-// The largest divisor of the group (query heads per KV head) up to k_max_heads_together.
-int whole_group(int group) {
-    for (int d = group < k_max_heads_together ? group : k_max_heads_together; d > 1; --d)
-        if (group % d == 0) return d;
-    return 1;
-}
-
-// Heads a task of the unsplit loop takes together: the largest divisor of the group (<=
-// k_max_heads_together) that still leaves a task for every thread, else 1. Each head's operations
-// are the same whatever the grouping, so the bits never depend on it (or on the thread count).
-int unsplit_together(const attention_params& p, int64_t n_rows, int n_threads) {
+// Heads a task takes together: the largest divisor of the group (query heads per KV head, <=
+// k_max_heads_together) that still leaves min_tasks tasks, else 1. The unsplit loop asks for a
+// task per thread; the split one for the whole group (min_tasks 0). Each head's operations are the
+// same whatever the grouping, so the bits never depend on it (or on the thread count).
+int heads_together(const attention_params& p, int64_t n_rows, int min_tasks) {
     const int group = p.n_head / p.n_kv_head;
     for (int d = group < k_max_heads_together ? group : k_max_heads_together; d > 1; --d)
-        if (group % d == 0 && n_rows * p.n_kv_head * (group / d) >= n_threads) return d;
+        if (group % d == 0 && n_rows * p.n_kv_head * (group / d) >= min_tasks) return d;
     return 1;
 }
 
@@ -195,7 +189,7 @@ void run(thread_pool& pool, chunk_fn f, const attention_params& p, const float* 
     const int hd = p.head_dim;
     const int group = p.n_head / p.n_kv_head;                           // query heads per KV head
     const int64_t kv_stride = static_cast<int64_t>(p.n_kv_head) * hd;  // floats per position
-    const int together = unsplit_together(p, n_rows, pool.n_threads());
+    const int together = heads_together(p, n_rows, pool.n_threads());
     const int64_t tasks_per_row = static_cast<int64_t>(p.n_head) / together;
     // One task per (row, KV head, heads together); a chunk of 1 keeps the tail short.
     pool.parallel_for(n_rows * tasks_per_row, 1, [&](int64_t b, int64_t e) {
@@ -237,9 +231,9 @@ bool split_pays(const attention_params& p, int32_t pos0, int64_t n_rows, int n_t
     if (!split_allowed(n_rows, n_threads, pos0)) return false;
     const int64_t chunks = (pos0 + n_rows + k_attn_chunk - 1) / k_attn_chunk;
     auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
-    const int t_unsplit = unsplit_together(p, n_rows, n_threads);
+    const int t_unsplit = heads_together(p, n_rows, n_threads);
     const int64_t unsplit = ceil_div(n_rows * p.n_head / t_unsplit, n_threads) * t_unsplit * chunks;
-    const int t_split = whole_group(p.n_head / p.n_kv_head);
+    const int t_split = heads_together(p, n_rows, 0);
     const int64_t items = n_rows * (p.n_head / t_split) * chunks;
     const int64_t merge = ceil_div(n_rows * p.n_head, n_threads) * chunks / 25 + 1;
     const int64_t split = ceil_div(items, n_threads) * t_split + merge;
@@ -254,7 +248,7 @@ void run_split(thread_pool& pool, chunk_fn f, const attention_params& p, const f
                int32_t pos0, int64_t n_rows, float* out, attention_scratch sc) {
     const int hd = p.head_dim;
     const int group = p.n_head / p.n_kv_head;
-    const int together = whole_group(group);
+    const int together = heads_together(p, n_rows, 0);
     const int64_t kv_stride = static_cast<int64_t>(p.n_kv_head) * hd;
     const int64_t sets = p.n_head / together;   // head sets a row's work items walk
     const int64_t slot = hd + 2;                 // a chunk's output [hd], then its max and sum
