@@ -36,7 +36,12 @@
 #   N-row forwards instead of its default; llama.cpp keeps its own), --profile-text FILE (before
 #   the budget runs, `sluice profile` counts the routing over the first --profile-tokens N (default
 #   1024) tokens of FILE, a path in the repository, and writes <model>.profile.bin, which every
-#   --vram-budget run then ranks its cache by: issue 10's calibration pass, as a user runs it).
+#   --vram-budget run then ranks its cache by: issue 10's calibration pass, as a user runs it),
+#   --decode-depths LIST (the budget runs also decode after prompts of these lengths, default 0:
+#   sluice in the same run, llama.cpp in a second llama-bench -p 0 -d run per budget),
+#   --pack-peer (after the llama.cpp build, llama-bench comes back xz-compressed in 15 MiB parts,
+#   $OUT/llama-bench.xz.NN; a later call that carries them as .peers/llama-pack/ unpacks them
+#   instead of building: the build runs once a session, not once a call).
 #
 # On the GPU machine, in this order (the llama.cpp CUDA build, ~5.4 min on 16 cores, is the long
 # pole; sluice's build and the model file are made beside it; nothing is timed while anything
@@ -60,7 +65,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 bundle=$root/.peers/gpu-bench
 mode=run layers="" threads=$(nproc) skew=0 locality=0 budget=585 record=0 prebuilt="" placement_runs=0
 shape=qwen3-30b-a3b vram_budgets=0,2G,4G,8G split_prompts="" spec_accept="" split_reps=2 whole_runs=1 long_prompt=""
-no_peer=0 sluice_chunk="" profile_text="" profile_tokens=1024
+no_peer=0 sluice_chunk="" profile_text="" profile_tokens=1024 decode_depths=0 pack_peer=0
 die() { echo "run_gpu.sh: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -78,6 +83,8 @@ while [ $# -gt 0 ]; do
     --shape) shape=$2; shift ;;
     --vram-budgets) vram_budgets=$2; shift ;;
     --split-prompts) split_prompts=$2; shift ;;
+    --decode-depths) decode_depths=$2; shift ;;
+    --pack-peer) pack_peer=1 ;;
     --spec-accept) spec_accept=$2; shift ;;
     --split-reps) split_reps=$2; shift ;;
     --no-whole) whole_runs=0 ;;
@@ -304,11 +311,17 @@ llama_pid=""
 if [ $mode = local ]; then
   llama_bin=$(ls -d "$root"/.peers/llama.cpp-py*-cpu/bin 2>/dev/null | tail -n1 || true)
 else
-  llama_bin=$root/.peers/llama.cpp-py0.3.36-cuda/bin
+  llama_bin=$root/.peers/llama.cpp-py0.3.36-cuda/bin llama_pack=$root/.peers/llama-pack
   if [ $no_peer = 1 ]; then
     say "--no-peer: no llama.cpp"
   elif [ -x "$llama_bin/llama-bench" ] && "$llama_bin/llama-bench" --help > /dev/null 2>&1; then
     say "llama.cpp CUDA build exists: $llama_bin"
+  elif [ $mode = run ] && ls "$llama_pack"/llama-bench.xz.* > /dev/null 2>&1 && mkdir -p "$llama_bin" \
+       && cat "$llama_pack"/llama-bench.xz.* | xz -d > "$llama_bin/llama-bench" && chmod +x "$llama_bin/llama-bench" \
+       && "$llama_bin/llama-bench" --help > /dev/null 2>&1; then
+    # A --pack-peer call's llama-bench, built by this script on the same kind of machine from the
+    # same source: the build's 330-440 s are spent once a session instead of once a call.
+    say "llama.cpp CUDA: llama-bench unpacked from the carried .peers/llama-pack (sha256 $(sha256sum "$llama_bin/llama-bench" | cut -c1-16); $(cat "$llama_pack/ORIGIN" 2>/dev/null))"
   else
     lb_limit=$(cap 460 90)
     # Beside sluice's build on 16 cores the llama.cpp CUDA build ran out of 325 s (session 23,
@@ -409,6 +422,12 @@ if [ -n "$llama_pid" ]; then
   say "waiting for the llama.cpp build"
   wait "$llama_pid"; say "llama.cpp build: rc=$?"
   tail -n 4 /tmp/llama_build.log
+  if [ $pack_peer = 1 ] && [ -x "$llama_bin/llama-bench" ]; then
+    # --pack-peer: llama-bench back through $OUT in parts under its 16 MiB a file, for later calls
+    # to carry as .peers/llama-pack (the CUDA libraries it links are the image's own).
+    xz -T"$(nproc)" -6 -c "$llama_bin/llama-bench" | split -b 15M -d - "$out/llama-bench.xz."
+    say "--pack-peer: llama-bench $(stat -c %s "$llama_bin/llama-bench") bytes, sha256 $(sha256sum "$llama_bin/llama-bench" | cut -c1-16) -> $(ls "$out"/llama-bench.xz.* | xargs -n1 basename | tr '\n' ' ')($(cat "$out"/llama-bench.xz.* | wc -c) bytes)"
+  fi
 fi
 [ $mode = dry ] || [ -f "$model" ] || say "no model file: every run below will fail"
 have_llama=0
@@ -477,13 +496,14 @@ if [ $placement_runs = 1 ]; then
   # engines in 512-row pieces (llama-bench's default ubatch, sluice bench's GPU chunk).
   p_split=$p
   [ $mode = local ] || p_split=${split_prompts:-$p,4096}
-  sluice_split=(-t "$threads" -p "$p_split" -n "$n" -r "$split_reps" --ctx 0 --windows 0 --spec-windows 0 --json)
+  sluice_split=(-t "$threads" -p "$p_split" -n "$n" -r "$split_reps" --ctx "$decode_depths" --windows 0 --spec-windows 0 --json)
+  llama_depths=$(tr ',' '\n' <<< "$decode_depths" | grep -vx 0 | paste -sd, -)
   # --spec-accept A: the budget runs also decode by oracle-tape windows of 1 and 4 rows at that
   # acceptance (0.87 gives ~3.3 tokens a 4-row window, as an MTP head does), after 512 positions.
   # A list (0.87,0.6): the first in that run, each other in a run of its own (oracle runs only).
   accept_first=${spec_accept%%,*} accept_more=""
   [ "$spec_accept" != "$accept_first" ] && accept_more=${spec_accept#*,}
-  [ -n "$spec_accept" ] && sluice_split=(-t "$threads" -p "$p_split" -n "$n" -r "$split_reps" --ctx 0 --windows 0 \
+  [ -n "$spec_accept" ] && sluice_split=(-t "$threads" -p "$p_split" -n "$n" -r "$split_reps" --ctx "$decode_depths" --windows 0 \
     --spec-windows 1,4 --accept "$accept_first" --spec-n "$n" --window-depth "$p" --json)
   if [ $whole_runs = 1 ]; then
     llama_run "llama.cpp GPU -ngl 99" llama_gpu.json gpu "$(cap 60 170)" --gpu -p "$p" -n "$n" -r 2
@@ -497,7 +517,7 @@ if [ $placement_runs = 1 ]; then
   # Each budget run's cap grows with its prompts: llama.cpp at 300 tok/s, sluice at 1,000 (a
   # 32K prompt at 12 GiB of a 35B: ~520 and ~1,500 tok/s measured), times the repetitions.
   ptoks=0
-  for pp in ${p_split//,/ }; do ptoks=$(( ptoks + pp )); done
+  for pp in ${p_split//,/ } ${llama_depths//,/ }; do ptoks=$(( ptoks + pp )); done
   # llama-bench loads the file for each test: a second per GB on top (the 80B shape's 50 GB ran
   # past a 43 s cap in session 15).
   model_gb=$(( $(stat -c %s "$model" 2>/dev/null || echo 0) / 1000000000 ))
@@ -522,6 +542,17 @@ if [ $placement_runs = 1 ]; then
       "$sluice_gpu" "${sluice_split[@]}" --gpu 0 --vram-budget "$b"
     [ -f "$out/sluice_gpu_$b.json" ] && [ -f "$out/llama_ncmoe$nc.json" ] && \
       "${rec[@]}" compare "$manifest" "sluice GPU --vram-budget $b" "llama.cpp -ngl 99 -ncmoe $nc"
+    # --decode-depths: llama-bench's -d applies to its prefill tests too, so its decodes after a
+    # prompt run alone (-p 0); sluice's --ctx covers them in the run above.
+    if [ -n "$llama_depths" ]; then
+      dtoks=0
+      for d in ${llama_depths//,/ }; do dtoks=$(( dtoks + d )); done
+      llama_run "llama.cpp -ngl 99 -ncmoe $nc, depths" "llama_ncmoe${nc}_d.json" three-lane \
+        "$(cap $(( 30 + model_gb + dtoks * split_reps / 300 )) $(( left * 40 - 40 )))" \
+        --ncmoe "$nc" -p 0 -n "$n" -r "$split_reps" -- -d "$llama_depths"
+      [ -f "$out/sluice_gpu_$b.json" ] && [ -f "$out/llama_ncmoe${nc}_d.json" ] && \
+        "${rec[@]}" compare "$manifest" "sluice GPU --vram-budget $b" "llama.cpp -ngl 99 -ncmoe $nc, depths"
+    fi
     for a in ${accept_more//,/ }; do
       [ $(left) -gt 60 ] || break
       sluice_run "sluice GPU --vram-budget $b, accept $a" "sluice_gpu_${b}_a$a.json" three-lane "$(cap 60 $(( left * 40 - 40 )))" \
