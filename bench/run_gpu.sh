@@ -306,6 +306,18 @@ for f in libssl.so.3 libcrypto.so.3 libz.so.1; do
   ldconfig -p 2>/dev/null | grep -q "$f" || say "warning: $f is not in the image: linking cpp-httplib will fail"
 done
 
+# xz_filter [-d]: compress (or decompress) stdin to stdout, the xz format, with xz where the image
+# has it and Python's lzma where it does not.
+xz_filter() {
+  if command -v xz > /dev/null; then
+    if [ "${1:-}" = -d ]; then xz -d; else xz -T"$(nproc)" -6; fi
+  elif [ "${1:-}" = -d ]; then
+    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.stdin.buffer), sys.stdout.buffer)'
+  else
+    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(sys.stdin.buffer, lzma.open(sys.stdout.buffer, "w", preset=6))'
+  fi
+}
+
 # 1a. llama.cpp, CUDA (background): the long pole.
 llama_pid=""
 if [ $mode = local ]; then
@@ -317,7 +329,7 @@ else
   elif [ -x "$llama_bin/llama-bench" ] && "$llama_bin/llama-bench" --help > /dev/null 2>&1; then
     say "llama.cpp CUDA build exists: $llama_bin"
   elif [ $mode = run ] && ls "$llama_pack"/llama-bench.xz.* > /dev/null 2>&1 && mkdir -p "$llama_bin" \
-       && cat "$llama_pack"/llama-bench.xz.* | xz -d > "$llama_bin/llama-bench" && chmod +x "$llama_bin/llama-bench" \
+       && cat "$llama_pack"/llama-bench.xz.* | xz_filter -d > "$llama_bin/llama-bench" && chmod +x "$llama_bin/llama-bench" \
        && "$llama_bin/llama-bench" --help > /dev/null 2>&1; then
     # A --pack-peer call's llama-bench, built by this script on the same kind of machine from the
     # same source: the build's 330-440 s are spent once a session instead of once a call.
@@ -425,7 +437,7 @@ if [ -n "$llama_pid" ]; then
   if [ $pack_peer = 1 ] && [ -x "$llama_bin/llama-bench" ]; then
     # --pack-peer: llama-bench back through $OUT in parts under its 16 MiB a file, for later calls
     # to carry as .peers/llama-pack (the CUDA libraries it links are the image's own).
-    xz -T"$(nproc)" -6 -c "$llama_bin/llama-bench" | split -b 15M -d - "$out/llama-bench.xz."
+    xz_filter < "$llama_bin/llama-bench" | split -b 15M -d - "$out/llama-bench.xz."
     say "--pack-peer: llama-bench $(stat -c %s "$llama_bin/llama-bench") bytes, sha256 $(sha256sum "$llama_bin/llama-bench" | cut -c1-16) -> $(ls "$out"/llama-bench.xz.* | xargs -n1 basename | tr '\n' ' ')($(cat "$out"/llama-bench.xz.* | wc -c) bytes)"
   fi
 fi

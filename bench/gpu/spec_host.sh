@@ -26,6 +26,11 @@ case "${1:-}" in
   sha256sum "$f" | cut -d' ' -f1 > .peers/smol/sha256
   zstd -q -19 -T0 --long=27 -c "$f" > .peers/smol/model.zst && split -n 2 -d -a 2 .peers/smol/model.zst .peers/smol/part. \
     && rm .peers/smol/model.zst
+  # The image has no zstd: this machine's binary travels with the libraries it links beyond libc.
+  rm -rf .peers/zstd && mkdir -p .peers/zstd && cp "$(command -v zstd)" .peers/zstd/ \
+    && ldd "$(command -v zstd)" | awk '/=> \// {print $3}' | grep -vE '/(libc|libm|libpthread|libdl|ld-linux)[.-]' \
+      | xargs -r cp -L -t .peers/zstd/
+  ls -la .peers/zstd
   ls -la .peers/smol
   ;;
 --build)
