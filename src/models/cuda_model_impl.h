@@ -138,6 +138,7 @@ public:
     const model_hparams& hparams() const override { return hp_; }
 
     void forward_batch(std::span<const batch_segment> batch, forward_scratch& s, float* logits) override;
+    bool forward_on_host() const override { return false; }   // its scratch: x and the pool only
 
     // The file's MTP block: its bound host views (null: the file has none); on the device once
     // upload_mtp has run (null before); one forward of it (waits for its copies).

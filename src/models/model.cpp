@@ -54,6 +54,7 @@ forward_scratch model::make_scratch(int max_rows, thread_pool& pool) const {
     s.pool = &pool;
     s.max_rows = max_rows;
     s.x.resize(R * E);
+    if (!forward_on_host()) return s;
     s.xn.resize(R * E);
     s.q.resize(R * nq);
     s.k.resize(R * nkv);

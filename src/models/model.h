@@ -119,7 +119,11 @@ public:
     void forward(std::span<const token_id> tokens, int32_t pos0, kv_cache& kv, forward_scratch& scratch,
                  float* logits);
 
+    // A device model's forward runs on the device: its scratch holds the pool, the row limit and
+    // the residual rows (x, the MTP drafter's input), none of the host forward's buffers (for a
+    // 2,048-row prefill of the 35B shape those were hundreds of MB of RAM nobody touched).
     forward_scratch make_scratch(int max_rows, thread_pool& pool) const;
+    virtual bool forward_on_host() const { return true; }
     kv_shape kv_shape_for(int n_ctx) const;
 
     // The host arrays of a cache (kv.k, kv.v, kv.recurrent()'s live state) are what a prefix-cache

@@ -310,5 +310,39 @@ TEST(models, bad_window_is_rejected_before_any_work) {
     EXPECT_EQ(kv.n_pos(), 2);
 }
 
+// A model whose forward runs elsewhere (as the CUDA model's does) with a host model's shape.
+class device_forward_model final : public model {
+public:
+    explicit device_forward_model(const model_hparams& hp) : hp_(hp) {}
+    const model_hparams& hparams() const override { return hp_; }
+    void forward_batch(std::span<const batch_segment>, forward_scratch&, float*) override {}
+    bool forward_on_host() const override { return false; }
+
+private:
+    model_hparams hp_;
+};
+
+TEST(models, a_device_forward_gets_the_residual_rows_and_no_host_buffers) {
+    spec s;
+    s.arch = "qwen3moe";
+    auto f = make_file(s);
+    auto host = load_model(*f, {});
+    thread_pool pool(1);
+    const forward_scratch h = host->make_scratch(8, pool);
+    const device_forward_model dev(host->hparams());
+    const forward_scratch d = dev.make_scratch(8, pool);
+    const size_t E = static_cast<size_t>(host->hparams().n_embd);
+    EXPECT_EQ(d.pool, &pool);
+    EXPECT_EQ(d.max_rows, 8);
+    EXPECT_EQ(d.x.size(), 8 * E);
+    EXPECT_EQ(h.x.size(), 8 * E);
+    // The host model's buffers exist; the device model's are empty.
+    EXPECT_EQ(h.xn.size(), 8 * E);
+    EXPECT_FALSE(h.act.empty());
+    EXPECT_FALSE(h.router.empty());
+    EXPECT_TRUE(d.xn.empty() && d.q.empty() && d.attn.empty() && d.attn_split.empty() && d.gate.empty() &&
+                d.act.empty() && d.router.empty() && d.arch.empty());
+}
+
 }  // namespace
 }  // namespace sluice
