@@ -76,11 +76,11 @@ wait
 
 {
   for b in /tmp/ab-base $B; do
-    echo "#### $b decode_bench 30B 48L"; timeout 60 $b/decode_bench $f30 512 128 2>&1 | grep -E "decode|identical|FAIL"
+    echo "#### $b decode_bench 30B 48L"; timeout 60 $b/decode_bench $f30 512 128 2>&1 | grep -E "decode|identical|window|FAIL"
   done
   if [ -s "$f35" ]; then
     for b in /tmp/ab-base $B; do
-      echo "#### $b decode_bench 35B 8L"; timeout 40 $b/decode_bench $f35 512 128 2>&1 | grep -E "decode|identical|FAIL"
+      echo "#### $b decode_bench 35B 8L"; timeout 40 $b/decode_bench $f35 512 128 2>&1 | grep -E "decode|identical|window|FAIL"
     done
   fi
   if [ "${AB_SPLIT:-1}" = 1 ]; then
@@ -107,4 +107,6 @@ s=/tmp/ab-session
 cp $s/summary.txt "$O/summary.txt" 2>/dev/null
 cat $s/matmul_parity.h200.log $s/ops_parity.h200.log $s/model_parity.h200.log $s/placement_parity.h200.log \
   > "$O/parity_logs.txt" 2>/dev/null
-grep -E "^(#### |decode \(graphs \+ programmatic|cost |cpu-only )" "$O/ab.log" | tee -a "$O/summary.txt"
+grep -E "^(#### |decode \(graphs \+ programmatic|verify window|cost |cpu-only )" "$O/ab.log" | tee -a "$O/summary.txt"
+# WINDOW_BENCH=1 (passed on to session.sh): the window kernels' table of the working tree.
+[ -s $s/window_bench.h200.log ] && cp $s/window_bench.h200.log "$O/window_bench.log"

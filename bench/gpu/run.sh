@@ -146,7 +146,7 @@ rm -f "$OUT/delta_net_parity.log"
 run_step matmul_parity "$OUT/matmul_parity.h200.log" "${T_TEST:-150}" $(rs $(( R_BENCH + 60 ))) "$B/matmul_parity"
 # A window's dense products, dp4a against tensor cores, 1..16 rows (WINDOW_BENCH=1).
 if [ "${WINDOW_BENCH:-0}" = 1 ]; then
-  run_step window_bench "$OUT/window_bench.h200.log" 60 $(rs $(( R_BENCH + 60 ))) "$B/window_bench" 30
+  run_step window_bench "$OUT/window_bench.h200.log" 90 $(rs $(( R_BENCH + 60 ))) "$B/window_bench" 30
 fi
 
 # The decode step's kernels one at a time (bench/gpu/kernel_bench.cu; KERNEL_BENCH=0 skips), and

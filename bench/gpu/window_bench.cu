@@ -1,4 +1,5 @@
-// window_bench: a verify window's dense matrix products, dp4a kernel against tensor-core kernel,
+// window_bench: a verify window's dense matrix products, dp4a kernel against the tensor-core
+// window kernel (matmul_window_mma.cuh, what 2..16-row windows take) and the prefill one,
 // at the shapes of the synthetic Qwen3.6-35B-A3B file (n_embd 2048; DeltaNet qkv 8192, gate
 // 4096, out 4096 -> 2048; gated attention q+gate 8192, k/v 512, out 4096 -> 2048; shared expert
 // 512; vocabulary 248320; F32 router of 256 experts), for windows of 1..16 rows. Both kernels
@@ -97,8 +98,8 @@ int main(int argc, char** argv) {
     ck(cudaMalloc(&act, static_cast<size_t>(max_in * max_rows) * 4 + 4096), "act");
     float* y = nullptr;
     ck(cudaMalloc(&y, static_cast<size_t>(248320) * max_rows * 4), "y");
-    std::printf("%-14s %-6s %6s %6s %4s %10s %10s  %s\n", "matrix", "type", "n_in", "n_out", "rows", "dp4a us",
-                "mma us", "faster");
+    std::printf("%-14s %-6s %6s %6s %4s %10s %10s %10s  %s\n", "matrix", "type", "n_in", "n_out", "rows", "dp4a us",
+                "mma us", "wmma us", "fastest");
     for (const shape& sh : shapes) {
         const size_t rb = static_cast<size_t>(*bytes_for(sh.type, static_cast<uint64_t>(sh.n_in)));
         const size_t bytes = rb * static_cast<size_t>(sh.n_out);
@@ -119,9 +120,12 @@ int main(int argc, char** argv) {
             a.n_rows = rows;
             a.y = y;
             a.y_stride = sh.n_out;
-            double us[2] = {0, 0};
-            for (int k = 0; k < (is_float ? 1 : 2); ++k) {
-                a.mma_from_rows = k == 0 ? 1 << 20 : 1;
+            // k 0: the dp4a kernel; 1: the prefill tensor-core kernel; 2: the window one (2..16 rows).
+            double us[3] = {0, 0, 0};
+            const int kinds = is_float ? 1 : rows >= 2 ? 3 : 2;
+            for (int k = 0; k < kinds; ++k) {
+                a.mma_from_rows = k == 1 ? 1 : 1 << 20;
+                a.window_dp4a = k == 0;
                 us[k] = time_us(s, reps, [&](int i) {
                     a.w = w[static_cast<size_t>(i % copies)];
                     cuda::matmul(a, s);
@@ -130,10 +134,14 @@ int main(int argc, char** argv) {
             if (is_float)
                 std::printf("%-14s %-6s %6lld %6lld %4d %10.2f %10s\n", sh.name, std::string(name(sh.type)).c_str(),
                             static_cast<long long>(sh.n_in), static_cast<long long>(sh.n_out), rows, us[0], "-");
-            else
-                std::printf("%-14s %-6s %6lld %6lld %4d %10.2f %10.2f  %s\n", sh.name, std::string(name(sh.type)).c_str(),
-                            static_cast<long long>(sh.n_in), static_cast<long long>(sh.n_out), rows, us[0], us[1],
-                            us[1] < us[0] ? "mma" : "dp4a");
+            else {
+                const int best = kinds == 3 && us[2] < std::min(us[0], us[1]) ? 2 : us[1] < us[0] ? 1 : 0;
+                char wmma[16] = "-";
+                if (kinds == 3) std::snprintf(wmma, sizeof wmma, "%.2f", us[2]);
+                std::printf("%-14s %-6s %6lld %6lld %4d %10.2f %10.2f %10s  %s\n", sh.name, std::string(name(sh.type)).c_str(),
+                            static_cast<long long>(sh.n_in), static_cast<long long>(sh.n_out), rows, us[0], us[1], wmma,
+                            best == 2 ? "wmma" : best == 1 ? "mma" : "dp4a");
+            }
         }
         for (std::byte* p : w) cudaFree(p);
     }

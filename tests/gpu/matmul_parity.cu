@@ -4,7 +4,8 @@
 //      (src/kernels/cuda/quant_decode.cuh), emulated lane by lane on the host, gives
 //      kernels::dot_ref's bits on random rows;
 //   2. (GPU) cuda::matmul gives dot_ref's bits for every output element, for windows of 1..16
-//      rows, a prefill of 100 rows and expert mode (ids, act_div), and each row of a window
+//      rows (2..16 through both the tensor-core window kernel and the dp4a kernel), a prefill
+//      of 100 rows and expert mode (ids, act_div), and each row of a window
 //      equals the same row computed alone (E1); and one-row launches of more than a wave (the
 //      one-wave kernel, matmul_row_stream.cuh): plain, paired with accumulate, expert mode (with
 //      the ids read before the wait, ids_settled), and matmul_swiglu (the SwiGLU rows made in
@@ -241,16 +242,19 @@ int gpu_parity(dtype t, int64_t n_in) {
         return bad;
     };
     // Windows of 1..16 rows starting at row 3 (the same rows each time: E1 by comparison with
-    // the one-row result and with dot_ref).
+    // the one-row result and with dot_ref), through the tensor-core window kernel (2..16 rows)
+    // and again through the dp4a kernel (window_dp4a).
     std::vector<float> single(static_cast<size_t>(16 * n_out));
-    for (int nr = 1; nr <= 16; ++nr) {
+    for (int pass = 0; pass < 2; ++pass)
+    for (int nr = pass == 0 ? 1 : 2; nr <= 16; ++nr) {
+        m.window_dp4a = pass == 1;
         m.act = da.as<std::byte>() + 3 * arb;
         m.n_rows = nr;
         m.y = dy.as<float>();
         cuda::matmul(m, nullptr);
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(got.data(), dy.p, static_cast<size_t>(nr * n_out) * 4, cudaMemcpyDeviceToHost));
-        int bad = compare(3, nr, "window");
+        int bad = compare(3, nr, pass == 0 ? "window" : "dp4a window");
         if (nr == 1) std::memcpy(single.data(), got.data(), static_cast<size_t>(n_out) * 4);
         // E1: row 0 of every window equals the one-row result.
         if (std::memcmp(single.data(), got.data(), static_cast<size_t>(n_out) * 4) != 0) {
@@ -259,11 +263,15 @@ int gpu_parity(dtype t, int64_t n_in) {
         }
         bad_windows += bad ? 1 : 0;
     }
+    m.window_dp4a = false;
     // Two matrices in one launch, both accumulating (y += w . x): w itself and its first
-    // n_out - 2 rows as the second matrix, 7 rows (the dp4a kernel) and 40 (the tensor-core
-    // kernel); each output must be init + dot_ref, the sum a separate add would make.
+    // n_out - 2 rows as the second matrix, 7 rows (the window kernel, then the dp4a kernel) and
+    // 40 (the tensor-core kernel); each output must be init + dot_ref, the sum a separate add
+    // would make.
     int bad_pair = 0;
-    for (const int nr : {7, 40}) {
+    for (const int signed_rows : {7, -7, 40}) {   // -7: 7 rows through the dp4a kernel
+        const bool dp4a = signed_rows < 0;
+        const int nr = dp4a ? -signed_rows : signed_rows;
         const int64_t n_out2 = n_out - 2;
         std::vector<float> init(static_cast<size_t>(nr * n_out)), init2(static_cast<size_t>(nr * n_out2));
         for (size_t i = 0; i < init.size(); ++i) init[i] = static_cast<float>(static_cast<int>(i % 13) - 6) * 0.37f;
@@ -272,6 +280,7 @@ int gpu_parity(dtype t, int64_t n_in) {
         CK(cudaMemcpy(dy1.p, init.data(), init.size() * 4, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dy2.p, init2.data(), init2.size() * 4, cudaMemcpyHostToDevice));
         cuda::mm_args m2 = m;
+        m2.window_dp4a = dp4a;
         m2.act = da.as<std::byte>() + 3 * arb;
         m2.n_rows = nr;
         m2.y = dy1.as<float>();

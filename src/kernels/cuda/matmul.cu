@@ -335,6 +335,7 @@ __global__ void group_pairs_kernel(const int32_t* ids, int n_pairs, int n_expert
 }  // namespace sluice::cuda
 
 #include "kernels/cuda/matmul_mma.cuh"
+#include "kernels/cuda/matmul_window_mma.cuh"
 #include "kernels/cuda/matmul_row_stream.cuh"
 
 namespace sluice::cuda {
@@ -575,12 +576,14 @@ void matmul(const mm_args& a, void* stream) {
     case dtype::bf16: launch_float_matmul(a, row_groups, s); break;
     default: {
         // Many rows (a prefill chunk, or grouped pairs in tiles of 64): the tensor-core kernel;
-        // windows, one-row and one-pair launches: the dp4a kernel. The same bits either way.
+        // a plain window of 2..16 rows: the tensor-core window kernel; one-row and one-pair
+        // launches: the dp4a kernel. The same bits either way.
         const int64_t mma_from = a.mma_from_rows > 0 ? a.mma_from_rows : k_tile_rows_window + 1;
         const bool mma = a.tiles ? a.tile_rows == k_tile_rows_mma : !a.ids && a.n_rows >= mma_from;
         with_int8_format(a.type, [&](auto fmt) {
             constexpr dtype T = decltype(fmt)::value;
             if (mma) launch_mma<T>(a, s);
+            else if (window_mma_takes(a)) launch_window_mma<T>(a, s);
             else launch_quant<T>(a, dim3(1, static_cast<unsigned>(row_groups)), s);
         });
     }

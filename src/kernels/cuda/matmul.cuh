@@ -77,6 +77,10 @@ struct mm_args {
     // k_tile_rows_window, the default), the dp4a kernel below; the same bits either way
     // (bench/gpu/window_bench.cu times both).
     int mma_from_rows = 0;
+    // Plain int8 windows of 2..16 rows below mma_from_rows take the tensor-core window kernel
+    // (matmul_window_mma.cuh); true: the dp4a kernel. The same bits either way (window_bench
+    // times both, matmul_parity checks both).
+    bool window_dp4a = false;
     // The device's SMs (cudaDevAttrMultiProcessorCount). The launch shapes that aim at one wave
     // of resident blocks (4 blocks of 8 warps an SM: the kernels' launch bounds) size it from
     // this; it changes which exact kernel runs, never a bit. 132: the H200 the shapes were timed
