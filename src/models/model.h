@@ -121,7 +121,7 @@ public:
 
     // A device model's forward runs on the device: its scratch holds the pool, the row limit and
     // the residual rows (x, the MTP drafter's input), none of the host forward's buffers (for a
-    // 2,048-row prefill of the 35B shape those were hundreds of MB of RAM nobody touched).
+    // 2,048-row prefill of the 35B shape those come to over 200 MB by their shapes, never touched).
     forward_scratch make_scratch(int max_rows, thread_pool& pool) const;
     virtual bool forward_on_host() const { return true; }
     kv_shape kv_shape_for(int n_ctx) const;
