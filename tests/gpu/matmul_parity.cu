@@ -398,7 +398,7 @@ int gpu_parity(dtype t, int64_t n_in) {
         }
         bad_windows += bad ? 1 : 0;
     }
-    m.window_dp4a = false;
+    m.window_dp4a = cuda::mm_args{}.window_dp4a;   // the library's default for the launches below
     // Two matrices in one launch, both accumulating (y += w . x): w itself and its first
     // n_out - 2 rows as the second matrix, 7 rows (the window kernel, then the dp4a kernel) and
     // 40 (the tensor-core kernel); each output must be init + dot_ref, the sum a separate add

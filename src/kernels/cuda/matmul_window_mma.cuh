@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(k_wmma_warps * 32, 8)
     }
 }
 
-// Plain windows of 2..16 rows go here unless mm_args::window_dp4a (window_bench times both).
+// Plain windows of 2..16 rows go here when mm_args::window_dp4a is off (window_bench times both).
 inline bool window_mma_takes(const mm_args& a) {
     return !a.ids && !a.tiles && !a.window_dp4a && a.n_rows >= 2 && a.n_rows <= k_wmma_rows;
 }
