@@ -115,6 +115,32 @@ TEST(ops, rmsnorm_matches_double_reference) {
     EXPECT_LT(rel_err(out, ref), 1e-6);
 }
 
+// The dispatched dot (SIMD where the CPU has it) gives the scalar rule's bits: every length's
+// tail lanes, widths of the models' heads and rows, and values of wide range (the order of the
+// 16 fmaf chains and the pairwise fold decide the rounding, so any reordering would show).
+TEST(ops, dot_f32_lanes_gives_the_scalar_rule_bits) {
+    std::mt19937 g(7);
+    std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
+    std::uniform_int_distribution<int> expo(-20, 20);
+    auto wide = [&](int n) {
+        std::vector<float> v(static_cast<size_t>(n));
+        for (float& x : v) x = std::ldexp(mant(g), expo(g));
+        return v;
+    };
+    std::vector<int> lengths;
+    for (int n = 0; n <= 48; ++n) lengths.push_back(n);
+    for (int n : {64, 128, 256, 576, 1000, 2048}) lengths.push_back(n);
+    for (int n : lengths) {
+        const auto a = wide(n), b = wide(n);
+        const float got = kernels::dot_f32_lanes(a.data(), b.data(), n);
+        const float ref = kernels::dot_f32_lanes_ref(a.data(), b.data(), n);
+        uint32_t gu, ru;
+        std::memcpy(&gu, &got, 4);
+        std::memcpy(&ru, &ref, 4);
+        EXPECT_EQ(gu, ru) << "n " << n << ": " << got << " against " << ref;
+    }
+}
+
 TEST(ops, softmax_matches_double_reference) {
     auto x = randn(1000, 3, 4.0f);
     std::vector<double> ref(x.size());

@@ -35,7 +35,7 @@ void chunk_ref(const float* qh, const float* kc, const float* vc, int64_t kv_str
     float oc[k_max_head_dim];    // this chunk's weighted sum of V
     float mc = 0.0f;
     for (int j = 0; j < n; ++j) {
-        score[j] = dot_f32_lanes(qh, kc + j * kv_stride, hd) * scale;
+        score[j] = dot_f32_lanes_ref(qh, kc + j * kv_stride, hd) * scale;
         mc = (j == 0 || score[j] > mc) ? score[j] : mc;
     }
     float lc = 0.0f;

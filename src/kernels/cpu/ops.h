@@ -23,7 +23,10 @@ namespace sluice::kernels {
 // ---- reductions in one fixed order -------------------------------------------------------
 // sum_i a[i]*b[i] in the canonical float order of dot_ref.h: 16 lanes, lane l accumulates
 // fmaf(a[i], b[i], acc[l]) for i % 16 == l in index order, then pairwise folds (8, 4, 2, 1).
+// SIMD where the CPU has AVX2 or AVX-512 (the F32 kernel of dot_rows), else the scalar
+// definition dot_f32_lanes_ref; the same bits.
 float dot_f32_lanes(const float* a, const float* b, int64_t n);
+float dot_f32_lanes_ref(const float* a, const float* b, int64_t n);
 
 // Row-wise work over n rows (norms, RoPE, activation quantisation, SwiGLU, residual adds):
 // fn(r0, r1) on chunks of rows from the pool when there are at least k_rows_parallel_min rows,
