@@ -32,8 +32,10 @@ float dot_f32_lanes_ref(const float* a, const float* b, int64_t n);
 // fn(r0, r1) on chunks of rows from the pool when there are at least k_rows_parallel_min rows,
 // else fn(0, n) on the calling thread. Every row is computed by the same code whichever thread
 // takes it, so the split never changes a bit (E2). An empty parallel_for took 1.0-1.3 us at 2
-// threads and 3.1-4.4 us at 16 (bench_pool); one row of a norm takes ~2.4 us (SmolLM2's 576,
-// the exact chained sum). At 16 rows (the old threshold) a verify window of 8 rows ran its
+// threads and 3.1-4.4 us at 16 (bench_pool); one row of a norm took ~2.4 us there (SmolLM2's
+// 576), when its sum of squares still called libm's fmaf per element (session 29: 1.65 ->
+// 0.12 us on the 2-core EPYC with the SIMD dot; the 16-core figure and this threshold are not
+// re-measured since). At 16 rows (the old threshold) a verify window of 8 rows ran its
 // row-wise work on one thread while 15 waited: SmolLM2-135M at 16 threads, depth 256, the
 // window's forward took 9.40 ms, its two norms, RoPE and SwiGLU ~80 us a layer; split from 2
 // rows on, 6.56 ms and ~24 us (the H200 host, session 26, bench/RESULTS.md). A 2-row window
