@@ -333,7 +333,7 @@ else
        && "$llama_bin/llama-bench" --help > /dev/null 2>&1; then
     # A --pack-peer call's llama-bench, built by this script on the same kind of machine from the
     # same source: the build's 330-440 s are spent once a session instead of once a call.
-    say "llama.cpp CUDA: llama-bench unpacked from the carried .peers/llama-pack (sha256 $(sha256sum "$llama_bin/llama-bench" | cut -c1-16); $(cat "$llama_pack/ORIGIN" 2>/dev/null))"
+    say "llama.cpp CUDA: llama-bench unpacked from the carried .peers/llama-pack (sha256 $(sha256sum "$llama_bin/llama-bench" | cut -c1-16), the packing call's log names the same)"
   else
     lb_limit=$(cap 460 90)
     # Beside sluice's build on 16 cores the llama.cpp CUDA build ran out of 325 s (session 23,
@@ -526,8 +526,9 @@ if [ $placement_runs = 1 ]; then
   # Each budget's llama.cpp peer: -ncmoe N keeps the routed experts of layers N.. in VRAM; N is
   # the smallest whose experts fit the budget (the file's own tensor sizes: ncmoe_for_budget).
   # gen_model's gguf package: the image's, or the wheel it unpacked into /tmp/sluice-site.
-  # Each budget run's cap grows with its prompts: llama.cpp at 300 tok/s, sluice at 1,000 (a
-  # 32K prompt at 12 GiB of a 35B: ~520 and ~1,500 tok/s measured), times the repetitions.
+  # Each budget run's cap grows with its prompts (the decode depths' prefills included): llama.cpp
+  # at 300 tok/s, sluice at 1,000 (a 32K prompt at 12 GiB of a 35B: ~520 and ~1,500 tok/s
+  # measured), times the repetitions.
   ptoks=0
   for pp in ${p_split//,/ } ${llama_depths//,/ }; do ptoks=$(( ptoks + pp )); done
   # llama-bench loads the file for each test: a second per GB on top (the 80B shape's 50 GB ran

@@ -109,4 +109,4 @@ cat $s/matmul_parity.h200.log $s/ops_parity.h200.log $s/model_parity.h200.log $s
   > "$O/parity_logs.txt" 2>/dev/null
 grep -E "^(#### |decode \(graphs \+ programmatic|verify window|cost |cpu-only )" "$O/ab.log" | tee -a "$O/summary.txt"
 # WINDOW_BENCH=1 (passed on to session.sh): the window kernels' table of the working tree.
-[ -s $s/window_bench.h200.log ] && cp $s/window_bench.h200.log "$O/window_bench.log"
+if [ -s $s/window_bench.h200.log ]; then cp $s/window_bench.h200.log "$O/window_bench.log"; fi
