@@ -11,9 +11,10 @@
 #
 #   bash bench/gpu/spec_host.sh --prepare      (here) .peers/smol/part.00 and part.01
 #   call 1: carry [".peers/gpu-bench/include", ".peers/gpu-bench/lib", ".peers/gpu-bench/bin",
-#           ".peers/smol/part.00"], command "bash bench/gpu/spec_host.sh --build"
+#           ".peers/smol/part.00", ".peers/smol/sha256"], command "bash bench/gpu/spec_host.sh --build"
 #           (builds sluice CPU-only, Release, from run_gpu.sh's carried dependencies; keeps part.00)
-#   call 2: carry [".peers/smol/part.01"], command "OUT=$OUT bash bench/gpu/spec_host.sh --run"
+#   call 2: carry [".peers/smol/part.01", ".peers/zstd"] (the image has no zstd),
+#           command "OUT=$OUT bash bench/gpu/spec_host.sh --run"
 #           (joins the parts, checks the SHA-256, runs the suite at 16 and 8 threads with --record;
 #           $OUT gets the log and the lines --record appended to RESULTS.md and results.jsonl)
 set -uo pipefail
@@ -66,6 +67,8 @@ case "${1:-}" in
   } 2>&1 | tee "$O/spec_host.log"
   diff /tmp/smol/RESULTS.before bench/RESULTS.md | sed -n 's/^> //p' > "$O/RESULTS.added.md"
   diff /tmp/smol/results.before bench/results.jsonl | sed -n 's/^> //p' > "$O/results.added.jsonl"
+  # diff exits 1 when --record added lines (pipefail): the run's status is whether it added any.
+  [ -s "$O/results.added.jsonl" ]
   ;;
 *)
   echo "usage: bash bench/gpu/spec_host.sh --prepare | --build | --run (see its header)"; exit 2 ;;
