@@ -5,11 +5,16 @@
 // Why: a window's products cost the dp4a kernel about a one-row launch per row (a 2048 x 8192
 // Q4_K matrix: 9.8 us for 1 row, 28.8 for 4, 155 for 16 as Q8_0), and mm_mma_kernel, made for
 // prefill tiles of 64 rows x 64 columns with a block-wide staging pipeline, takes ~47 us for
-// any window on that matrix (bench/gpu/window_bench.cu, tests/gpu/window_bench.h200.log): one
-// block an SM, each waiting on its own copies. Here every warp works alone, with no shared
-// memory and no block barrier: 8 output columns, all of K, one m16n8 MMA per 32 (or 16)
-// elements. The rows' products come from the tensor cores at once, so a window costs about
-// its weight bytes, whatever its rows.
+// any window on that matrix (bench/gpu/window_bench.cu, tests/gpu/window_bench.h200.log). Here
+// every warp takes 8 output columns and all of K, one m16n8 MMA per 32 (or 16) elements, so the
+// rows' products come from the tensor cores at once.
+//
+// Staging. The first form read its weights and activations from global memory at each MMA and
+// waited for them each time: 36 us for any window on that matrix, 68 us at K = 4096, against
+// 7.9 us for the dp4a kernel's one row (H100, window_bench, session 30: one memory latency an
+// MMA). Now a block's 4 warps stage their 32 columns' weights and the window's activation rows
+// into shared memory a chunk of K at a time (cp.async, all of a chunk's copies in flight at
+// once), double-buffered: the next chunk's copies fly while this one is multiplied.
 //
 // The bits. dot_ref's output is a chain over the row's format blocks, y = t0, y = y + t1, ...,
 // t_b = block_term(d_b, dmin_b, dx_b, sumi_b, summ_b), where sumi_b and summ_b are integers
@@ -34,6 +39,33 @@ namespace {
 constexpr int k_wmma_warps = 4;   // warps a block (8 columns each)
 constexpr int k_wmma_rows = 16;   // rows a launch takes (the m of m16n8)
 
+// One staging buffer of the window kernel: the block's 32 weight rows, then 16 activation rows,
+// each a chunk of `blocks` format blocks. The chunk is the longest of 2048, 1024, ... elements
+// whose two buffers fit the default 48 KB (Q4_K: 512, Q6_K: 512, Q8_0: 256).
+template <dtype T>
+struct window_stage {
+    static constexpr int bytes_for(int elems) {
+        return k_wmma_warps * 8 * stage_region(elems / fmt_traits<T>::qk * fmt_traits<T>::block_bytes) +
+               k_wmma_rows * stage_region(elems / fmt_traits<T>::qk * fmt_traits<T>::act_bytes);
+    }
+    static constexpr int pick() {
+        int e = 2048;
+        while (e > fmt_traits<T>::qk && 2 * bytes_for(e) > 48 * 1024) e /= 2;
+        return e;
+    }
+    static constexpr int blocks = pick() / fmt_traits<T>::qk;                           // per chunk
+    static constexpr int w_region = stage_region(blocks * fmt_traits<T>::block_bytes);  // per column
+    static constexpr int a_region = stage_region(blocks * fmt_traits<T>::act_bytes);    // per row
+    static_assert(2 * bytes_for(pick()) <= 48 * 1024, "two buffers within the default shared memory");
+};
+
+// Dynamic shared memory of a window launch of `rows` rows: two buffers.
+template <dtype T>
+size_t window_smem_bytes(int rows) {
+    using ws = window_stage<T>;
+    return 2 * (static_cast<size_t>(k_wmma_warps) * 8 * ws::w_region + static_cast<size_t>(rows) * ws::a_region);
+}
+
 // A row's 8 activation bytes of a group at element offset e (a multiple of 4) of block `ab`
 // (the act block: its float scale, then the int8 values), as two words; zero past the window.
 __device__ inline uint2 act_words(const uint8_t* ab, int e, bool live) {
@@ -50,29 +82,56 @@ __device__ inline int32_t quad_sum(int32_t v) {
 }
 
 template <dtype T>
-__global__ void __launch_bounds__(k_wmma_warps * 32, 8)
+__global__ void __launch_bounds__(k_wmma_warps * 32, 4)
     mm_window_mma_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_blocks, int64_t n_out,
                          const uint8_t* __restrict__ act, size_t act_stride, int act_div, int n_rows,
                          float* __restrict__ y, int64_t y_stride, bool accumulate, int64_t n_cb1,
                          const uint8_t* __restrict__ w2, int64_t n_out2, float* __restrict__ y2, int64_t y2_stride) {
     const int64_t bx = pick_matrix(n_cb1, w, n_out, y, y_stride, w2, n_out2, y2, y2_stride);   // arguments only
     using tr = fmt_traits<T>;
+    using ws = window_stage<T>;
     constexpr int QK = tr::qk, BB = tr::block_bytes, AB = tr::act_bytes;
     constexpr int GS = mma_group_span<T>;   // 16-element groups one MMA takes: 2 (k32) or 1 (k16)
     constexpr int KS = 16 * GS;             // elements per MMA
     constexpr int MPB = QK / KS;            // MMAs per format block
+    constexpr int CB = ws::blocks;          // format blocks per chunk
+    constexpr int WR = ws::w_region / 16, AR = ws::a_region / 16;   // regions in 16-byte words
     constexpr bool has_min = tr::kind != term_kind::sym;
+    extern __shared__ uint4 smem[];
+    // Buffer b: smem + b * buf_words; in it the 4 warps' 8 weight rows each, then the n_rows
+    // activation rows.
+    const int buf_words = k_wmma_warps * 8 * WR + n_rows * AR;
     const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x & 31);
     const int g = lane >> 2, t = lane & 3;
     const int64_t col0 = (bx * k_wmma_warps + warp) * 8;   // the warp's first column
+    // Warps past the last column still stage the block's activation rows and reach every barrier.
+    const bool warp_live = col0 < n_out;
     const bool col_live = col0 + g < n_out;                 // this lane's decoded column
     const uint8_t* wrow = w + static_cast<size_t>(col_live ? col0 + g : 0) * row_bytes;
-    // Weights are written by no kernel: the first blocks' lines go to L2 before the wait.
-    if (col_live && static_cast<size_t>(64 * t) < row_bytes) asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow + 64 * t));
-    wait_prior_grids();   // see launch.cuh; no return above it
-    if (col0 >= n_out) return;   // a whole warp past the last column (after its wait)
+    const int64_t n_chunks = (n_blocks + CB - 1) / CB;
+    auto chunk_blocks = [&](int64_t c) { return static_cast<int>(n_blocks - c * CB < CB ? n_blocks - c * CB : CB); };
+    // The warp's 8 weight rows of chunk c into buffer b (the lanes share each row's words).
+    auto stage_weights = [&](int64_t c, int b) {
+        uint4* sw = smem + b * buf_words + warp * 8 * WR;
+        for (int k = 0; k < 8 && col0 + k < n_out; ++k)
+            stage(w + static_cast<size_t>(col0 + k) * row_bytes + static_cast<size_t>(c) * CB * BB, chunk_blocks(c) * BB,
+                  sw + k * WR, lane, 32);
+    };
+    // The window's activation rows of chunk c into buffer b (the block's threads share them).
+    auto stage_rows = [&](int64_t c, int b) {
+        uint4* sa = smem + b * buf_words + k_wmma_warps * 8 * WR;
+        for (int r = 0; r < n_rows; ++r)
+            stage(act + static_cast<size_t>(r / act_div) * act_stride + static_cast<size_t>(c) * CB * AB, chunk_blocks(c) * AB,
+                  sa + r * AR, static_cast<int>(threadIdx.x), k_wmma_warps * 32);
+    };
+    // Weights are written by no kernel: the first chunk's copies start before the wait.
+    if (warp_live) stage_weights(0, 0);
+    wait_prior_grids();   // see launch.cuh; no return in this kernel (block barriers below)
+    stage_rows(0, 0);
+    stage_commit();
     const iq_tables tb = device_tables();
-    // The lane's two rows (g and g + 8) and their activation rows.
+    // The lane's two rows (g and g + 8) and their activation rows in global memory (where a staged
+    // chunk lands depends on the source's address modulo 16).
     const bool r0_live = g < n_rows, r1_live = g + 8 < n_rows;
     const uint8_t* x0 = act + static_cast<size_t>((r0_live ? g : 0) / act_div) * act_stride;
     const uint8_t* x1 = act + static_cast<size_t>((r1_live ? g + 8 : 0) / act_div) * act_stride;
@@ -80,83 +139,108 @@ __global__ void __launch_bounds__(k_wmma_warps * 32, 8)
     const int src0 = 8 * t, src1 = 8 * t + 4;
     int32_t si[4] = {0, 0, 0, 0}, sm[4] = {0, 0, 0, 0};
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int64_t kb = 0; kb < n_blocks; ++kb) {
-        const uint8_t* b = wrow + static_cast<size_t>(kb) * BB;
-        // Two blocks ahead into L2: the loads below then wait on L2, not on HBM.
-        if (col_live && kb + 2 < n_blocks && t * 64 < BB) asm volatile("prefetch.global.L2 [%0];" ::"l"(b + 2 * BB + 64 * t));
-        const uint8_t* ab0 = x0 + static_cast<size_t>(kb) * AB;
-        const uint8_t* ab1 = x1 + static_cast<size_t>(kb) * AB;
-        const bool aligned = packed_aligned<T>(b);
+    for (int64_t c = 0; c < n_chunks; ++c) {
+        const int buf = static_cast<int>(c & 1);
+        if (c + 1 < n_chunks) {
+            // The other buffer was consumed: the barrier that ended the last chunk.
+            if (warp_live) stage_weights(c + 1, buf ^ 1);
+            stage_rows(c + 1, buf ^ 1);
+            stage_commit();
+            stage_wait_but<1>();   // chunk c's group has landed, chunk c + 1's flies
+        } else {
+            stage_wait_but<0>();
+        }
+        __syncthreads();
+        if (warp_live) {
+            const size_t wo = static_cast<size_t>(c) * CB * BB, ao = static_cast<size_t>(c) * CB * AB;
+            const uint4* base = smem + buf * buf_words;
+            const uint8_t* wc = reinterpret_cast<const uint8_t*>(base + warp * 8 * WR + g * WR) +
+                                (reinterpret_cast<uintptr_t>(wrow + wo) & 15);
+            const uint8_t* a0c = reinterpret_cast<const uint8_t*>(base + k_wmma_warps * 8 * WR + (r0_live ? g : 0) * AR) +
+                                 (reinterpret_cast<uintptr_t>(x0 + ao) & 15);
+            const uint8_t* a1c = reinterpret_cast<const uint8_t*>(base + k_wmma_warps * 8 * WR + (r1_live ? g + 8 : 0) * AR) +
+                                 (reinterpret_cast<uintptr_t>(x1 + ao) & 15);
+            const int nb = chunk_blocks(c);
+            for (int ib = 0; ib < nb; ++ib) {
+                const uint8_t* b = wc + ib * BB;
+                const uint8_t* ab0 = a0c + ib * AB;
+                const uint8_t* ab1 = a1c + ib * AB;
+                const bool aligned = packed_aligned<T>(b);
 #pragma unroll
-        for (int m = 0; m < MPB; ++m) {
-            int32_t q0 = 0, q1 = 0;
-            int sc = 0, mn = 0;
-            int32_t dd[4];
-            int32_t xs0 = 0, xs1 = 0;   // the group's activation sums of rows g and g + 8 (min formats)
-            if constexpr (GS == 2) {
-                // Piece 4m + t of the block: the MMA's k 4t..4t+3 (q0) and 16+4t..16+4t+3 (q1).
-                if (col_live) decode_piece_packed<T>(b, 4 * m + t, tb, aligned, q0, q1, sc, mn);
-                const uint2 a0 = act_words(ab0, KS * m + 8 * t, r0_live);
-                const uint2 a1 = act_words(ab1, KS * m + 8 * t, r1_live);
-                mma_s8_16x8x32(dd, a0.x, a1.x, a0.y, a1.y, static_cast<uint32_t>(q0), static_cast<uint32_t>(q1));
-                if constexpr (has_min) {
-                    xs0 = quad_sum(__dp4a(static_cast<int32_t>(a0.y), 0x01010101, __dp4a(static_cast<int32_t>(a0.x), 0x01010101, 0)));
-                    xs1 = quad_sum(__dp4a(static_cast<int32_t>(a1.y), 0x01010101, __dp4a(static_cast<int32_t>(a1.x), 0x01010101, 0)));
+                for (int m = 0; m < MPB; ++m) {
+                    int32_t q0 = 0, q1 = 0;
+                    int sc = 0, mn = 0;
+                    int32_t dd[4];
+                    int32_t xs0 = 0, xs1 = 0;   // the group's activation sums of rows g and g + 8 (min formats)
+                    if constexpr (GS == 2) {
+                        // Piece 4m + t of the block: the MMA's k 4t..4t+3 (q0) and 16+4t..16+4t+3 (q1).
+                        if (col_live) decode_piece_packed<T>(b, 4 * m + t, tb, aligned, q0, q1, sc, mn);
+                        const uint2 a0 = act_words(ab0, KS * m + 8 * t, r0_live);
+                        const uint2 a1 = act_words(ab1, KS * m + 8 * t, r1_live);
+                        mma_s8_16x8x32(dd, a0.x, a1.x, a0.y, a1.y, static_cast<uint32_t>(q0), static_cast<uint32_t>(q1));
+                        if constexpr (has_min) {
+                            xs0 = quad_sum(__dp4a(static_cast<int32_t>(a0.y), 0x01010101, __dp4a(static_cast<int32_t>(a0.x), 0x01010101, 0)));
+                            xs1 = quad_sum(__dp4a(static_cast<int32_t>(a1.y), 0x01010101, __dp4a(static_cast<int32_t>(a1.x), 0x01010101, 0)));
+                        }
+                    } else {
+                        // Group m: the MMA's k 4t..4t+3 are elements 4t..4t+3 of the group, half t % 2 of
+                        // its piece t / 2.
+                        if (col_live) decode_piece_packed<T>(b, 2 * m + t / 2, tb, aligned, q0, q1, sc, mn);
+                        const uint32_t bq = static_cast<uint32_t>((t & 1) ? q1 : q0);
+                        const uint32_t a0 = r0_live ? *reinterpret_cast<const uint32_t*>(ab0 + 4 + KS * m + 4 * t) : 0u;
+                        const uint32_t a1 = r1_live ? *reinterpret_cast<const uint32_t*>(ab1 + 4 + KS * m + 4 * t) : 0u;
+                        mma_s8_16x8x16(dd, a0, a1, bq);
+                        if constexpr (has_min) {
+                            xs0 = quad_sum(__dp4a(static_cast<int32_t>(a0), 0x01010101, 0));
+                            xs1 = quad_sum(__dp4a(static_cast<int32_t>(a1), 0x01010101, 0));
+                        }
+                    }
+                    // D's columns are 2t and 2t + 1: their group scales from the lanes that decoded them.
+                    const int32_t sc0 = __shfl_sync(0xffffffffu, sc, src0), sc1 = __shfl_sync(0xffffffffu, sc, src1);
+                    si[0] += sc0 * dd[0];
+                    si[1] += sc1 * dd[1];
+                    si[2] += sc0 * dd[2];
+                    si[3] += sc1 * dd[3];
+                    if constexpr (has_min) {
+                        const int32_t mn0 = __shfl_sync(0xffffffffu, mn, src0), mn1 = __shfl_sync(0xffffffffu, mn, src1);
+                        sm[0] += mn0 * xs0;
+                        sm[1] += mn1 * xs0;
+                        sm[2] += mn0 * xs1;
+                        sm[3] += mn1 * xs1;
+                    }
                 }
-            } else {
-                // Group m: the MMA's k 4t..4t+3 are elements 4t..4t+3 of the group, half t % 2 of
-                // its piece t / 2.
-                if (col_live) decode_piece_packed<T>(b, 2 * m + t / 2, tb, aligned, q0, q1, sc, mn);
-                const uint32_t bq = static_cast<uint32_t>((t & 1) ? q1 : q0);
-                const uint32_t a0 = r0_live ? *reinterpret_cast<const uint32_t*>(ab0 + 4 + KS * m + 4 * t) : 0u;
-                const uint32_t a1 = r1_live ? *reinterpret_cast<const uint32_t*>(ab1 + 4 + KS * m + 4 * t) : 0u;
-                mma_s8_16x8x16(dd, a0, a1, bq);
+                // The block's terms, folded in block order (y = t0, then y + t).
+                float d = 0.0f, dmin = 0.0f;
+                if (col_live) decode_scales<T>(b, d, dmin);
+                const float d0 = __shfl_sync(0xffffffffu, d, src0), d1 = __shfl_sync(0xffffffffu, d, src1);
+                float m0 = 0.0f, m1 = 0.0f;
                 if constexpr (has_min) {
-                    xs0 = quad_sum(__dp4a(static_cast<int32_t>(a0), 0x01010101, 0));
-                    xs1 = quad_sum(__dp4a(static_cast<int32_t>(a1), 0x01010101, 0));
+                    m0 = __shfl_sync(0xffffffffu, dmin, src0);
+                    m1 = __shfl_sync(0xffffffffu, dmin, src1);
+                }
+                const float dx0 = r0_live ? *reinterpret_cast<const float*>(ab0) : 0.0f;
+                const float dx1 = r1_live ? *reinterpret_cast<const float*>(ab1) : 0.0f;
+                const float tt[4] = {block_term<tr::kind>(d0, m0, dx0, si[0], sm[0]), block_term<tr::kind>(d1, m1, dx0, si[1], sm[1]),
+                                     block_term<tr::kind>(d0, m0, dx1, si[2], sm[2]), block_term<tr::kind>(d1, m1, dx1, si[3], sm[3])};
+                const bool first = c == 0 && ib == 0;
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    acc[k] = first ? tt[k] : __fadd_rn(acc[k], tt[k]);
+                    si[k] = 0;
+                    sm[k] = 0;
                 }
             }
-            // D's columns are 2t and 2t + 1: their group scales from the lanes that decoded them.
-            const int32_t sc0 = __shfl_sync(0xffffffffu, sc, src0), sc1 = __shfl_sync(0xffffffffu, sc, src1);
-            si[0] += sc0 * dd[0];
-            si[1] += sc1 * dd[1];
-            si[2] += sc0 * dd[2];
-            si[3] += sc1 * dd[3];
-            if constexpr (has_min) {
-                const int32_t mn0 = __shfl_sync(0xffffffffu, mn, src0), mn1 = __shfl_sync(0xffffffffu, mn, src1);
-                sm[0] += mn0 * xs0;
-                sm[1] += mn1 * xs0;
-                sm[2] += mn0 * xs1;
-                sm[3] += mn1 * xs1;
-            }
         }
-        // The block's terms, folded in block order (y = t0, then y + t).
-        float d = 0.0f, dmin = 0.0f;
-        if (col_live) decode_scales<T>(b, d, dmin);
-        const float d0 = __shfl_sync(0xffffffffu, d, src0), d1 = __shfl_sync(0xffffffffu, d, src1);
-        float m0 = 0.0f, m1 = 0.0f;
-        if constexpr (has_min) {
-            m0 = __shfl_sync(0xffffffffu, dmin, src0);
-            m1 = __shfl_sync(0xffffffffu, dmin, src1);
-        }
-        const float dx0 = r0_live ? *reinterpret_cast<const float*>(ab0) : 0.0f;
-        const float dx1 = r1_live ? *reinterpret_cast<const float*>(ab1) : 0.0f;
-        const float tt[4] = {block_term<tr::kind>(d0, m0, dx0, si[0], sm[0]), block_term<tr::kind>(d1, m1, dx0, si[1], sm[1]),
-                             block_term<tr::kind>(d0, m0, dx1, si[2], sm[2]), block_term<tr::kind>(d1, m1, dx1, si[3], sm[3])};
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-            acc[c] = kb == 0 ? tt[c] : __fadd_rn(acc[c], tt[c]);
-            si[c] = 0;
-            sm[c] = 0;
-        }
+        __syncthreads();   // buffer `buf` consumed: chunk c + 2 may land in it
     }
+    if (!warp_live) return;
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-        const int row = g + (c < 2 ? 0 : 8);
-        const int64_t col = col0 + 2 * t + (c & 1);
+    for (int k = 0; k < 4; ++k) {
+        const int row = g + (k < 2 ? 0 : 8);
+        const int64_t col = col0 + 2 * t + (k & 1);
         if (row >= n_rows || col >= n_out) continue;
         float* yy = y + static_cast<int64_t>(row) * y_stride + col;
-        *yy = accumulate ? __fadd_rn(*yy, acc[c]) : acc[c];
+        *yy = accumulate ? __fadd_rn(*yy, acc[k]) : acc[k];
     }
 }
 
@@ -170,7 +254,8 @@ void launch_window_mma(const mm_args& a, cudaStream_t s) {
     const int64_t nb = a.n_in / fmt_traits<T>::qk;
     constexpr int cols = k_wmma_warps * 8;
     const int64_t cb1 = (a.n_out + cols - 1) / cols, cb2 = a.w2 ? (a.n_out2 + cols - 1) / cols : 0;
-    launch(mm_window_mma_kernel<T>, dim3(static_cast<unsigned>(cb1 + cb2)), dim3(k_wmma_warps * 32), 0, s,
+    launch(mm_window_mma_kernel<T>, dim3(static_cast<unsigned>(cb1 + cb2)), dim3(k_wmma_warps * 32),
+           window_smem_bytes<T>(static_cast<int>(a.n_rows)), s,
            reinterpret_cast<const uint8_t*>(a.w), a.row_bytes, nb, a.n_out, reinterpret_cast<const uint8_t*>(a.act),
            a.act_stride, a.act_div, static_cast<int>(a.n_rows), a.y, a.y_stride, a.accumulate, cb1,
            reinterpret_cast<const uint8_t*>(a.w2), a.n_out2, a.y2, a.y2_stride);
