@@ -231,8 +231,9 @@ def cached_bound(report, result, probe=None):
     assumes no routed expert is cached, so a run whose cache hits goes past it; here only the
     misses of the split layers come from RAM and PCIe together, and every other byte (whole
     layers, hits, dense weights) from HBM; the swaps' own copies are left out. The hit rate is the
-    run's (placement.metrics: the split layers' planned lookups, the decode steps' and those of
-    any window below the streaming cut-over; a streamed prefill plans none). Every layer is taken
+    test's own where the report has it (bench_result.hit_rate), else the run's (placement.metrics:
+    the split layers' planned lookups, the decode steps' and those of any window below the
+    streaming cut-over; a streamed prefill plans none). Every layer is taken
     to hold routed experts of one size (the MoE shapes measured here)."""
     pl = (report or {}).get("placement") or {}
     met = pl.get("metrics") or {}
@@ -249,8 +250,14 @@ def cached_bound(report, result, probe=None):
     bpt = result["bytes_per_token"]
     groups = {g["name"]: g["bytes_per_token"] for g in report["roofline"]["groups"]}
     experts = bpt * groups.get("routed experts", 0) / (sum(groups.values()) or 1)
-    missed = experts * split_share * (1.0 - met["hit_rate"])
+    missed = experts * split_share * (1.0 - test_hit_rate(report, result))
     return 1.0 / (missed / ((ram + pcie) * 1e9) + (bpt - missed) / (hbm * 1e9))
+
+
+def test_hit_rate(report, result):
+    """The VRAM cache's hit rate over `result`'s own lookups where the report has it, else the run's."""
+    own = result.get("hit_rate")
+    return own if own is not None and own >= 0 else report["placement"]["metrics"]["hit_rate"]
 
 
 def bound_fields(prefix, b):
@@ -331,7 +338,7 @@ def report(args):
                          **bound_fields("", s_b), **bound_fields("peer_", p_b)})
             cb = cached_bound(s_rep, s["result"], probe) if runs[s_name].get("placement") == "three-lane" else None
             if cb:
-                hit = s_rep["placement"]["metrics"]["hit_rate"]
+                hit = test_hit_rate(s_rep, s["result"])
                 rows[-1].update({"cached_ceiling_tok_s": sig(cb), "cached_ceiling_fraction": sig(s["tok_s"] / cb),
                                  "hit_rate": sig(hit)})
                 cached.append(f"{name} {s_name}: {fmt_ts(cb)} tok/s at hit rate {hit:.3f}, "

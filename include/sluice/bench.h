@@ -81,6 +81,10 @@ struct bench_result {
     double ops_per_token = 0.0;              // 2 x multiply-adds (window: per row)
     double compute_ceiling_tok_s = 0.0;      // peak ops/s / ops per token (0: no peak measured)
     std::string ceiling_bound = "none";      // which bound is the ceiling: "memory", "compute", "none"
+    // Decode and spec tests of a split placement: the VRAM cache's hits over this test's routed
+    // expert lookups (all repetitions) and the swaps it made meanwhile; -1: no split, not measured.
+    double hit_rate = -1.0;
+    int64_t swaps = -1;
     // spec only
     double accept = 0.0;            // the tape's per-draft probability
     double acceptance = 0.0;        // drafts kept / drafts proposed (a rejected draft wastes the rest)

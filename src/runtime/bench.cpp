@@ -404,6 +404,25 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
     }
 
     keyed_sampler greedy(n_vocab, sampling_params::greedy());
+    // The placement's counters around a test (decode, spec): its own hit rate and swaps, where
+    // the run's totals mix the prefills' and every depth's lookups.
+    struct cache_counts {
+        uint64_t hits = 0, experts = 0, swaps = 0;
+        bool split = false;
+    };
+    auto counts_now = [&]() {
+        cache_counts c;
+#ifdef SLUICE_BENCH_GPU
+        if (o.gpu >= 0)
+            if (const auto m = cuda_placement_metrics(*net)) c = {m->hits, m->experts, m->swaps, true};
+#endif
+        return c;
+    };
+    auto set_cache_figures = [](bench_result& r, const cache_counts& before, const cache_counts& after) {
+        if (!after.split || after.experts <= before.experts) return;
+        r.hit_rate = double(after.hits - before.hits) / double(after.experts - before.experts);
+        r.swaps = int64_t(after.swaps - before.swaps);
+    };
     // Serial greedy decoding of n tokens after a prompt of `len` tokens (the cache holds len - 1).
     auto decode_serial = [&](int len, int n, drafter* d, int window) {
         speculative_decoder dec(target, greedy, d, nullptr);
@@ -430,6 +449,7 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
             r.depth = d;
             r.rows = 1;
             fill_to(len - 1);
+            const cache_counts before = counts_now();
             for (int i = 0; i < o.repetitions; ++i) {
                 const auto t0 = clock_type::now();
                 decode_result res = decode_serial(len, o.n_gen, nullptr, 1);
@@ -438,10 +458,12 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
                     fail("bench: {}: decoded {} tokens, expected {}", r.test, res.tokens.size(), o.n_gen);
                 back_to(len - 1);
             }
+            set_cache_figures(r, before, counts_now());
             finish(r, o.n_gen);
             set_ceiling(r, rep.bandwidth_gb_s, decode_bytes_per_token(tm, len - 1, o.n_gen), rep.peak_ops_s,
                         decode_ops_per_token(cm, len - 1, o.n_gen));
-            say(fmt::format("{}: {:.2f} tok/s", r.test, r.tok_s));
+            say(fmt::format("{}: {:.2f} tok/s{}", r.test, r.tok_s,
+                            r.hit_rate >= 0 ? fmt::format(" (hit rate {:.3f}, {} swaps)", r.hit_rate, r.swaps) : ""));
             rep.results.insert(rep.results.begin() + std::ptrdiff_t(first_decode), std::move(r));
         }
 
@@ -520,6 +542,8 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
                 r.rows = t;
                 r.accept = o.accept;
                 int64_t steps = 0, emitted = 0, proposed = 0, kept = 0;
+                // Paced runs also prefill the prompt again (untimed): their lookups are not the test's.
+                const cache_counts before = counts_now();
                 for (int i = 0; i < o.spec_reps; ++i) {
                     const uint64_t seed = o.seed * 1000003u + uint64_t(t) * 1009u + uint64_t(i);
                     double secs = 0;
@@ -533,6 +557,7 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
                     proposed += res.stats.drafts_proposed;
                     kept += res.stats.drafts_accepted;
                 }
+                if (!paced) set_cache_figures(r, before, counts_now());
                 finish(r, spec_n);
                 r.reps = o.spec_reps;
                 r.tokens_per_step = steps > 0 ? double(emitted) / double(steps) : 0.0;
@@ -699,6 +724,10 @@ std::string format_bench_json(const bench_report& r) {
                {"memory_ceiling_tok_s", or_null(x.memory_ceiling_tok_s)},
                {"ops_per_token", x.ops_per_token},
                {"compute_ceiling_tok_s", or_null(x.compute_ceiling_tok_s)}};
+        if (x.hit_rate >= 0) {
+            j["hit_rate"] = x.hit_rate;
+            j["swaps"] = x.swaps;
+        }
         if (x.kind == "spec") {
             j["accept"] = x.accept;
             j["acceptance"] = x.acceptance;

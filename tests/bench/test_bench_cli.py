@@ -87,6 +87,7 @@ def test_bench_bytes_per_token_is_inspects(report, sluice_bin, tiny_model):
 def test_placement_figures_are_absent_not_zero(report, sluice_bin, tiny_model):
     assert report["placement"] is None
     assert "not active" in report["placement_note"]
+    assert all("hit_rate" not in r and "swaps" not in r for r in report["results"])   # no split: no per-test figures
     text = bench(sluice_bin, tiny_model, *FAST, "--spec-windows", "0", "--windows", "0", "-q").stdout
     assert "placement: expert placement" in text and "not active" in text
     assert "hit rate" not in text.split("placement:")[0]  # no hit-rate column in the table
@@ -209,6 +210,10 @@ def test_record_py_cached_ceiling_counts_only_the_split_layers_misses():
     # Nothing split (no placement metrics), or not a decode: none.
     assert record.cached_bound({**rep, "placement": None}, tg) is None
     assert record.cached_bound(rep, {"kind": "prefill", "bytes_per_token": 1000.0}) is None
+    # A test that carries its own hit rate (bench_result.hit_rate) is bounded by it, not the run's.
+    own = {**tg, "hit_rate": 1.0}
+    assert record.cached_bound(rep, own) == pytest.approx(1.0 / (1000 / 100e9))
+    assert record.cached_bound(rep, {**tg, "hit_rate": -1.0}) == pytest.approx(want)   # -1: not measured
 
 
 def test_record_py_spec_speedup_rows_use_the_same_runs_serial_windows():
