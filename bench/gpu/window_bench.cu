@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
             const int kinds = is_float ? 1 : rows >= 2 ? 3 : 2;
             for (int k = 0; k < kinds; ++k) {
                 a.mma_from_rows = k == 1 ? 1 : 1 << 20;
-                a.window_dp4a = k == 0;
+                a.window = k == 0 ? cuda::mm_args::window_kernel::dp4a : cuda::mm_args::window_kernel::tensor_cores;
                 us[k] = time_us(s, reps, [&](int i) {
                     a.w = w[static_cast<size_t>(i % copies)];
                     cuda::matmul(a, s);

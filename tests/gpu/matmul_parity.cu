@@ -378,11 +378,11 @@ int gpu_parity(dtype t, int64_t n_in) {
     };
     // Windows of 1..16 rows starting at row 3 (the same rows each time: E1 by comparison with
     // the one-row result and with dot_ref), through the tensor-core window kernel (2..16 rows)
-    // and again through the dp4a kernel (window_dp4a).
+    // and again through the dp4a kernel (mm_args::window).
     std::vector<float> single(static_cast<size_t>(16 * n_out));
     for (int pass = 0; pass < 2; ++pass)
     for (int nr = pass == 0 ? 1 : 2; nr <= 16; ++nr) {
-        m.window_dp4a = pass == 1;
+        m.window = pass == 1 ? cuda::mm_args::window_kernel::dp4a : cuda::mm_args::window_kernel::tensor_cores;
         m.act = da.as<std::byte>() + 3 * arb;
         m.n_rows = nr;
         m.y = dy.as<float>();
@@ -398,7 +398,7 @@ int gpu_parity(dtype t, int64_t n_in) {
         }
         bad_windows += bad ? 1 : 0;
     }
-    m.window_dp4a = cuda::mm_args{}.window_dp4a;   // the library's default for the launches below
+    m.window = cuda::mm_args{}.window;   // the library's default for the launches below
     // Two matrices in one launch, both accumulating (y += w . x): w itself and its first
     // n_out - 2 rows as the second matrix, 7 rows (the window kernel, then the dp4a kernel) and
     // 40 (the tensor-core kernel); each output must be init + dot_ref, the sum a separate add
@@ -415,7 +415,7 @@ int gpu_parity(dtype t, int64_t n_in) {
         CK(cudaMemcpy(dy1.p, init.data(), init.size() * 4, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dy2.p, init2.data(), init2.size() * 4, cudaMemcpyHostToDevice));
         cuda::mm_args m2 = m;
-        m2.window_dp4a = dp4a;
+        m2.window = dp4a ? cuda::mm_args::window_kernel::dp4a : cuda::mm_args::window_kernel::tensor_cores;
         m2.act = da.as<std::byte>() + 3 * arb;
         m2.n_rows = nr;
         m2.y = dy1.as<float>();

@@ -576,8 +576,9 @@ void matmul(const mm_args& a, void* stream) {
     case dtype::bf16: launch_float_matmul(a, row_groups, s); break;
     default: {
         // Many rows (a prefill chunk, or grouped pairs in tiles of 64): the tensor-core kernel;
-        // a plain window of 2..16 rows: the tensor-core window kernel where mm_args::window_dp4a
-        // is off, else, with one-row and one-pair launches, the dp4a kernel. The same bits either way.
+        // a plain window of 2..16 rows: the tensor-core window kernel where mm_args::window picks
+        // it (by default: the shapes it was measured faster on), else, with one-row and one-pair
+        // launches, the dp4a kernel. The same bits either way.
         const int64_t mma_from = a.mma_from_rows > 0 ? a.mma_from_rows : k_tile_rows_window + 1;
         const bool mma = a.tiles ? a.tile_rows == k_tile_rows_mma : !a.ids && a.n_rows >= mma_from;
         with_int8_format(a.type, [&](auto fmt) {

@@ -77,12 +77,13 @@ struct mm_args {
     // k_tile_rows_window, the default), the dp4a kernel below; the same bits either way
     // (bench/gpu/window_bench.cu times both).
     int mma_from_rows = 0;
-    // Plain int8 windows of 2..16 rows below mma_from_rows: the dp4a kernel (true) or the
-    // tensor-core window kernel (false: matmul_window_mma.cuh). The same bits either way
-    // (matmul_parity checks both on a GPU and the window kernel's lanes on the host; window_bench
-    // times both). The dp4a kernel stays the default until matmul_parity has passed on a GPU
-    // with the window kernel: it has not run on one yet (no machine was lent in session 29).
-    bool window_dp4a = true;
+    // Plain int8 windows of 2..16 rows below mma_from_rows: the tensor-core window kernel
+    // (matmul_window_mma.cuh) where its measured shapes say it is the faster (by_shape: see
+    // window_mma_pays), or always one of the two (the tests and window_bench). The same bits
+    // either way: matmul_parity checks both on a GPU (passed on the H100, session 30) and the
+    // window kernel's lanes on the host.
+    enum class window_kernel { by_shape, dp4a, tensor_cores };
+    window_kernel window = window_kernel::by_shape;
     // The device's SMs (cudaDevAttrMultiProcessorCount). The launch shapes that aim at one wave
     // of resident blocks (4 blocks of 8 warps an SM: the kernels' launch bounds) size it from
     // this; it changes which exact kernel runs, never a bit. 132: the H200 the shapes were timed

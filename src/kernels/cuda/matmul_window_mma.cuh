@@ -244,9 +244,44 @@ __global__ void __launch_bounds__(k_wmma_warps * 32, 4)
     }
 }
 
-// Plain windows of 2..16 rows go here when mm_args::window_dp4a is off (window_bench times both).
+// Whether the window kernel beats the dp4a kernel on a plain window (bench/gpu/window_bench on
+// the H100, session 30: tests/gpu/window_bench.h100.log). Its warps each walk all of K, so a
+// launch costs a floor however few its columns (~18 us at K = 2048, ~37 at 4096, flat in the
+// rows), and past it ~3-4x a dp4a row's time per column; the dp4a kernel costs about a one-row
+// launch per row. So it needs both enough rows and enough rows x columns:
+//   Q4_K at 2048 x 8192: 22.0 against 32.1 us at 4 rows, 20.4 / 20.8 at 2; at 2048 x 4096: 21.9
+//     / 28.4 at 6 rows, 20.2 / 18.7 at 4; 2048 x 512 and 4096 x 2048: slower at every window
+//     (29.7 / 19.3 and 59.5 / 58.8 us at 16 rows);
+//   Q6_K: the 2048 x 248320 head 774 / 831 us at 6 rows, 748 / 638 at 4; 512 x 2048 from 4 rows;
+//   Q8_0 at 2048 x 8192: 41.0 / 59.5 at 6 rows, 40.2 / 38.9 at 4.
+// Rows x columns from 24,576 (the 4096-wide Q4_K matrix at 6 rows; the 4096 x 2048 one would
+// take it at 12 rows, 53.1 / 51.2 us there). The other formats were not timed: dp4a.
+inline constexpr int64_t k_window_mma_min_cells = 24576;
+
+inline int window_mma_min_rows(dtype t) {
+    switch (t) {
+    case dtype::q4_k: return 3;
+    case dtype::q6_k:
+    case dtype::q8_0: return 6;
+    default: return 0;   // not timed
+    }
+}
+
+inline bool window_mma_pays(const mm_args& a) {
+    const int min_rows = window_mma_min_rows(a.type);
+    const int64_t cols = a.n_out + (a.w2 ? a.n_out2 : 0);
+    return min_rows > 0 && a.n_rows >= min_rows && a.n_rows * cols >= k_window_mma_min_cells;
+}
+
+// Plain windows of 2..16 rows that go to the window kernel (mm_args::window).
 inline bool window_mma_takes(const mm_args& a) {
-    return !a.ids && !a.tiles && !a.window_dp4a && a.n_rows >= 2 && a.n_rows <= k_wmma_rows;
+    if (a.ids || a.tiles || a.n_rows < 2 || a.n_rows > k_wmma_rows) return false;
+    switch (a.window) {
+    case mm_args::window_kernel::dp4a: return false;
+    case mm_args::window_kernel::tensor_cores: return true;
+    case mm_args::window_kernel::by_shape: break;
+    }
+    return window_mma_pays(a);
 }
 
 template <dtype T>
