@@ -252,7 +252,8 @@ __global__ void __launch_bounds__(k_wmma_warps * 32, 4)
 //   Q4_K at 2048 x 8192: 22.0 against 32.1 us at 4 rows, 20.4 / 20.8 at 2; at 2048 x 4096: 21.9
 //     / 28.4 at 6 rows, 20.2 / 18.7 at 4; 2048 x 512 and 4096 x 2048: slower at every window
 //     (29.7 / 19.3 and 59.5 / 58.8 us at 16 rows);
-//   Q6_K: the 2048 x 248320 head 774 / 831 us at 6 rows, 748 / 638 at 4; 512 x 2048 from 4 rows;
+//   Q6_K: the 2048 x 248320 head 774 / 831 us at 6 rows, 748 / 638 at 4; 512 x 2048 faster from
+//     4 rows (8.0 / 8.6 us), which the rule below gives it only from 12 (9.6 / 14.2);
 //   Q8_0 at 2048 x 8192: 41.0 / 59.5 at 6 rows, 40.2 / 38.9 at 4.
 // Rows x columns from 24,576 (the 4096-wide Q4_K matrix at 6 rows; the 4096 x 2048 one would
 // take it at 12 rows, 53.1 / 51.2 us there). The other formats were not timed: dp4a.
