@@ -98,8 +98,8 @@ int main(int argc, char** argv) {
     ck(cudaMalloc(&act, static_cast<size_t>(max_in * max_rows) * 4 + 4096), "act");
     float* y = nullptr;
     ck(cudaMalloc(&y, static_cast<size_t>(248320) * max_rows * 4), "y");
-    std::printf("%-14s %-6s %6s %6s %4s %10s %10s %10s  %s\n", "matrix", "type", "n_in", "n_out", "rows", "dp4a us",
-                "mma us", "wmma us", "fastest");
+    std::printf("%-14s %-6s %6s %6s %4s %10s %10s %10s %10s  %s\n", "matrix", "type", "n_in", "n_out", "rows", "dp4a us",
+                "mma us", "wmma us", "split us", "fastest");
     for (const shape& sh : shapes) {
         const size_t rb = static_cast<size_t>(*bytes_for(sh.type, static_cast<uint64_t>(sh.n_in)));
         const size_t bytes = rb * static_cast<size_t>(sh.n_out);
@@ -120,12 +120,15 @@ int main(int argc, char** argv) {
             a.n_rows = rows;
             a.y = y;
             a.y_stride = sh.n_out;
-            // k 0: the dp4a kernel; 1: the prefill tensor-core kernel; 2: the window one (2..16 rows).
-            double us[3] = {0, 0, 0};
-            const int kinds = is_float ? 1 : rows >= 2 ? 3 : 2;
+            // k 0: the dp4a kernel; 1: the prefill tensor-core kernel; 2: the window one (2..16
+            // rows); 3: its split form.
+            using wk = cuda::mm_args::window_kernel;
+            const wk kernel_of[4] = {wk::dp4a, wk::dp4a, wk::tensor_cores, wk::tensor_cores_split};
+            double us[4] = {0, 0, 0, 0};
+            const int kinds = is_float ? 1 : rows >= 2 ? 4 : 2;
             for (int k = 0; k < kinds; ++k) {
                 a.mma_from_rows = k == 1 ? 1 : 1 << 20;
-                a.window = k == 0 ? cuda::mm_args::window_kernel::dp4a : cuda::mm_args::window_kernel::tensor_cores;
+                a.window = kernel_of[k];
                 us[k] = time_us(s, reps, [&](int i) {
                     a.w = w[static_cast<size_t>(i % copies)];
                     cuda::matmul(a, s);
@@ -135,12 +138,18 @@ int main(int argc, char** argv) {
                 std::printf("%-14s %-6s %6lld %6lld %4d %10.2f %10s\n", sh.name, std::string(name(sh.type)).c_str(),
                             static_cast<long long>(sh.n_in), static_cast<long long>(sh.n_out), rows, us[0], "-");
             else {
-                const int best = kinds == 3 && us[2] < std::min(us[0], us[1]) ? 2 : us[1] < us[0] ? 1 : 0;
-                char wmma[16] = "-";
-                if (kinds == 3) std::snprintf(wmma, sizeof wmma, "%.2f", us[2]);
-                std::printf("%-14s %-6s %6lld %6lld %4d %10.2f %10.2f %10s  %s\n", sh.name, std::string(name(sh.type)).c_str(),
-                            static_cast<long long>(sh.n_in), static_cast<long long>(sh.n_out), rows, us[0], us[1], wmma,
-                            best == 2 ? "wmma" : best == 1 ? "mma" : "dp4a");
+                int best = 0;
+                for (int k = 1; k < kinds; ++k)
+                    if (us[k] < us[best]) best = k;
+                char wmma[16] = "-", split[16] = "-";
+                if (kinds == 4) {
+                    std::snprintf(wmma, sizeof wmma, "%.2f", us[2]);
+                    std::snprintf(split, sizeof split, "%.2f", us[3]);
+                }
+                const char* names[4] = {"dp4a", "mma", "wmma", "split"};
+                std::printf("%-14s %-6s %6lld %6lld %4d %10.2f %10.2f %10s %10s  %s\n", sh.name, std::string(name(sh.type)).c_str(),
+                            static_cast<long long>(sh.n_in), static_cast<long long>(sh.n_out), rows, us[0], us[1], wmma, split,
+                            names[best]);
             }
         }
         for (std::byte* p : w) cudaFree(p);

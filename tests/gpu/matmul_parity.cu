@@ -5,7 +5,7 @@
 //      kernels::dot_ref's bits on random rows; so do the tensor-core window kernel's lanes
 //      (matmul_window_mma.cuh: fragments, shuffles and quad sums emulated, 1..16 rows);
 //   2. (GPU) cuda::matmul gives dot_ref's bits for every output element, for windows of 1..16
-//      rows (2..16 through both the tensor-core window kernel and the dp4a kernel), a prefill
+//      rows (2..16 through the tensor-core window kernel, its split form and the dp4a kernel), a prefill
 //      of 100 rows and expert mode (ids, act_div), and each row of a window
 //      equals the same row computed alone (E1); and one-row launches of more than a wave (the
 //      one-wave kernel, matmul_row_stream.cuh): plain, paired with accumulate, expert mode (with
@@ -377,19 +377,22 @@ int gpu_parity(dtype t, int64_t n_in) {
         return bad;
     };
     // Windows of 1..16 rows starting at row 3 (the same rows each time: E1 by comparison with
-    // the one-row result and with dot_ref), through the tensor-core window kernel (2..16 rows)
-    // and again through the dp4a kernel (mm_args::window).
+    // the one-row result and with dot_ref), through the tensor-core window kernel (2..16 rows),
+    // again through the dp4a kernel and through the window kernel's split form (mm_args::window).
     std::vector<float> single(static_cast<size_t>(16 * n_out));
-    for (int pass = 0; pass < 2; ++pass)
+    using wk = cuda::mm_args::window_kernel;
+    const wk pass_kernel[3] = {wk::tensor_cores, wk::dp4a, wk::tensor_cores_split};
+    const char* pass_name[3] = {"window", "dp4a window", "split window"};
+    for (int pass = 0; pass < 3; ++pass)
     for (int nr = pass == 0 ? 1 : 2; nr <= 16; ++nr) {
-        m.window = pass == 1 ? cuda::mm_args::window_kernel::dp4a : cuda::mm_args::window_kernel::tensor_cores;
+        m.window = pass_kernel[pass];
         m.act = da.as<std::byte>() + 3 * arb;
         m.n_rows = nr;
         m.y = dy.as<float>();
         cuda::matmul(m, nullptr);
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(got.data(), dy.p, static_cast<size_t>(nr * n_out) * 4, cudaMemcpyDeviceToHost));
-        int bad = compare(3, nr, pass == 0 ? "window" : "dp4a window");
+        int bad = compare(3, nr, pass_name[pass]);
         if (nr == 1) std::memcpy(single.data(), got.data(), static_cast<size_t>(n_out) * 4);
         // E1: row 0 of every window equals the one-row result.
         if (std::memcmp(single.data(), got.data(), static_cast<size_t>(n_out) * 4) != 0) {
@@ -400,13 +403,17 @@ int gpu_parity(dtype t, int64_t n_in) {
     }
     m.window = cuda::mm_args{}.window;   // the library's default for the launches below
     // Two matrices in one launch, both accumulating (y += w . x): w itself and its first
-    // n_out - 2 rows as the second matrix, 7 rows (the window kernel, then the dp4a kernel) and
-    // 40 (the tensor-core kernel); each output must be init + dot_ref, the sum a separate add
-    // would make.
+    // n_out - 2 rows as the second matrix, 7 rows (the window kernel, the dp4a kernel, the window
+    // kernel's split form) and 40 (the tensor-core kernel); each output must be init + dot_ref,
+    // the sum a separate add would make.
     int bad_pair = 0;
-    for (const int signed_rows : {7, -7, 40}) {   // -7: 7 rows through the dp4a kernel
-        const bool dp4a = signed_rows < 0;
-        const int nr = dp4a ? -signed_rows : signed_rows;
+    struct paired_case {
+        int rows;
+        wk kernel;
+    };
+    for (const paired_case pc : {paired_case{7, wk::tensor_cores}, paired_case{7, wk::dp4a}, paired_case{7, wk::tensor_cores_split},
+                                 paired_case{40, wk::by_shape}}) {
+        const int nr = pc.rows;
         const int64_t n_out2 = n_out - 2;
         std::vector<float> init(static_cast<size_t>(nr * n_out)), init2(static_cast<size_t>(nr * n_out2));
         for (size_t i = 0; i < init.size(); ++i) init[i] = static_cast<float>(static_cast<int>(i % 13) - 6) * 0.37f;
@@ -415,7 +422,7 @@ int gpu_parity(dtype t, int64_t n_in) {
         CK(cudaMemcpy(dy1.p, init.data(), init.size() * 4, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dy2.p, init2.data(), init2.size() * 4, cudaMemcpyHostToDevice));
         cuda::mm_args m2 = m;
-        m2.window = dp4a ? cuda::mm_args::window_kernel::dp4a : cuda::mm_args::window_kernel::tensor_cores;
+        m2.window = pc.kernel;
         m2.act = da.as<std::byte>() + 3 * arb;
         m2.n_rows = nr;
         m2.y = dy1.as<float>();

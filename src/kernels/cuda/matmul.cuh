@@ -81,8 +81,9 @@ struct mm_args {
     // (matmul_window_mma.cuh) where its measured shapes say it is the faster (by_shape: see
     // window_mma_pays), or always one of the two (the tests and window_bench). The same bits
     // either way: matmul_parity checks both on a GPU (passed on the H100, session 30) and the
-    // window kernel's lanes on the host.
-    enum class window_kernel { by_shape, dp4a, tensor_cores };
+    // window kernel's lanes on the host. tensor_cores_split: the window kernel's form with K
+    // split over a block's warps, which nothing picks by default (not yet run on a GPU).
+    enum class window_kernel { by_shape, dp4a, tensor_cores, tensor_cores_split };
     window_kernel window = window_kernel::by_shape;
     // The device's SMs (cudaDevAttrMultiProcessorCount). The launch shapes that aim at one wave
     // of resident blocks (4 blocks of 8 warps an SM: the kernels' launch bounds) size it from
