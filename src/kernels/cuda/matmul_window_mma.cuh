@@ -111,12 +111,30 @@ __device__ inline int32_t quad_sum(int32_t v) {
     return v;
 }
 
-// A lane's place in a window warp (lane = 4 g + t): its decoded column and its two rows live or
-// not, and the lanes whose decoded columns are its D columns 2t and 2t + 1.
+// A lane's place in a window warp (lane = 4 g + t): its decoded column and its two rows (g and
+// g + 8) live or not, those rows' activations in global memory (where a staged chunk of them lands
+// depends on the source's address modulo 16), and the lanes whose decoded columns are its D
+// columns 2t and 2t + 1.
 struct window_lane {
     int t, src0, src1;
     bool col_live, r0_live, r1_live;
+    const uint8_t* x0;
+    const uint8_t* x1;
 };
+
+__device__ inline window_lane make_window_lane(int lane, bool col_live, int n_rows, const uint8_t* act, size_t act_stride,
+                                               int act_div) {
+    const int g = lane >> 2, t = lane & 3;
+    const bool r0_live = g < n_rows, r1_live = g + 8 < n_rows;
+    return {t,
+            8 * t,
+            8 * t + 4,
+            col_live,
+            r0_live,
+            r1_live,
+            act + static_cast<size_t>((r0_live ? g : 0) / act_div) * act_stride,
+            act + static_cast<size_t>((r1_live ? g + 8 : 0) / act_div) * act_stride};
+}
 
 // The four terms of one format block a lane holds after the block's MMAs (rows g and g + 8,
 // columns 2t and 2t + 1), each dot_ref's block_term of that (row, column): b, the lane's column's
@@ -252,12 +270,9 @@ __global__ void __launch_bounds__(k_wmma_warps * 32, 4)
     stage_rows(0, 0);
     stage_commit();
     const iq_tables tb = device_tables();
-    // The lane's two rows (g and g + 8) and their activation rows in global memory (where a staged
-    // chunk lands depends on the source's address modulo 16).
-    const bool r0_live = g < n_rows, r1_live = g + 8 < n_rows;
-    const uint8_t* x0 = act + static_cast<size_t>((r0_live ? g : 0) / act_div) * act_stride;
-    const uint8_t* x1 = act + static_cast<size_t>((r1_live ? g + 8 : 0) / act_div) * act_stride;
-    const window_lane ln{t, 8 * t, 8 * t + 4, col_live, r0_live, r1_live};
+    const window_lane ln = make_window_lane(lane, col_live, n_rows, act, act_stride, act_div);
+    const bool r0_live = ln.r0_live, r1_live = ln.r1_live;
+    const uint8_t *x0 = ln.x0, *x1 = ln.x1;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int64_t c = 0; c < n_chunks; ++c) {
         const int buf = static_cast<int>(c & 1);
@@ -344,10 +359,9 @@ __global__ void __launch_bounds__(k_wmma_warps * 32, 4)
     if (warp < n_chunks) stage_weights(warp);
     wait_prior_grids();   // see launch.cuh; no return in this kernel (block barriers below)
     const iq_tables tb = device_tables();
-    const bool r0_live = g < n_rows, r1_live = g + 8 < n_rows;
-    const uint8_t* x0 = act + static_cast<size_t>((r0_live ? g : 0) / act_div) * act_stride;
-    const uint8_t* x1 = act + static_cast<size_t>((r1_live ? g + 8 : 0) / act_div) * act_stride;
-    const window_lane ln{t, 8 * t, 8 * t + 4, col_live, r0_live, r1_live};
+    const window_lane ln = make_window_lane(lane, col_live, n_rows, act, act_stride, act_div);
+    const bool r0_live = ln.r0_live, r1_live = ln.r1_live;
+    const uint8_t *x0 = ln.x0, *x1 = ln.x1;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int64_t r = 0; r < n_rounds; ++r) {
         const int64_t c = r * k_wmma_warps + warp;   // this warp's chunk
