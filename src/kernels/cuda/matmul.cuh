@@ -78,11 +78,11 @@ struct mm_args {
     // (bench/gpu/window_bench.cu times both).
     int mma_from_rows = 0;
     // Plain int8 windows of 2..16 rows below mma_from_rows: the tensor-core window kernel
-    // (matmul_window_mma.cuh) where its measured shapes say it is the faster (by_shape: see
-    // window_mma_pays), or always one of the two (the tests and window_bench). The same bits
-    // either way: matmul_parity checks both on a GPU (passed on the H100, session 30) and the
-    // window kernel's lanes on the host. tensor_cores_split: the window kernel's form with K
-    // split over a block's warps, which nothing picks by default (not yet run on a GPU).
+    // (matmul_window_mma.cuh) in its split form where its measured shapes say it is the faster
+    // (by_shape: see window_mma_pays), or always one kernel (the tests and window_bench):
+    // dp4a, the window kernel's staged form (each warp walks all of K) or its split form (a
+    // block's warps share K). The same bits every way: matmul_parity checks all three on a GPU
+    // (passed on the H100, sessions 30 and 31) and the window kernel's lanes on the host.
     enum class window_kernel { by_shape, dp4a, tensor_cores, tensor_cores_split };
     window_kernel window = window_kernel::by_shape;
     // The device's SMs (cudaDevAttrMultiProcessorCount). The launch shapes that aim at one wave

@@ -402,34 +402,28 @@ __global__ void __launch_bounds__(k_wmma_warps * 32, 4)
     if (warp == 0) window_store(acc, g, t, col0, n_rows, n_out, y, y_stride, accumulate);
 }
 
-// Whether the window kernel beats the dp4a kernel on a plain window (bench/gpu/window_bench on
-// the H100, session 30: tests/gpu/window_bench.h100.log). Its warps each walk all of K, so a
-// launch costs a floor however few its columns (~18 us at K = 2048, ~37 at 4096, flat in the
-// rows), and past it ~3-4x a dp4a row's time per column; the dp4a kernel costs about a one-row
-// launch per row. So it needs both enough rows and enough rows x columns:
-//   Q4_K at 2048 x 8192: 22.0 against 32.1 us at 4 rows, 20.4 / 20.8 at 2; at 2048 x 4096: 21.9
-//     / 28.4 at 6 rows, 20.2 / 18.7 at 4; 2048 x 512 and 4096 x 2048: slower at every window
-//     (29.7 / 19.3 and 59.5 / 58.8 us at 16 rows);
-//   Q6_K: the 2048 x 248320 head 774 / 831 us at 6 rows, 748 / 638 at 4; 512 x 2048 faster from
-//     4 rows (8.0 / 8.6 us), which the rule below gives it only from 12 (9.6 / 14.2);
-//   Q8_0 at 2048 x 8192: 41.0 / 59.5 at 6 rows, 40.2 / 38.9 at 4.
-// Rows x columns from 24,576 (the 4096-wide Q4_K matrix at 6 rows; the 4096 x 2048 one would
-// take it at 12 rows, 53.1 / 51.2 us there). The other formats were not timed: dp4a.
-inline constexpr int64_t k_window_mma_min_cells = 24576;
-
-inline int window_mma_min_rows(dtype t) {
-    switch (t) {
-    case dtype::q4_k: return 3;
-    case dtype::q6_k:
-    case dtype::q8_0: return 6;
-    default: return 0;   // not timed
-    }
-}
-
+// Whether the window kernel beats the dp4a kernel on a plain window; where it does, its split
+// form runs (bench/gpu/window_bench on the H100, session 31: tests/gpu/window_bench.h100.log,
+// split against dp4a us). The staged form's warps each walk all of K, which set a floor of
+// ~18 us at K = 2048 (~37 at 4096) however few the columns; the split form shares K among a
+// block's 4 warps and is faster than the staged one at every shape timed, so by_shape never
+// picks the staged form. From 3 rows the split form is the faster at every shape timed:
+//   Q4_K 2048 x 8192: 19.7 / 26.7 at 3 rows, 21.5 / 51.1 at 8; 4096 x 2048: 14.1 / 15.8 at 3,
+//     15.4 / 37.4 at 8; 2048 x 512: 6.4 / 6.8 at 3, 6.8 / 11.6 at 8;
+//   Q6_K 512 x 2048: 5.2 / 7.2 at 3; the 2048 x 248320 head 491 / 580 at 3, 531 / 1014 at 8;
+//   Q8_0 2048 x 8192: 29.4 / 31.7 at 3, 34.0 / 71.7 at 8.
+// At 2 rows only where the columns are at least twice K: Q4_K 2048 x 8192 16.1 / 20.8 and
+// 2048 x 4096 10.6 / 12.3, but 4096 x 2048 13.9 / 12.8, 2048 x 512 6.1 / 5.1, Q6_K 512 x 2048
+// 5.0 / 4.5 and the head 479 / 475, Q8_0 2048 x 8192 25.4 / 22.0. The other formats were not
+// timed: dp4a.
 inline bool window_mma_pays(const mm_args& a) {
-    const int min_rows = window_mma_min_rows(a.type);
     const int64_t cols = a.n_out + (a.w2 ? a.n_out2 : 0);
-    return min_rows > 0 && a.n_rows >= min_rows && a.n_rows * cols >= k_window_mma_min_cells;
+    switch (a.type) {
+    case dtype::q4_k: return a.n_rows >= 3 || (a.n_rows == 2 && cols >= 2 * a.n_in);
+    case dtype::q6_k:
+    case dtype::q8_0: return a.n_rows >= 3;
+    default: return false;   // not timed
+    }
 }
 
 // Plain windows of 2..16 rows that go to the window kernel (mm_args::window).
@@ -447,7 +441,8 @@ inline bool window_mma_takes(const mm_args& a) {
 template <dtype T>
 void launch_window_mma(const mm_args& a, cudaStream_t s) {
     const int64_t nb = a.n_in / fmt_traits<T>::qk;
-    const bool split = a.window == mm_args::window_kernel::tensor_cores_split;
+    // by_shape reaches here only where window_mma_pays, and there the split form is the faster.
+    const bool split = a.window != mm_args::window_kernel::tensor_cores;
     const int cols = split ? 8 : k_wmma_warps * 8;   // a block's columns
     const int64_t cb1 = (a.n_out + cols - 1) / cols, cb2 = a.w2 ? (a.n_out2 + cols - 1) / cols : 0;
     const int rows = static_cast<int>(a.n_rows);
