@@ -283,6 +283,10 @@ run() {  # run NAME TIMEOUT CMD...: prints and times the command; --dry-run only
 say "mode $mode, $(nproc) cores, $threads threads, $layers layers, budget ${budget}s, out $out"
 for f in include/fmt/core.h include/nlohmann/json.hpp include/CLI/CLI.hpp include/httplib.h include/pcre2.h \
          lib/libpcre2-8.a lib/cmake/fmt/fmt-config.cmake bin/pkg-config llama.cpp-slim.tar.gz; do
+  # The llama.cpp source only where llama.cpp is built here: not with --no-peer or a carried pack.
+  if [ $f = llama.cpp-slim.tar.gz ] && { [ $no_peer = 1 ] || ls "$root"/.peers/llama-pack/llama-bench.xz.* > /dev/null 2>&1; }; then
+    continue
+  fi
   [ -e "$bundle/$f" ] || die "$bundle/$f missing: run bench/run_gpu.sh --prepare here and carry .peers/gpu-bench"
 done
 if [ $mode != local ]; then
