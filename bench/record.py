@@ -267,6 +267,36 @@ def bound_fields(prefix, b):
             f"{prefix}ceiling_bound": b["binds"]}
 
 
+# A split run's CPU lane read its experts at 60-87% of the rate calibrated at its start in
+# session 31's eight sound runs (two H100 hosts); the three whose host slowed mid-run read at
+# 19-37%, one of them with the same hit rates and swaps as a sound repeat on the same machine.
+k_cpu_lane_sound = 0.5
+
+
+def cpu_lane_health(report):
+    """The CPU lane's measured expert read rate against the one calibrated at the run's start:
+    (measured GB/s, calibrated GB/s, measured / calibrated), or None where the run has no CPU lane
+    work (no placement, nothing missed to the CPU, or no calibration)."""
+    p = (report or {}).get("placement") or {}
+    m = p.get("metrics") or {}
+    seconds = ((m.get("lanes") or {}).get("cpu") or {}).get("measured_s") or 0.0
+    calibrated = p.get("cpu_expert_gb_s_calibrated") or 0.0
+    if seconds <= 0 or calibrated <= 0 or not m.get("cpu_bytes"):
+        return None
+    measured = m["cpu_bytes"] / seconds / 1e9
+    return measured, calibrated, measured / calibrated
+
+
+def cpu_lane_line(run_name, health):
+    measured, calibrated, share = health
+    line = (f"{run_name}: CPU lane {measured:.1f} GB/s of experts against {calibrated:.1f} calibrated at the "
+            f"run's start ({share:.0%})")
+    if share < k_cpu_lane_sound:
+        line += (" -- SUSPECT: the host ran slower during this run than at its start (below "
+                 f"{k_cpu_lane_sound:.0%}); its split figures understate the engine, rerun it")
+    return line
+
+
 def sig(x, digits=6):
     """x to `digits` significant figures (fractions of a ceiling can be small)."""
     return float(f"{x:.{digits}g}")
@@ -310,6 +340,9 @@ def report(args):
 
     rows, table, cached = [], [], []
     compared_peers = set()
+    lane_health = {name: cpu_lane_health(parsed[name][1]) for name, r in runs.items()
+                   if r["engine"] == "sluice" and name in parsed}
+    lane_lines = [cpu_lane_line(name, h) for name, h in lane_health.items() if h]
     for s_name, p_name in m["compare"]:
         if s_name not in parsed or p_name not in parsed:
             print(f"record.py: comparison {s_name} / {p_name} skipped: a run is missing", file=sys.stderr)
@@ -336,6 +369,8 @@ def report(args):
                          "ceiling_fraction": None if sf is None else sig(sf),
                          "peer_ceiling_fraction": None if pf is None else sig(pf),
                          **bound_fields("", s_b), **bound_fields("peer_", p_b)})
+            if lane_health.get(s_name):
+                rows[-1]["cpu_lane_of_calibrated"] = sig(lane_health[s_name][2], 3)
             cb = cached_bound(s_rep, s["result"], probe) if runs[s_name].get("placement") == "three-lane" else None
             if cb:
                 hit = test_hit_rate(s_rep, s["result"])
@@ -397,6 +432,8 @@ def report(args):
         print("three-lane ceiling with the run's cache hits (misses from RAM + PCIe, the rest from HBM):")
         for c in cached:
             print("  " + c)
+    for line in lane_lines:
+        print(line)
 
     if not args.record:
         print("\n(not recorded: pass --record to append to bench/RESULTS.md and bench/results.jsonl)")
@@ -421,6 +458,9 @@ def report(args):
     if cached:
         section += ["", "The three-lane ceiling with each run's cache hits (the split layers' misses from RAM and "
                     "PCIe at once, every other byte from HBM): " + "; ".join(cached) + "."]
+    if lane_lines:
+        section += ["", "CPU lane against its calibration (a share below "
+                    f"{k_cpu_lane_sound:.0%} marks a host that slowed mid-run): " + "; ".join(lane_lines) + "."]
     if extra:
         section += ["", "| sluice run | test | time | speed | of ceiling | |", "|---|---|---|---|---|---|"] + extra
     with pathlib.Path(args.md).open("a") as f:

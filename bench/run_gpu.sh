@@ -521,7 +521,11 @@ if [ $placement_runs = 1 ]; then
   [ "$spec_accept" != "$accept_first" ] && accept_more=${spec_accept#*,}
   [ -n "$spec_accept" ] && sluice_split=(-t "$threads" -p "$p_split" -n "$n" -r "$split_reps" --ctx "$decode_depths" --windows 0 \
     --spec-windows 1,4 --accept "$accept_first" --spec-n "$n" --window-depth "$p" --json)
-  if [ $whole_runs = 1 ]; then
+  # With less than 10 s each left beside the reserve the pair is skipped, not run to a timeout
+  # (session 31: --budget 150 gave both runs 1 s, and two rc=124 lines said nothing useful).
+  if [ $whole_runs = 1 ] && [ "$(cap 60 170)" -lt 10 ]; then
+    say "whole-VRAM pair skipped: under 10 s would be left for it beside the budget runs' 170 s reserve ($(left) s left in all); a larger --budget runs it"
+  elif [ $whole_runs = 1 ]; then
     llama_run "llama.cpp GPU -ngl 99" llama_gpu.json gpu "$(cap 60 170)" --gpu -p "$p" -n "$n" -r 2
     sluice_run "sluice GPU" sluice_gpu.json gpu "$(cap 60 160)" "$sluice_gpu" "${sluice_main[@]}" --gpu 0
     [ -f "$out/sluice_gpu.json" ] && [ -f "$out/llama_gpu.json" ] && \

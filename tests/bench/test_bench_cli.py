@@ -275,3 +275,23 @@ def test_bench_runs_a_hybrid_model(sluice_bin, tmp_path):
     assert tests == ["pp48", "tg6@d0", "tg6@d16", "win 1@d0", "win 2@d0", "win 4@d0", "spec 1@d0", "spec 4@d0",
                      "spec+mtp 4@d0"]
     assert all(r["same_tokens"] for r in rep["results"] if r["kind"] == "spec")
+
+
+def test_record_py_flags_a_cpu_lane_far_below_its_calibration():
+    sys.path.insert(0, str(ROOT / "bench"))
+    import record  # noqa: E402
+
+    def rep(cpu_bytes, seconds, calibrated=100.0):
+        return {"placement": {"cpu_expert_gb_s_calibrated": calibrated,
+                              "metrics": {"cpu_bytes": cpu_bytes, "lanes": {"cpu": {"measured_s": seconds}}}}}
+    # Session 31's 235B run at 7 GiB: 48.3 GB in 2.64 s against 95 GB/s calibrated, and its repeat.
+    slow = record.cpu_lane_health(rep(48.26e9, 2.6385, 95.04))
+    sound = record.cpu_lane_health(rep(48.26e9, 0.6047, 101.53))
+    assert slow[0] == pytest.approx(18.29, abs=0.01) and slow[2] < record.k_cpu_lane_sound
+    assert sound[2] == pytest.approx(0.786, abs=0.001) and sound[2] >= record.k_cpu_lane_sound
+    assert "SUSPECT" in record.cpu_lane_line("s", slow) and "SUSPECT" not in record.cpu_lane_line("s", sound)
+    # No CPU lane work, no placement, no calibration: nothing to judge (not a zero rate).
+    assert record.cpu_lane_health(rep(0, 0.0)) is None
+    assert record.cpu_lane_health({"placement": None}) is None
+    assert record.cpu_lane_health(rep(1e9, 1.0, 0.0)) is None
+    assert record.cpu_lane_health(None) is None
