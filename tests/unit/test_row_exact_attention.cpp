@@ -69,6 +69,10 @@ TEST(row_exact_attention, simd_attention_gives_the_scalar_definitions_bits) {
         {8, 1, 64, 32, 1, 1.0f},     {9, 3, 64, 100, 7, 1.0f},    {32, 4, 128, 700, 2, 1.0f},
         {4, 2, 64, 200, 40, 1.0f},   {4, 2, 64, 300, 3, 30.0f},   {2, 1, 128, 4000, 2, 8.0f},
         {4, 4, 16, 70, 2, 1.0f},     {2, 2, 48, 50, 3, 1.0f},     {2, 1, 8, 40, 2, 1.0f},
+        // The V sum's passes: 64 dimensions (8 chains), then 32, then 16: 96 = 64 + 32,
+        // 80 = 64 + 16, 192 = 3 x 64, 256 = 4 x 64.
+        {4, 2, 96, 70, 2, 1.0f},     {4, 1, 80, 45, 3, 1.0f},     {2, 1, 192, 90, 2, 1.0f},
+        {4, 2, 256, 130, 2, 1.0f},
     };
     for (const auto& c : cases) {
         const auto a = make_data(c, 11);

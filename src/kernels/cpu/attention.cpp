@@ -10,7 +10,7 @@
 //  - the chunk max and the running sum of exponentials stay scalar, in order (32 values a
 //    chunk); exp_f32 of the scores runs 8 at a time (exp8_avx2: the same operations per lane);
 //  - oc[d] += p_j * v_j[d] (a multiply, then an add: no FMA contraction) element-wise in j order,
-//    32 dimensions as four independent chains; the merge o = o * a + oc * bc and the final o / l
+//    64 or 32 dimensions as eight or four independent chains; the merge o = o * a + oc * bc and the final o / l
 //    likewise.
 // A task walks the query heads that share a KV head chunk by chunk (run below: each chunk's K and
 // V rows stay in cache for all of them); each head's operations are the same in any grouping.
@@ -155,9 +155,15 @@ SLUICE_AVX2 void chunk_avx2(const float* qh, const float* kc, const float* vc, i
         m = mc;
         l = lc;
     }
-    // V, 32 dimensions (four add chains) at a time, then the 16 left when hd % 32 == 16: the adds'
-    // latency per position was the kernel's bound with one chain.
+    // V, 64 dimensions (eight add chains) at a time, then 32 (four), then the 16 left when
+    // hd % 32 == 16: the adds' latency per position was the kernel's bound with one chain, and
+    // still showed with four (bench_attention, one thread of the 2-core EPYC, 32/4 heads of 128,
+    // us a row, three runs each: 285 -> 248-250 at 512 positions, 1160-1170 -> 1013-1053 at
+    // 2,048, 6525-6606 -> 5870-6046 at 8,192; 64 rows to 2,048 1182-1202 -> 1027-1039). A whole
+    // SmolLM2 decode at 2,048 / 4,096 positions on that VM's 2 threads moved within its noise
+    // (old 59.5-62.9 / 36.6-37.5 tok/s, new 59.9-74.0 / 36.6-45.8).
     int d = 0;
+    for (; d + 64 <= hd; d += 64) v_sum<8>(score, vc, kv_stride, n, d, first, a, bc, o);
     for (; d + 32 <= hd; d += 32) v_sum<4>(score, vc, kv_stride, n, d, first, a, bc, o);
     if (d < hd) v_sum<2>(score, vc, kv_stride, n, d, first, a, bc, o);
 }
