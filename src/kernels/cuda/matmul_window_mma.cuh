@@ -317,8 +317,9 @@ __global__ void __launch_bounds__(k_wmma_warps * 32, 4)
 // 8 columns and its 4 warps take K's chunks in turn, round by round (warp w chunk 4r + w). Each
 // warp stages its own chunk (the 8 weight rows and the window's rows), computes its blocks'
 // terms with the same lanes as above and leaves them in shared memory; then warp 0 folds the
-// round's terms in block order into its y, so the bits are the form above's. Not yet run on a GPU:
-// only mm_args::window_kernel::tensor_cores_split picks it (tests, window_bench).
+// round's terms in block order into its y, so the bits are the form above's (matmul_parity on the
+// H100, session 31: tests/gpu/parity.h100.log). by_shape picks it wherever window_mma_pays; the
+// form above runs only when forced (mm_args::window_kernel::tensor_cores).
 template <dtype T>
 __global__ void __launch_bounds__(k_wmma_warps * 32, 4)
     mm_window_split_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_blocks, int64_t n_out,
