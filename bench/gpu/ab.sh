@@ -18,6 +18,9 @@
 # parity_logs.txt (matmul, ops + delta_net, model + mtp, placement), trace_30b.log,
 # trace_35b.log, builds.log: 6 files (the machine returns 8 at most).
 # AB_TRACE=0 skips the trace build and runs; AB_SPLIT=0 the split runs; AB_35B=0 the 35B file.
+# AB_DEPTH=N adds decode_bench FILE N 64 and split_decode_bench FILE 8 N 64 1 on the 30B file for
+# both builds (decode at depth N, the whole model and an 8 GiB budget);
+# AB_KBENCH=1 adds both builds' kernel_bench attention lines (kernel_bench 200).
 # AB_TRACE_BASE=1 also builds the base with STEP_TRACE=1 and traces it (trace_30b_base.log in place
 # of trace_35b.log): per-kernel times of both trees from one machine (traces from two calls
 # differ by more than a small change: session 27).
@@ -83,6 +86,21 @@ wait
       echo "#### $b decode_bench 35B 8L"; timeout 40 $b/decode_bench $f35 512 128 2>&1 | grep -E "decode|identical|window|FAIL"
     done
   fi
+  if [ -n "${AB_DEPTH:-}" ]; then
+    for b in /tmp/ab-base $B; do
+      echo "#### $b decode_bench 30B 48L at depth $AB_DEPTH"
+      timeout 120 $b/decode_bench $f30 "$AB_DEPTH" 64 2>&1 | grep -E "prefill|decode|identical|FAIL"
+    done
+    for b in /tmp/ab-base $B; do
+      echo "#### $b split_decode_bench 30B 8 GiB at depth $AB_DEPTH"
+      timeout 120 $b/split_decode_bench $f30 8 "$AB_DEPTH" 64 1 2>&1 | grep -E "^cost|^cpu-only|identical|FAIL"
+    done
+  fi
+  if [ "${AB_KBENCH:-0}" = 1 ]; then
+    for b in /tmp/ab-base $B; do
+      echo "#### $b kernel_bench attention"; timeout 90 $b/kernel_bench 200 2>&1 | grep -E "^attention|FAIL"
+    done
+  fi
   if [ "${AB_SPLIT:-1}" = 1 ]; then
     for b in /tmp/ab-base $B; do
       echo "#### $b split_decode_bench 30B 8 GiB"
@@ -107,6 +125,6 @@ s=/tmp/ab-session
 cp $s/summary.txt "$O/summary.txt" 2>/dev/null
 cat $s/matmul_parity.h200.log $s/ops_parity.h200.log $s/model_parity.h200.log $s/placement_parity.h200.log \
   > "$O/parity_logs.txt" 2>/dev/null
-grep -E "^(#### |decode \(graphs \+ programmatic|verify window|cost |cpu-only )" "$O/ab.log" | tee -a "$O/summary.txt"
+grep -E "^(#### |decode \(graphs \+ programmatic|verify window|cost |cpu-only |attention)" "$O/ab.log" | tee -a "$O/summary.txt"
 # WINDOW_BENCH=1 (passed on to session.sh): the window kernels' table of the working tree.
 if [ -s $s/window_bench.h200.log ]; then cp $s/window_bench.h200.log "$O/window_bench.log"; fi

@@ -196,7 +196,7 @@ int main(int argc, char** argv) {
         float* vc_long = dev_floats(static_cast<size_t>(LONG) * KVH * HD, 17);
         cuda::attention_split sp;
         sp.max_chunks = LONG / kernels::k_attn_chunk;
-        ck(cudaMalloc(&sp.records, static_cast<size_t>(H * sp.max_chunks * (HD + 2)) * 4), "records");
+        ck(cudaMalloc(&sp.records, static_cast<size_t>(H * sp.max_chunks * cuda::attention_split_record_floats(HD)) * 4), "records");
         ck(cudaMalloc(&sp.arrivals, KVH * 4), "arrivals");
         ck(cudaMemset(sp.arrivals, 0, KVH * 4), "arrivals");
         const double us_att = time_us(s, reps, [&](int) { cuda::attention(ap, q, kc, vc, CTX - 1, 1, out, s); });

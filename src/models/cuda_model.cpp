@@ -222,15 +222,16 @@ void cuda_model::forward_batch(std::span<const batch_segment> batch, forward_scr
 }
 
 // Records for the split decode attention (cuda::attention_split) of every position of a cache
-// of n_ctx: [n_head, n_ctx / k_attn_chunk, head_dim + 2] floats (3.4 MB for 32 heads of 128 at
-// 4,096 positions), grown when a longer cache comes.
+// of n_ctx: [n_head, n_ctx / k_attn_chunk, attention_split_record_floats(head_dim)] floats (3.4 MB
+// for 32 heads of 128 at 4,096 positions), grown when a longer cache comes.
 void cuda_model::ensure_attention_split(int n_ctx) {
     const int64_t chunks = (static_cast<int64_t>(n_ctx) + kernels::k_attn_chunk - 1) / kernels::k_attn_chunk;
     if (chunks <= attn_split_.max_chunks) return;
     ck(cudaStreamSynchronize(stream_), "sync");
     clear_graphs();
     free_attention_split();
-    const size_t rec = static_cast<size_t>(hp_.n_head) * static_cast<size_t>(chunks) * static_cast<size_t>(hp_.head_dim + 2);
+    const size_t rec = static_cast<size_t>(hp_.n_head) * static_cast<size_t>(chunks) *
+                       static_cast<size_t>(cuda::attention_split_record_floats(static_cast<int>(hp_.head_dim)));
     ck(cudaMalloc(&attn_split_.records, rec * 4), "cudaMalloc (attention records)");
     ck(cudaMalloc(&attn_split_.arrivals, static_cast<size_t>(hp_.n_kv_head) * 4), "cudaMalloc (attention arrivals)");
     ck(cudaMemset(attn_split_.arrivals, 0, static_cast<size_t>(hp_.n_kv_head) * 4), "cudaMemset");

@@ -155,7 +155,7 @@ int test_attention(thread_pool& pool) {
             if (cuda::attention_split_blocks(p, max_chunks) == 0) break;
             cuda::attention_split sp;
             sp.max_chunks = max_chunks;
-            CK(cudaMalloc(&sp.records, static_cast<size_t>(c.n_head * max_chunks * (c.hd + 2)) * 4));
+            CK(cudaMalloc(&sp.records, static_cast<size_t>(c.n_head * max_chunks * cuda::attention_split_record_floats(c.hd)) * 4));
             CK(cudaMalloc(&sp.arrivals, static_cast<size_t>(c.n_kv) * 4));
             CK(cudaMemset(sp.arrivals, 0, static_cast<size_t>(c.n_kv) * 4));
             int32_t* dpos = nullptr;

@@ -148,23 +148,43 @@ __device__ inline void chunk_v_sums(const float* v0, int64_t v_stride, int n, co
     }
 }
 
-// The merge's factors for chunks cg .. cg + n_here - 1 (n_here <= 32), mc(w) giving chunk cg + w's
-// max (the same value in every lane); m: the running max before them. The running max is a prefix of `mc > m ? mc : m`
-// over the chunks, and chunk w's two factors exp(m_before - m_after), exp(mc - m_after) depend
-// only on it: every lane walks the prefix (a compare a chunk), then lane w computes chunk w's
-// factors a_w, bc_w, all chunks at once (chunk 0 of a row has none: 1, 1). Only l * a + lc * bc
-// and o * a + oc * bc stay serial (merge_chunk). Returns the max after the n_here chunks.
-template <class MC>
-__device__ inline float merge_factors(int64_t cg, int n_here, MC mc_at, float m, int lane, float& a_w, float& bc_w) {
-    float m_after = m, my_mb = 0.0f, my_ma = 0.0f, my_mc = 0.0f;
-    for (int w = 0; w < n_here; ++w) {
-        const float mc = mc_at(w);
-        const float mb = m_after;
-        m_after = cg + w == 0 ? mc : (mc > mb ? mc : mb);
-        if (lane == w) {   // selects, not work: the exponentials run once below
-            my_mb = mb;
-            my_ma = m_after;
-            my_mc = mc;
+// Component i (a constant where it is called from unrolled loops) of a float4 held in registers.
+__device__ inline float float4_at(const float4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+// The merge's factors for chunks cg .. cg + n_here - 1 (n_here <= 32); my_mc: lane w holds chunk
+// cg + w's max (lanes w < n_here); m: the running max before them. The running max is a prefix of
+// `mc > m ? mc : m` over the chunks, and chunk w's two factors exp(m_before - m_after),
+// exp(mc - m_after) depend only on it, so lane w computes chunk w's factors a_w, bc_w, all chunks
+// at once (chunk 0 of a row has none: 1, 1). Only l * a + lc * bc and o * a + oc * bc stay
+// serial (merge_chunk). Returns the max after the n_here chunks.
+//   The prefix: `keep the earlier unless the later is strictly greater` picks the first maximal
+// element, which any bracketing finds when no value is NaN, so a 5-step shuffle scan gives the
+// serial walk's values. With a NaN the bracketing matters (1, NaN, 2 walks to 2; NaN, 2 first gives
+// NaN, then 1 against NaN keeps 1), so the serial walk runs (a compare a chunk; 32 chunks of it
+// were ~1,000 cycles of the split kernel's merge).
+__device__ inline float merge_factors(int64_t cg, int n_here, float my_mc, float m, int lane, float& a_w, float& bc_w) {
+    float my_mb = 0.0f, my_ma = 0.0f, m_after = m;
+    const bool nan = __any_sync(k_full, lane < n_here && my_mc != my_mc) || (cg != 0 && m != m);
+    if (!nan) {
+        float s = my_mc;   // the prefix over chunks cg .. cg + lane
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+            const float earlier = __shfl_up_sync(k_full, s, off);
+            if (lane >= off) s = s > earlier ? s : earlier;
+        }
+        my_ma = cg == 0 ? s : (s > m ? s : m);
+        const float before = __shfl_up_sync(k_full, my_ma, 1);
+        my_mb = lane == 0 ? m : before;
+        m_after = __shfl_sync(k_full, my_ma, n_here - 1);
+    } else {
+        for (int w = 0; w < n_here; ++w) {
+            const float mc = __shfl_sync(k_full, my_mc, w);
+            const float mb = m_after;
+            m_after = cg + w == 0 ? mc : (mc > mb ? mc : mb);
+            if (lane == w) {   // selects, not work: the exponentials run once below
+                my_mb = mb;
+                my_ma = m_after;
+            }
         }
     }
     a_w = 1.0f;
@@ -176,23 +196,24 @@ __device__ inline float merge_factors(int64_t cg, int n_here, MC mc_at, float m,
     return m_after;
 }
 
-// Chunk c = cg + w merged into the running (l, o) (lane's dims lane + 32u): the first chunk of the
-// row sets them, each later one is l = l * a + lc * bc, o = o * a + oc * bc (the CPU's merge).
-// oc(u): the chunk's V sum at dim lane + 32u (read only where that dim exists).
+// Chunk c = cg + w merged into the running (l, o) (the lane's dims first + step * u): the first
+// chunk of the row sets them, each later one is l = l * a + lc * bc, o = o * a + oc * bc (the CPU's
+// merge; each dimension on its own, so which lane owns which dimensions changes no bit).
+// oc(u): the chunk's V sum at dim first + step * u (read only where that dim exists).
 template <int U, class OC>
-__device__ inline void merge_chunk(int64_t cg, int w, float lc, OC oc, float a_w, float bc_w, int hd, int lane, float& l,
-                                   float (&o)[U]) {
+__device__ inline void merge_chunk(int64_t cg, int w, float lc, OC oc, float a_w, float bc_w, int hd, int first, int step,
+                                   float& l, float (&o)[U]) {
     if (cg + w == 0) {
         l = lc;
 #pragma unroll
-        for (int u = 0; u < U; ++u) o[u] = lane + 32 * u < hd ? oc(u) : 0.0f;
+        for (int u = 0; u < U; ++u) o[u] = first + step * u < hd ? oc(u) : 0.0f;
         return;
     }
     const float a = __shfl_sync(k_full, a_w, w), bc = __shfl_sync(k_full, bc_w, w);
     l = __fadd_rn(__fmul_rn(l, a), __fmul_rn(lc, bc));
 #pragma unroll
     for (int u = 0; u < U; ++u)
-        if (lane + 32 * u < hd) o[u] = __fadd_rn(__fmul_rn(o[u], a), __fmul_rn(oc(u), bc));
+        if (first + step * u < hd) o[u] = __fadd_rn(__fmul_rn(o[u], a), __fmul_rn(oc(u), bc));
 }
 
 // One block per (row, head), k_attn_warps warps. The KV chunks are taken k_attn_warps at a time:
@@ -259,9 +280,9 @@ __global__ void __launch_bounds__(k_attn_warps * 32)
         if (warp == 0) {
             const int n_here = static_cast<int>(n_chunks - cg < k_attn_warps ? n_chunks - cg : k_attn_warps);
             float a_w, bc_w;
-            const float m_after = merge_factors(cg, n_here, [&](int w) { return s_mc[w]; }, m, lane, a_w, bc_w);
+            const float m_after = merge_factors(cg, n_here, lane < n_here ? s_mc[lane] : 0.0f, m, lane, a_w, bc_w);
             for (int w = 0; w < n_here; ++w)
-                merge_chunk<U>(cg, w, s_lc[w], [&](int u) { return s_oc[w][lane + 32 * u]; }, a_w, bc_w, hd, lane, l, o);
+                merge_chunk<U>(cg, w, s_lc[w], [&](int u) { return s_oc[w][lane + 32 * u]; }, a_w, bc_w, hd, lane, 32, l, o);
             m = m_after;
         }
         __syncthreads();   // the chunk slots are free again
@@ -303,9 +324,14 @@ constexpr int k_rows_kstride = k_rows_hd<U> + 4;   // K rows padded: float4 read
 // twice (chunk_scores), take 100 registers and spill none.
 template <int U, int QW>
 constexpr int k_rows_vbatch = U * QW < 16 ? 4 : 2;
-// Blocks (chunk lanes) per KV head of attention_split_kernel: 4 KV heads x 32 = 128 blocks, one
-// an SM of the H200, from 32 chunks (1,024 positions) on; fewer chunks leave some lanes idle.
-constexpr int64_t k_split_lanes = 32;
+// Blocks (chunk lanes) per KV head of attention_split_kernel: up to 4,096 positions (128 chunks)
+// every block takes one chunk, so the chunks' K and V rows are all requested at once (4 KV heads
+// x 128 = 512 blocks of the 30B shape, 4 an SM resident at 64 registers). With 32 lanes a block
+// took 4 chunks one after the other at 4,096 positions: 39.7 us against 10.0 at 512
+// (kernel_bench, H200, session 27), and sluice's split decode at 4K depth ran 3 ms a token slower
+// than at 0 (bench/RESULTS.md, session 31). Lanes past the step's chunks return at once and are
+// not counted in the arrivals, so a short context pays only their launch.
+constexpr int64_t k_split_lanes = 128;
 
 // One chunk's K and V rows of a KV head in shared memory (attention_rows_kernel keeps two).
 template <int U>
@@ -459,7 +485,8 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
 // block per head, 32 blocks on 132 SMs reading every K/V row once per query head; at 512
 // positions that took 16.3 us a layer (kernel_bench, session 9), this reads each row once per
 // KV head from all SMs.
-//   rec: [n_head, max_chunks, head_dim + 2]; arrivals: [n_kv_head], zero before and after.
+//   rec: [n_head, max_chunks, attention_split_record_floats(head_dim)] (max, exp sum, 2 unused,
+//   V sum); arrivals: [n_kv_head], zero before and after.
 //   The chunk's K and V rows (rows_chunk_buffers<U>) are dynamic shared memory: 66 KB at U = 8.
 // With act (act_width 32 or 256, dividing G * head_dim) the merging block also writes its G heads'
 // int8 activation blocks of the output row (quantize_block_warp, as quantize_act_rows makes
@@ -468,7 +495,7 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
 // attention 9.4 -> 10.5 us a layer (the merging block's quantisation), ~1 us a layer net; decode
 // 247.1 -> 247.9 tok/s, within one call's noise.
 template <int U>
-__global__ void __launch_bounds__(k_rows_warps * 32)
+__global__ void __launch_bounds__(k_rows_warps * 32, U <= 4 ? 2 : 0)
     attention_split_kernel(kernels::attention_params p, const float* q, const float* kc, const float* vc, int32_t pos0,
                            const int32_t* pos_dev, float* rec, unsigned* arrivals, int64_t max_chunks, float* out,
                            std::byte* act, int act_width) {
@@ -483,11 +510,15 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
     const int kvh = static_cast<int>(blockIdx.x);
     const int h = kvh * G + warp;
     const int64_t kv_stride = static_cast<int64_t>(p.n_kv_head) * hd;
-    const int64_t rs = hd + 2;   // floats per record
+    const int64_t rs = attention_split_record_floats(hd);   // floats per record
+    constexpr int k_rec_v = 4;   // the V sum's first float in a record: 16-byte aligned
     float* hrec = rec + static_cast<int64_t>(h) * max_chunks * rs;
     const int64_t n_kv = static_cast<int64_t>(pos0) + 1;
     const int64_t n_chunks = (n_kv + kernels::k_attn_chunk - 1) / kernels::k_attn_chunk;
     if (n_chunks > max_chunks) __trap();   // the caller sizes rec for its cache: never
+    // A lane with no chunk at this position: nothing to stage or merge, and not an arrival.
+    if (blockIdx.y >= n_chunks) return;
+    const unsigned lanes_used = static_cast<unsigned>(n_chunks < gridDim.y ? n_chunks : gridDim.y);
     const bool vec16 = hd % 16 == 0;
     auto rows_of = [&](int64_t c) {
         return static_cast<int>(n_kv - c * kernels::k_attn_chunk < kernels::k_attn_chunk ? n_kv - c * kernels::k_attn_chunk
@@ -497,7 +528,7 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
     auto v_rows = [&](int64_t c) { return vc + c * kernels::k_attn_chunk * kv_stride + static_cast<int64_t>(kvh) * hd; };
     // The first chunk's rows before the position, staged before the wait (above).
     int early_rows = 0;
-    if (blockIdx.y < n_chunks) {
+    {
         const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kernels::k_attn_chunk;
         early_rows = static_cast<int>(pos0 - c0 < rows_of(blockIdx.y) ? pos0 - c0 : rows_of(blockIdx.y));
         if (early_rows > 0) stage_chunk<U>(k_rows(blockIdx.y), v_rows(blockIdx.y), kv_stride, 0, early_rows, hd, chunk);
@@ -516,7 +547,7 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int d = lane + 32 * u;
-            if (d < hd) r[2 + d] = oc[0][u];
+            if (d < hd) r[k_rec_v + d] = oc[0][u];
         }
         if (lane == 0) {
             r[0] = mc[0];
@@ -528,42 +559,64 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
     if (threadIdx.x == 0) {
         __threadfence();
         const unsigned before = atomicAdd(&arrivals[kvh], 1u);
-        last = before == gridDim.y - 1;
+        last = before == lanes_used - 1;
         if (last) arrivals[kvh] = 0;   // every block has arrived: ready for the next launch
         __threadfence();
     }
     __syncthreads();
     if (!last) return;
-    // attention_kernel's merge, records read from L2 (__ldcg: written by other blocks).
+    // attention_kernel's merge, records read from L2 (__ldcg: written by other blocks). The lane
+    // owns dimensions d0 .. d0 + U - 1, so a chunk's V sum is U / 4 16-byte loads a lane, a batch
+    // of chunks' loads in flight together; the next group's maxima and exp sums are requested when
+    // a group starts. (The next batch's loads issued before this batch's updates took the kernel
+    // from 64 registers to 127, 2 blocks an SM instead of 4 for the chunks.)
+    static_assert(U % 4 == 0, "whole float4s a lane");
+    const int d0 = lane * U;
     float o[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) o[u] = 0.0f;
     float m = 0.0f, l = 0.0f;
-    constexpr int k_batch = U <= 4 ? 8 : 4;   // chunks whose V sums a lane loads before their updates (32 floats)
-    for (int64_t cg = 0; cg < n_chunks; cg += 32) {
-        const int n_here = static_cast<int>(n_chunks - cg < 32 ? n_chunks - cg : 32);
-        const float mine_mc = lane < n_here ? __ldcg(hrec + (cg + lane) * rs) : 0.0f;
-        const float mine_lc = lane < n_here ? __ldcg(hrec + (cg + lane) * rs + 1) : 0.0f;
-        float a_w, bc_w;
-        const float m_after = merge_factors(
-            cg, n_here, [&](int w) { return __shfl_sync(k_full, mine_mc, w); }, m, lane, a_w, bc_w);
-        for (int w0 = 0; w0 < n_here; w0 += k_batch) {
-            float ocb[k_batch][U];
+    constexpr int k_batch = U <= 4 ? 8 : 4;   // chunks a batch (32 floats a lane); divides 32
+    float4 cur[k_batch][U / 4];
+    auto load_batch = [&](int64_t c0, float4 (&buf)[k_batch][U / 4]) {
 #pragma unroll
-            for (int jj = 0; jj < k_batch; ++jj)
+        for (int jj = 0; jj < k_batch; ++jj)
 #pragma unroll
-                for (int u = 0; u < U; ++u) {
-                    const int d = lane + 32 * u;
-                    ocb[jj][u] = w0 + jj < n_here && d < hd ? __ldcg(hrec + (cg + w0 + jj) * rs + 2 + d) : 0.0f;
-                }
-#pragma unroll
-            for (int jj = 0; jj < k_batch; ++jj) {
-                if (w0 + jj >= n_here) break;   // uniform
-                merge_chunk<U>(cg, w0 + jj, __shfl_sync(k_full, mine_lc, w0 + jj), [&](int u) { return ocb[jj][u]; }, a_w,
-                               bc_w, hd, lane, l, o);
+            for (int i = 0; i < U / 4; ++i) {
+                const int d = d0 + 4 * i;   // d < hd: the float4 ends within the record's padded V sum
+                buf[jj][i] = c0 + jj < n_chunks && d < hd
+                                 ? __ldcg(reinterpret_cast<const float4*>(hrec + (c0 + jj) * rs + k_rec_v + d))
+                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
+    };
+    auto load_stats = [&](int64_t cg, float& mc, float& lc) {
+        const bool mine = cg + lane < n_chunks;
+        mc = mine ? __ldcg(hrec + (cg + lane) * rs) : 0.0f;
+        lc = mine ? __ldcg(hrec + (cg + lane) * rs + 1) : 0.0f;
+    };
+    float group_mc, group_lc, next_mc = 0.0f, next_lc = 0.0f;
+    load_stats(0, group_mc, group_lc);
+    float a_w = 1.0f, bc_w = 1.0f, m_group = 0.0f;
+    for (int64_t c0 = 0; c0 < n_chunks; c0 += k_batch) {
+        const int64_t cg = c0 - c0 % 32;
+        if (c0 == cg) {   // a group of 32 chunks starts: its factors
+            if (cg + 32 < n_chunks) load_stats(cg + 32, next_mc, next_lc);
+            const int n_here = static_cast<int>(n_chunks - cg < 32 ? n_chunks - cg : 32);
+            m_group = merge_factors(cg, n_here, group_mc, m, lane, a_w, bc_w);
         }
-        m = m_after;
+        load_batch(c0, cur);
+#pragma unroll
+        for (int jj = 0; jj < k_batch; ++jj) {
+            if (c0 + jj >= n_chunks) break;   // uniform
+            const int w = static_cast<int>(c0 - cg) + jj;
+            merge_chunk<U>(cg, w, __shfl_sync(k_full, group_lc, w), [&](int u) { return float4_at(cur[jj][u / 4], u % 4); },
+                           a_w, bc_w, hd, d0, 1, l, o);
+        }
+        if (c0 + k_batch - cg == 32 || c0 + k_batch >= n_chunks) {   // the group is merged
+            m = m_group;
+            group_mc = next_mc;
+            group_lc = next_lc;
+        }
     }
     float* orow = out + static_cast<int64_t>(h) * hd;
     // The chunk rows are consumed (every warp passed the barrier before the arrival): the G heads'
@@ -571,7 +624,7 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
     float* heads = reinterpret_cast<float*>(split_dyn);   // [G, head_dim]
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-        const int d = lane + 32 * u;
+        const int d = d0 + u;
         if (d < hd) {
             const float r = __fdiv_rn(o[u], l);
             orow[d] = r;

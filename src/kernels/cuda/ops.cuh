@@ -7,6 +7,7 @@
 // for any position with its kernel arguments unchanged.
 #pragma once
 
+#include "core/hd.h"
 #include "kernels/cpu/ops.h"
 #include "quant/act.h"
 
@@ -68,10 +69,13 @@ void kv_store(const float* k, const float* v, float* kc, float* vc, int32_t pos0
 // merges them in chunk order: the same bits (head_dim <= 128, <= 16 query heads a KV head;
 // otherwise, and for windows, the one-block-per-head kernel).
 struct attention_split {
-    float* records = nullptr;      // [n_head, max_chunks, head_dim + 2]
+    float* records = nullptr;      // [n_head, max_chunks, attention_split_record_floats(head_dim)]
     unsigned* arrivals = nullptr;  // [n_kv_head], zero (the kernel leaves it zero)
     int64_t max_chunks = 0;        // chunks of k_attn_chunk positions the records hold per head
 };
+// Floats of one chunk's record: its max and exp sum, two unused, then its V sum from a 16-byte
+// boundary (the merge reads four dimensions a load), padded to whole float4s.
+SLUICE_HD constexpr int64_t attention_split_record_floats(int head_dim) { return 4 + (static_cast<int64_t>(head_dim) + 3) / 4 * 4; }
 // Blocks per KV head the split kernel launches for records of max_chunks (0: p can't split).
 int64_t attention_split_blocks(const kernels::attention_params& p, int64_t max_chunks);
 // The output row's int8 activation blocks (the output projection's input), made in the split
