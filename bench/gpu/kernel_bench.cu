@@ -197,8 +197,6 @@ int main(int argc, char** argv) {
         cuda::attention_split sp;
         sp.max_chunks = LONG / kernels::k_attn_chunk;
         ck(cudaMalloc(&sp.records, static_cast<size_t>(H * sp.max_chunks * cuda::attention_split_record_floats(HD)) * 4), "records");
-        ck(cudaMalloc(&sp.arrivals, KVH * 4), "arrivals");
-        ck(cudaMemset(sp.arrivals, 0, KVH * 4), "arrivals");
         const double us_att = time_us(s, reps, [&](int) { cuda::attention(ap, q, kc, vc, CTX - 1, 1, out, s); });
         report("attention, one block a head, 512 positions (L2)", us_att, 2.0 * CTX * KVH * HD * 4, false);
         const double us_split = time_us(s, reps, [&](int) {
@@ -212,7 +210,6 @@ int main(int argc, char** argv) {
         const double us_long = time_us(s, reps, [&](int) { cuda::attention(ap, q, kc_long, vc_long, LONG - 1, 1, out, s); });
         report("attention, one block a head, 4096 positions", us_long, 2.0 * LONG * KVH * HD * 4, false);
         cudaFree(sp.records);
-        cudaFree(sp.arrivals);
         for (float* p : {q, k, v, qn, kn, kc, vc, out, d_cs, kc_long, vc_long}) cudaFree(p);
     }
     // 5. Quantised matmuls of a layer, one row: wq (Q4_K 4096 x 2048), wk + wv (2 x 512 x 2048),

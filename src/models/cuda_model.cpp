@@ -233,14 +233,11 @@ void cuda_model::ensure_attention_split(int n_ctx) {
     const size_t rec = static_cast<size_t>(hp_.n_head) * static_cast<size_t>(chunks) *
                        static_cast<size_t>(cuda::attention_split_record_floats(static_cast<int>(hp_.head_dim)));
     ck(cudaMalloc(&attn_split_.records, rec * 4), "cudaMalloc (attention records)");
-    ck(cudaMalloc(&attn_split_.arrivals, static_cast<size_t>(hp_.n_kv_head) * 4), "cudaMalloc (attention arrivals)");
-    ck(cudaMemset(attn_split_.arrivals, 0, static_cast<size_t>(hp_.n_kv_head) * 4), "cudaMemset");
     attn_split_.max_chunks = chunks;
 }
 
 void cuda_model::free_attention_split() {
     if (attn_split_.records) cudaFree(attn_split_.records);
-    if (attn_split_.arrivals) cudaFree(attn_split_.arrivals);
     attn_split_ = {};
 }
 

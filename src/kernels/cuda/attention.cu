@@ -148,9 +148,6 @@ __device__ inline void chunk_v_sums(const float* v0, int64_t v_stride, int n, co
     }
 }
 
-// Component i (a constant where it is called from unrolled loops) of a float4 held in registers.
-__device__ inline float float4_at(const float4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
-
 // The merge's factors for chunks cg .. cg + n_here - 1 (n_here <= 32); my_mc: lane w holds chunk
 // cg + w's max (lanes w < n_here); m: the running max before them. The running max is a prefix of
 // `mc > m ? mc : m` over the chunks, and chunk w's two factors exp(m_before - m_after),
@@ -326,12 +323,15 @@ template <int U, int QW>
 constexpr int k_rows_vbatch = U * QW < 16 ? 4 : 2;
 // Blocks (chunk lanes) per KV head of attention_split_kernel: up to 4,096 positions (128 chunks)
 // every block takes one chunk, so the chunks' K and V rows are all requested at once (4 KV heads
-// x 128 = 512 blocks of the 30B shape, 4 an SM resident at 64 registers). With 32 lanes a block
+// x 128 = 512 blocks of the 30B shape; 5 an SM resident, 41 KB of shared memory each, 42
+// registers a thread at U = 4). With 32 lanes a block
 // took 4 chunks one after the other at 4,096 positions: 39.7 us against 10.0 at 512
 // (kernel_bench, H200, session 27), and sluice's split decode at 4K depth ran 3 ms a token slower
-// than at 0 (bench/RESULTS.md, session 31). Lanes past the step's chunks return at once and are
-// not counted in the arrivals, so a short context pays only their launch.
+// than at 0 (bench/RESULTS.md, session 31). Lanes past the step's chunks return at once, so a
+// short context pays only their launch.
 constexpr int64_t k_split_lanes = 128;
+// A record's V sum starts at this float (attention_split_record_floats).
+constexpr int k_split_rec_v = 4;
 
 // One chunk's K and V rows of a KV head in shared memory (attention_rows_kernel keeps two).
 template <int U>
@@ -471,54 +471,48 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
 }
 
 
-// A decode step (one row) split over the GPU: one block per (KV head, chunk lane s), grid
-// (n_kv_head, S); the block's G = n_head / n_kv_head warps are the query heads sharing the KV
-// head. Block s takes chunks s, s + S, s + 2S, ...: it stages each chunk's K and V rows in shared
-// memory once for its G queries (as attention_rows_kernel), and each warp computes its head's
-// chunk (chunk_scores, chunk_max, the exponentials, chunk_v_sums: attention_kernel's operations)
-// into a record in global memory (the chunk's max, exp sum and V sum). The last block of a KV
-// head to finish (an arrival counter) merges every chunk of its G heads in chunk order with
-// attention_kernel's merge (the prefix of maxima, then the serial l / o updates), so the bits are
-// the one-block kernel's, which are the CPU's. The rows of the block's first chunk before the
-// step's position were written by earlier steps: they are staged before the wait for the kernel
-// before (launch.cuh), which writes only the row at the position (and q). Why: attention_kernel gives a decode step one
-// block per head, 32 blocks on 132 SMs reading every K/V row once per query head; at 512
-// positions that took 16.3 us a layer (kernel_bench, session 9), this reads each row once per
-// KV head from all SMs.
+// A decode step (one row) split over the GPU in two launches.
+// 1. attention_split_kernel: one block per (KV head, chunk lane s), grid (n_kv_head, S); the
+// block's G = n_head / n_kv_head warps are the query heads sharing the KV head. Block s takes
+// chunks s, s + S, s + 2S, ...: it stages each chunk's K and V rows in shared memory once for its
+// G queries (as attention_rows_kernel), and each warp computes its head's chunk (chunk_scores,
+// chunk_max, the exponentials, chunk_v_sums: attention_kernel's operations) into a record in
+// global memory (the chunk's max, exp sum and V sum). The rows of the block's first chunk before
+// the step's position were written by earlier steps: they are staged before the wait for the
+// kernel before (launch.cuh), which writes only the row at the position (and q).
+// 2. attention_merge_kernel merges every chunk of a head in chunk order with attention_kernel's
+// merge (the prefix of maxima, then the serial l / o updates), so the bits are the one-block
+// kernel's, which are the CPU's.
+// Why: attention_kernel gives a decode step one block per head, 32 blocks on 132 SMs reading
+// every K/V row once per query head; at 512 positions that took 16.3 us a layer (kernel_bench,
+// session 9); this reads each row once per KV head from all SMs. Until session 32 the last chunk
+// block of a KV head to arrive (an atomic counter) merged its G heads: one SM read every record
+// of the KV head (540 KB at 4,096 positions), and the kernel took 31.3 us there against 9.1 at
+// 512 (kernel_bench, H100, records in L2), 31 us a layer more in a whole-GPU decode step at
+// 4,096 positions than at 512 (decode_bench, 5.37 against 3.89 ms a token).
 //   rec: [n_head, max_chunks, attention_split_record_floats(head_dim)] (max, exp sum, 2 unused,
-//   V sum); arrivals: [n_kv_head], zero before and after.
+//   V sum from float 4).
 //   The chunk's K and V rows (rows_chunk_buffers<U>) are dynamic shared memory: 66 KB at U = 8.
-// With act (act_width 32 or 256, dividing G * head_dim) the merging block also writes its G heads'
-// int8 activation blocks of the output row (quantize_block_warp, as quantize_act_rows makes
-// them from the same floats) for the output projection, which then skips its quantiser launch.
-// Measured on the H200 (bench/gpu/step_trace, the 30B shape, session 27): the 2.2 us launch gone,
-// attention 9.4 -> 10.5 us a layer (the merging block's quantisation), ~1 us a layer net; decode
-// 247.1 -> 247.9 tok/s, within one call's noise.
 template <int U>
-__global__ void __launch_bounds__(k_rows_warps * 32, U <= 4 ? 2 : 0)
+__global__ void __launch_bounds__(k_rows_warps * 32)
     attention_split_kernel(kernels::attention_params p, const float* q, const float* kc, const float* vc, int32_t pos0,
-                           const int32_t* pos_dev, float* rec, unsigned* arrivals, int64_t max_chunks, float* out,
-                           std::byte* act, int act_width) {
+                           const int32_t* pos_dev, float* rec, int64_t max_chunks) {
     // The position: copied in before the step's first launch (pos_dev), so settled here.
     if (pos_dev) pos0 = *pos_dev;
     extern __shared__ float4 split_dyn[];
     rows_chunk_buffers<U>& chunk = *reinterpret_cast<rows_chunk_buffers<U>*>(split_dyn);   // this KV head's chunk rows
     __shared__ __align__(16) float sq[k_rows_warps][k_rows_hd<U>];   // [warps, head_dim] each warp's query
-    __shared__ bool last;
     const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x & 31);
     const int G = p.n_head / p.n_kv_head, hd = p.head_dim;
     const int kvh = static_cast<int>(blockIdx.x);
     const int h = kvh * G + warp;
     const int64_t kv_stride = static_cast<int64_t>(p.n_kv_head) * hd;
     const int64_t rs = attention_split_record_floats(hd);   // floats per record
-    constexpr int k_rec_v = 4;   // the V sum's first float in a record: 16-byte aligned
     float* hrec = rec + static_cast<int64_t>(h) * max_chunks * rs;
     const int64_t n_kv = static_cast<int64_t>(pos0) + 1;
     const int64_t n_chunks = (n_kv + kernels::k_attn_chunk - 1) / kernels::k_attn_chunk;
     if (n_chunks > max_chunks) __trap();   // the caller sizes rec for its cache: never
-    // A lane with no chunk at this position: nothing to stage or merge, and not an arrival.
-    if (blockIdx.y >= n_chunks) return;
-    const unsigned lanes_used = static_cast<unsigned>(n_chunks < gridDim.y ? n_chunks : gridDim.y);
+    if (blockIdx.y >= n_chunks) return;    // a lane with no chunk at this position
     const bool vec16 = hd % 16 == 0;
     auto rows_of = [&](int64_t c) {
         return static_cast<int>(n_kv - c * kernels::k_attn_chunk < kernels::k_attn_chunk ? n_kv - c * kernels::k_attn_chunk
@@ -527,12 +521,9 @@ __global__ void __launch_bounds__(k_rows_warps * 32, U <= 4 ? 2 : 0)
     auto k_rows = [&](int64_t c) { return kc + c * kernels::k_attn_chunk * kv_stride + static_cast<int64_t>(kvh) * hd; };
     auto v_rows = [&](int64_t c) { return vc + c * kernels::k_attn_chunk * kv_stride + static_cast<int64_t>(kvh) * hd; };
     // The first chunk's rows before the position, staged before the wait (above).
-    int early_rows = 0;
-    {
-        const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kernels::k_attn_chunk;
-        early_rows = static_cast<int>(pos0 - c0 < rows_of(blockIdx.y) ? pos0 - c0 : rows_of(blockIdx.y));
-        if (early_rows > 0) stage_chunk<U>(k_rows(blockIdx.y), v_rows(blockIdx.y), kv_stride, 0, early_rows, hd, chunk);
-    }
+    const int64_t first_row = static_cast<int64_t>(blockIdx.y) * kernels::k_attn_chunk;
+    const int early_rows = static_cast<int>(pos0 - first_row < rows_of(blockIdx.y) ? pos0 - first_row : rows_of(blockIdx.y));
+    if (early_rows > 0) stage_chunk<U>(k_rows(blockIdx.y), v_rows(blockIdx.y), kv_stride, 0, early_rows, hd, chunk);
     wait_prior_grids();   // see launch.cuh
     for (int d = lane; d < hd; d += 32) sq[warp][d] = q[static_cast<int64_t>(h) * hd + d];
     for (int64_t c = blockIdx.y; c < n_chunks; c += gridDim.y) {
@@ -547,95 +538,86 @@ __global__ void __launch_bounds__(k_rows_warps * 32, U <= 4 ? 2 : 0)
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int d = lane + 32 * u;
-            if (d < hd) r[k_rec_v + d] = oc[0][u];
+            if (d < hd) r[k_split_rec_v + d] = oc[0][u];
         }
         if (lane == 0) {
             r[0] = mc[0];
             r[1] = lc[0];
         }
     }
-    // The last block of this KV head to arrive merges (its records' writes made visible first).
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        const unsigned before = atomicAdd(&arrivals[kvh], 1u);
-        last = before == lanes_used - 1;
-        if (last) arrivals[kvh] = 0;   // every block has arrived: ready for the next launch
-        __threadfence();
-    }
-    __syncthreads();
-    if (!last) return;
-    // attention_kernel's merge, records read from L2 (__ldcg: written by other blocks). The lane
-    // owns dimensions d0 .. d0 + U - 1, so a chunk's V sum is U / 4 16-byte loads a lane, a batch
-    // of chunks' loads in flight together; the next group's maxima and exp sums are requested when
-    // a group starts. (The next batch's loads issued before this batch's updates took the kernel
-    // from 64 registers to 127, 2 blocks an SM instead of 4 for the chunks.)
-    static_assert(U % 4 == 0, "whole float4s a lane");
-    const int d0 = lane * U;
-    float o[U];
+}
+
+// The merge of attention_split_kernel's records: a block per heads_per_block heads, a warp per 32
+// dimensions of a head (the lane: one dimension), so the records of a 4,096-position step are read
+// by 16 SMs (32 heads of 128) rather than by one block of each KV head. Each warp walks its head's
+// chunks in groups of 32: the group's maxima and exp sums give every chunk's factors at once
+// (merge_factors), then its 32 V sums are merged one after the other; the next group's records
+// are loaded while this one is merged (64 floats of registers a lane: a block of this kernel
+// needs no company on its SM).
+// With act (act_width 32 or 256, a whole number of blocks in the block's heads: heads_per_block
+// heads of head_dim floats) the block also writes those heads' int8 activation blocks of the
+// output row (quantize_block_warp, as quantize_act_rows makes them from the same floats) for the
+// output projection, which then skips its quantiser launch (2.2 us, bench/gpu/step_trace, H200,
+// session 27).
+constexpr int k_merge_group = 32;
+constexpr int k_merge_max_floats = kernels::k_max_head_dim;   // a block's heads' outputs (act)
+__global__ void __launch_bounds__(k_merge_max_floats)
+    attention_merge_kernel(kernels::attention_params p, const float* rec, int64_t max_chunks, int32_t pos0,
+                           const int32_t* pos_dev, int heads_per_block, float* out, std::byte* act, int act_width) {
+    if (pos_dev) pos0 = *pos_dev;   // settled before the step's first launch
+    __shared__ float heads[k_merge_max_floats];   // [heads_per_block, head_dim] the block's outputs (act)
+    wait_prior_grids();   // the records: written by the launch before
+    const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x & 31);
+    const int hd = p.head_dim;
+    const int warps_per_head = (hd + 31) / 32;
+    const int hb = warp / warps_per_head;   // the block's head
+    const int h = static_cast<int>(blockIdx.x) * heads_per_block + hb;
+    const int d = (warp % warps_per_head) * 32 + lane;
+    const int64_t rs = attention_split_record_floats(hd);
+    const float* hrec = rec + static_cast<int64_t>(h < p.n_head ? h : 0) * max_chunks * rs;
+    const int64_t n_chunks = (static_cast<int64_t>(pos0) + kernels::k_attn_chunk) / kernels::k_attn_chunk;
+    const bool mine = h < p.n_head && d < hd;
+    // Records read from L2 (__ldcg: written by the launch before, on other SMs).
+    auto load_group = [&](int64_t cg, float& mc, float& lc, float (&v)[k_merge_group]) {
+        const bool stats = cg + lane < n_chunks;
+        mc = stats ? __ldcg(hrec + (cg + lane) * rs) : 0.0f;
+        lc = stats ? __ldcg(hrec + (cg + lane) * rs + 1) : 0.0f;
 #pragma unroll
-    for (int u = 0; u < U; ++u) o[u] = 0.0f;
+        for (int w = 0; w < k_merge_group; ++w)
+            v[w] = mine && cg + w < n_chunks ? __ldcg(hrec + (cg + w) * rs + k_split_rec_v + d) : 0.0f;
+    };
+    float group_mc, group_lc, group_v[k_merge_group], next_mc = 0.0f, next_lc = 0.0f, next_v[k_merge_group];
+    load_group(0, group_mc, group_lc, group_v);
+    float o[1] = {0.0f};
     float m = 0.0f, l = 0.0f;
-    constexpr int k_batch = U <= 4 ? 8 : 4;   // chunks a batch (32 floats a lane); divides 32
-    float4 cur[k_batch][U / 4];
-    auto load_batch = [&](int64_t c0, float4 (&buf)[k_batch][U / 4]) {
+    for (int64_t cg = 0; cg < n_chunks; cg += k_merge_group) {
+        if (cg + k_merge_group < n_chunks) load_group(cg + k_merge_group, next_mc, next_lc, next_v);
+        const int n_here = static_cast<int>(n_chunks - cg < k_merge_group ? n_chunks - cg : k_merge_group);
+        float a_w, bc_w;
+        const float m_after = merge_factors(cg, n_here, group_mc, m, lane, a_w, bc_w);
 #pragma unroll
-        for (int jj = 0; jj < k_batch; ++jj)
+        for (int w = 0; w < k_merge_group; ++w) {
+            if (w >= n_here) break;   // uniform
+            merge_chunk<1>(cg, w, __shfl_sync(k_full, group_lc, w), [&](int) { return group_v[w]; }, a_w, bc_w, hd, d, 32,
+                           l, o);
+        }
+        m = m_after;
+        group_mc = next_mc;
+        group_lc = next_lc;
 #pragma unroll
-            for (int i = 0; i < U / 4; ++i) {
-                const int d = d0 + 4 * i;   // d < hd: the float4 ends within the record's padded V sum
-                buf[jj][i] = c0 + jj < n_chunks && d < hd
-                                 ? __ldcg(reinterpret_cast<const float4*>(hrec + (c0 + jj) * rs + k_rec_v + d))
-                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            }
-    };
-    auto load_stats = [&](int64_t cg, float& mc, float& lc) {
-        const bool mine = cg + lane < n_chunks;
-        mc = mine ? __ldcg(hrec + (cg + lane) * rs) : 0.0f;
-        lc = mine ? __ldcg(hrec + (cg + lane) * rs + 1) : 0.0f;
-    };
-    float group_mc, group_lc, next_mc = 0.0f, next_lc = 0.0f;
-    load_stats(0, group_mc, group_lc);
-    float a_w = 1.0f, bc_w = 1.0f, m_group = 0.0f;
-    for (int64_t c0 = 0; c0 < n_chunks; c0 += k_batch) {
-        const int64_t cg = c0 - c0 % 32;
-        if (c0 == cg) {   // a group of 32 chunks starts: its factors
-            if (cg + 32 < n_chunks) load_stats(cg + 32, next_mc, next_lc);
-            const int n_here = static_cast<int>(n_chunks - cg < 32 ? n_chunks - cg : 32);
-            m_group = merge_factors(cg, n_here, group_mc, m, lane, a_w, bc_w);
-        }
-        load_batch(c0, cur);
-#pragma unroll
-        for (int jj = 0; jj < k_batch; ++jj) {
-            if (c0 + jj >= n_chunks) break;   // uniform
-            const int w = static_cast<int>(c0 - cg) + jj;
-            merge_chunk<U>(cg, w, __shfl_sync(k_full, group_lc, w), [&](int u) { return float4_at(cur[jj][u / 4], u % 4); },
-                           a_w, bc_w, hd, d0, 1, l, o);
-        }
-        if (c0 + k_batch - cg == 32 || c0 + k_batch >= n_chunks) {   // the group is merged
-            m = m_group;
-            group_mc = next_mc;
-            group_lc = next_lc;
-        }
+        for (int w = 0; w < k_merge_group; ++w) group_v[w] = next_v[w];
     }
-    float* orow = out + static_cast<int64_t>(h) * hd;
-    // The chunk rows are consumed (every warp passed the barrier before the arrival): the G heads'
-    // outputs go there side by side for the quantiser.
-    float* heads = reinterpret_cast<float*>(split_dyn);   // [G, head_dim]
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-        const int d = d0 + u;
-        if (d < hd) {
-            const float r = __fdiv_rn(o[u], l);
-            orow[d] = r;
-            if (act) heads[warp * hd + d] = r;
-        }
+    if (mine) {
+        const float r = __fdiv_rn(o[0], l);
+        out[static_cast<int64_t>(h) * hd + d] = r;
+        if (act) heads[hb * hd + d] = r;
     }
     if (!act) return;
     __syncthreads();
-    const int per_head = G * hd / act_width;   // activation blocks of this KV head's heads
-    for (int b = warp; b < per_head; b += G) {
-        const int64_t gb = static_cast<int64_t>(kvh) * per_head + b;
+    const int blocks = heads_per_block * hd / act_width;   // activation blocks of the block's heads
+    const int n_warps = static_cast<int>(blockDim.x / 32);
+    for (int b = warp; b < blocks; b += n_warps) {
+        const int64_t gb = static_cast<int64_t>(blockIdx.x) * blocks + b;
         if (act_width == 256) {
             quant::act_block256* dst = reinterpret_cast<quant::act_block256*>(act) + gb;
             quantize_block_warp<256>(heads + b * 256, &dst->d, dst->q, dst->bsums);
@@ -686,15 +668,30 @@ void launch_split(const kernels::attention_params& p, const float* q, const floa
                   const int32_t* pos_dev, const attention_split& split, int64_t lanes, float* out, std::byte* act,
                   int act_width, cudaStream_t stream) {
     constexpr size_t dyn = sizeof(rows_chunk_buffers<U>);
-    static_assert(sizeof(rows_chunk_buffers<U>) >= sizeof(float) * k_rows_warps * k_rows_hd<U>,
-                  "the G heads' outputs fit in the chunk rows' memory");
     opt_in_shared(attention_split_kernel<U>, dyn, "split decode");
     launch(attention_split_kernel<U>, dim3(static_cast<unsigned>(p.n_kv_head), static_cast<unsigned>(lanes)),
            dim3(static_cast<unsigned>(p.n_head / p.n_kv_head * 32)), dyn, stream, p, q, kc, vc, pos0, pos_dev,
-           split.records, split.arrivals, split.max_chunks, out, act, act_width);
+           split.records, split.max_chunks);
+    // Heads a merge block: those of whole activation blocks where act is made, else 256 threads'
+    // worth (eight warps of 32 dimensions).
+    const int warps_per_head = (p.head_dim + 31) / 32;
+    int heads_per_block = act ? attention_split_act_heads(p, act_width) : std::max(1, 8 / warps_per_head);
+    if (heads_per_block < 1) fail("cuda: attention: activation blocks of {} do not tile heads of {}", act_width, p.head_dim);
+    const int64_t blocks = (p.n_head + heads_per_block - 1) / heads_per_block;
+    launch(attention_merge_kernel, dim3(static_cast<unsigned>(blocks)), dim3(static_cast<unsigned>(heads_per_block * warps_per_head * 32)),
+           0, stream, p, split.records, split.max_chunks, pos0, pos_dev, heads_per_block, out, act, act_width);
 }
 
 }  // namespace
+
+int attention_split_act_heads(const kernels::attention_params& p, int width) {
+    const int hd = p.head_dim;
+    if ((width != 32 && width != 256) || hd < 1 || p.n_head < 1) return 0;
+    const int heads = width % hd == 0 ? width / hd : hd % width == 0 ? 1 : 0;
+    if (heads == 0 || p.n_head % heads != 0) return 0;
+    // The merge block's threads: a warp per 32 dimensions of each head.
+    return heads * ((hd + 31) / 32) * 32 <= k_merge_max_floats ? heads : 0;
+}
 
 int64_t attention_split_blocks(const kernels::attention_params& p, int64_t max_chunks) {
     if (p.head_dim > k_rows_hd<8> || p.n_kv_head < 1 || p.n_head % p.n_kv_head != 0 ||
@@ -734,7 +731,7 @@ bool attention(const kernels::attention_params& p, const float* q, const float* 
         if (!pos_dev && (pos0 + kernels::k_attn_chunk) / kernels::k_attn_chunk > split->max_chunks)
             fail("cuda: attention: position {} needs more than the split records' {} chunks", pos0, split->max_chunks);
         const int width = act_out && act_out->act ? act_out->width : 0;
-        const bool quantise = (width == 32 || width == 256) && (G * p.head_dim) % width == 0;
+        const bool quantise = attention_split_act_heads(p, width) > 0;
         std::byte* act = quantise ? act_out->act : nullptr;
         if (p.head_dim <= k_rows_hd<4>)
             launch_split<4>(p, q, kc, vc, pos0, pos_dev, *split, lanes, out, act, width, s);

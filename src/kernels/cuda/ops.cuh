@@ -65,19 +65,23 @@ void kv_store(const float* k, const float* v, float* kc, float* vc, int32_t pos0
 // own max and merged online, the same operations in the same order.
 //   q: [n_rows, n_head, head_dim]; kc, vc: [n_ctx, n_kv_head, head_dim]; out: [n_rows, n_head, head_dim]
 // A decode step (n_rows 1) given `split` runs over every SM: blocks per (KV head, chunk lane)
-// write each chunk's (max, exp sum, V sum) to split->records and the last block of a KV head
-// merges them in chunk order: the same bits (head_dim <= 128, <= 16 query heads a KV head;
+// write each chunk's (max, exp sum, V sum) to split->records and a second launch merges each
+// head's chunks in chunk order: the same bits (head_dim <= 256, <= 16 query heads a KV head;
 // otherwise, and for windows, the one-block-per-head kernel).
 struct attention_split {
     float* records = nullptr;      // [n_head, max_chunks, attention_split_record_floats(head_dim)]
-    unsigned* arrivals = nullptr;  // [n_kv_head], zero (the kernel leaves it zero)
     int64_t max_chunks = 0;        // chunks of k_attn_chunk positions the records hold per head
 };
-// Floats of one chunk's record: its max and exp sum, two unused, then its V sum from a 16-byte
-// boundary (the merge reads four dimensions a load), padded to whole float4s.
+// Floats of one chunk's record: its max and exp sum, two unused, then its V sum, padded so every
+// record starts on a 16-byte boundary.
 SLUICE_HD constexpr int64_t attention_split_record_floats(int head_dim) { return 4 + (static_cast<int64_t>(head_dim) + 3) / 4 * 4; }
 // Blocks per KV head the split kernel launches for records of max_chunks (0: p can't split).
 int64_t attention_split_blocks(const kernels::attention_params& p, int64_t max_chunks);
+// Query heads a merge block of the split decode attention covers so that its outputs are whole
+// int8 activation blocks of `width` floats (32 or 256): width / head_dim where head_dim divides
+// width, 1 where width divides head_dim; 0 where blocks would straddle two merge blocks (or
+// width is neither): then the output projection quantises its input itself.
+int attention_split_act_heads(const kernels::attention_params& p, int width);
 // The output row's int8 activation blocks (the output projection's input), made in the split
 // kernel's launch where it runs (one row with split records) and width (32 or 256: the blocks of
 // act_format q8_32 or q8_256) divides a KV head's query heads' floats; null act: none.
