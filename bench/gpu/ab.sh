@@ -56,6 +56,30 @@ f30=/tmp/qwen3-30b-a3b-sluice.gguf
 f35=/tmp/q36-8-sluice.gguf
 B=build/gpu-direct
 
+# AB_LIGHT=1: the two builds, the parity tests on the working tree (the synthetic hybrids and
+# models/*.gguf left out) and both builds' kernel_bench, nothing else (no synthetic file, no
+# decode runs): ~2 minutes where device time is short. $OUT gets light.log and parity_logs.txt.
+if [ "${AB_LIGHT:-0}" = 1 ]; then
+  mkdir -p .peers/old-tree/.peers/gpu-bench && cp -r .peers/gpu-bench/include .peers/old-tree/.peers/gpu-bench/
+  (cd .peers/old-tree && JOBS=8 CUDA_ARCH=90 bash bench/gpu/build.sh /tmp/ab-base > /tmp/ab-base.log 2>&1) &
+  JOBS=8 CUDA_ARCH=90 bash bench/gpu/build.sh $B > /tmp/ab-tree.log 2>&1
+  wait
+  {
+    echo "machine: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(nproc) cores"
+    tail -n 2 /tmp/ab-base.log /tmp/ab-tree.log
+    for t in act_quant_parity ops_parity delta_net_parity matmul_parity placement_parity mtp_parity; do
+      echo "#### $t (working tree)"; timeout 150 $B/$t > "/tmp/$t.log" 2>&1; echo "rc=$?"
+      grep -c "^PASS" "/tmp/$t.log"; grep -E "^FAIL" "/tmp/$t.log" | head -5; tail -n 1 "/tmp/$t.log"
+    done
+    echo "#### model_parity (working tree)"; timeout 150 $B/model_parity tests/golden/fixtures 2>&1 | tail -n 2
+    for b in /tmp/ab-base $B; do
+      echo "#### $b kernel_bench"; timeout 90 $b/kernel_bench 200 2>&1 | grep -E "attention|FAIL"
+    done
+  } > "$O/light.log" 2>&1
+  cat /tmp/ops_parity.log /tmp/matmul_parity.log > "$O/parity_logs.txt" 2>/dev/null
+  exit 0
+fi
+
 # The base and the trace builds beside session.sh's own build (its parity tests, the 30B file).
 mkdir -p .peers/old-tree/.peers/gpu-bench && cp -r .peers/gpu-bench/include .peers/old-tree/.peers/gpu-bench/
 (cd .peers/old-tree && JOBS=5 CUDA_ARCH=90 bash bench/gpu/build.sh /tmp/ab-base > /tmp/ab-base.log 2>&1
