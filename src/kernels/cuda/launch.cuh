@@ -94,19 +94,4 @@ void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaSt
     if (e != cudaSuccess) fail("cuda: kernel launch (programmatic): {}", cudaGetErrorString(e));
 }
 
-// A kernel's dynamic shared memory past the default 48 KB (its opt-in), and the SM's unified
-// L1 / shared memory split set to the most shared memory, so as many of its blocks share an SM as
-// their shared memory allows (the split is otherwise the driver's choice, which need not leave
-// room for more than one: the split decode attention's 512 blocks of 41 KB at 4,096 positions
-// ran as if a few at a time, kernel_bench session 32). Function attributes of the current device,
-// not stream operations: they may be set while a stream is captured (the split attention runs
-// inside decode graphs).
-template <class Kernel>
-void opt_in_shared(Kernel kernel, size_t bytes, const char* what) {
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-    if (e != cudaSuccess) fail("cuda: {} bytes of shared memory for the {} kernel: {}", bytes, what, cudaGetErrorString(e));
-}
-
 }  // namespace sluice::cuda
