@@ -323,12 +323,11 @@ template <int U, int QW>
 constexpr int k_rows_vbatch = U * QW < 16 ? 4 : 2;
 // Blocks (chunk lanes) per KV head of attention_split_kernel: up to 4,096 positions (128 chunks)
 // every block takes one chunk, so the chunks' K and V rows are all requested at once (4 KV heads
-// x 128 = 512 blocks of the 30B shape; 5 an SM resident, 41 KB of shared memory each, 42
-// registers a thread at U = 4). With 32 lanes a block
-// took 4 chunks one after the other at 4,096 positions: 39.7 us against 10.0 at 512
-// (kernel_bench, H200, session 27), and sluice's split decode at 4K depth ran 3 ms a token slower
-// than at 0 (bench/RESULTS.md, session 31). Lanes past the step's chunks return at once, so a
-// short context pays only their launch.
+// x 128 = 512 blocks of the 30B shape; 41 KB of shared memory and 42 registers a thread each at
+// U = 4). With 32 lanes a block took 4 chunks one after the other at 4,096 positions: 39.7 us
+// against 10.0 at 512 (kernel_bench, H200, session 27), and sluice's split decode at 4K depth ran
+// 3 ms a token slower than at 0 (bench/RESULTS.md, session 31). Lanes past the step's chunks
+// return at once, so a short context pays only their launch.
 constexpr int64_t k_split_lanes = 128;
 // A record's V sum starts at this float (attention_split_record_floats).
 constexpr int k_split_rec_v = 4;
@@ -487,9 +486,11 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
 // every K/V row once per query head; at 512 positions that took 16.3 us a layer (kernel_bench,
 // session 9); this reads each row once per KV head from all SMs. Until session 32 the last chunk
 // block of a KV head to arrive (an atomic counter) merged its G heads: one SM read every record
-// of the KV head (540 KB at 4,096 positions), and the kernel took 31.3 us there against 9.1 at
-// 512 (kernel_bench, H100, records in L2), 31 us a layer more in a whole-GPU decode step at
-// 4,096 positions than at 512 (decode_bench, 5.37 against 3.89 ms a token).
+// of the KV head (540 KB at 4,096 positions), and with 128 chunk lanes the kernel took 31.3 us
+// there against 9.1 at 512 (kernel_bench, H100, records in L2). In two launches: 26.9 against
+// 7.6 us (kernel_bench, H200), and the 30B shape's whole-GPU decode at 4,096 positions 4.88 ms a
+// token against 5.75 before session 32 and 3.67 at 512 (decode_bench, H200, bench/RESULTS.md).
+// What the rest of the difference from 512 positions is has not been profiled.
 //   rec: [n_head, max_chunks, attention_split_record_floats(head_dim)] (max, exp sum, 2 unused,
 //   V sum from float 4).
 //   The chunk's K and V rows (rows_chunk_buffers<U>) are dynamic shared memory: 66 KB at U = 8.
