@@ -82,9 +82,10 @@ int64_t attention_split_blocks(const kernels::attention_params& p, int64_t max_c
 // width, 1 where width divides head_dim; 0 where blocks would straddle two merge blocks (or
 // width is neither): then the output projection quantises its input itself.
 int attention_split_act_heads(const kernels::attention_params& p, int width);
-// The output row's int8 activation blocks (the output projection's input), made in the split
-// kernel's launch where it runs (one row with split records) and width (32 or 256: the blocks of
-// act_format q8_32 or q8_256) divides a KV head's query heads' floats; null act: none.
+// The output row's int8 activation blocks (the output projection's input), made by the split
+// attention's merge launch where it runs (one row with split records) and its blocks' heads hold
+// whole blocks of width floats (32 or 256: act_format q8_32 or q8_256; attention_split_act_heads);
+// null act: none.
 struct attention_act {
     std::byte* act = nullptr;   // [act_row_bytes(format, n_head * head_dim)]: the row's blocks
     int width = 0;
