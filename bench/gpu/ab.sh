@@ -55,12 +55,13 @@ nvidia-smi -L > /dev/null 2>&1 || { echo "ab.sh: no GPU here (the device machine
 f30=/tmp/qwen3-30b-a3b-sluice.gguf
 f35=/tmp/q36-8-sluice.gguf
 B=build/gpu-direct
+# The base tree builds with the same carried headers as the working tree.
+mkdir -p .peers/old-tree/.peers/gpu-bench && cp -r .peers/gpu-bench/include .peers/old-tree/.peers/gpu-bench/
 
 # AB_LIGHT=1: the two builds, the parity tests on the working tree (the synthetic hybrids and
 # models/*.gguf left out) and both builds' kernel_bench, nothing else (no synthetic file, no
 # decode runs): ~2 minutes where device time is short. $OUT gets light.log and parity_logs.txt.
 if [ "${AB_LIGHT:-0}" = 1 ]; then
-  mkdir -p .peers/old-tree/.peers/gpu-bench && cp -r .peers/gpu-bench/include .peers/old-tree/.peers/gpu-bench/
   (cd .peers/old-tree && JOBS=8 CUDA_ARCH=90 bash bench/gpu/build.sh /tmp/ab-base > /tmp/ab-base.log 2>&1) &
   JOBS=8 CUDA_ARCH=90 bash bench/gpu/build.sh $B > /tmp/ab-tree.log 2>&1
   wait
@@ -81,7 +82,6 @@ if [ "${AB_LIGHT:-0}" = 1 ]; then
 fi
 
 # The base and the trace builds beside session.sh's own build (its parity tests, the 30B file).
-mkdir -p .peers/old-tree/.peers/gpu-bench && cp -r .peers/gpu-bench/include .peers/old-tree/.peers/gpu-bench/
 (cd .peers/old-tree && JOBS=5 CUDA_ARCH=90 bash bench/gpu/build.sh /tmp/ab-base > /tmp/ab-base.log 2>&1
  echo "base build rc=$?" >> /tmp/ab-base.log) &
 if [ "${AB_TRACE:-1}" = 1 ]; then
