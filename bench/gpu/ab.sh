@@ -20,7 +20,9 @@
 # AB_TRACE=0 skips the trace build and runs; AB_SPLIT=0 the split runs; AB_35B=0 the 35B file.
 # AB_DEPTH=N adds decode_bench FILE N 64 and split_decode_bench FILE 8 N 64 1 on the 30B file for
 # both builds (decode at depth N, the whole model and an 8 GiB budget);
-# AB_KBENCH=1 adds both builds' kernel_bench attention lines (kernel_bench 200).
+# AB_KBENCH=1 adds both builds' kernel_bench attention and router lines (kernel_bench 200);
+# AB_KNCU=1 Nsight Compute's occupancy and warp states of the split attention kernel at 4,096
+# positions in kernel_bench, both builds (kncu.txt).
 # AB_TRACE_BASE=1 also builds the base with STEP_TRACE=1 and traces it (trace_30b_base.log in place
 # of trace_35b.log): per-kernel times of both trees from one machine (traces from two calls
 # differ by more than a small change: session 27).
@@ -74,7 +76,7 @@ if [ "${AB_LIGHT:-0}" = 1 ]; then
     done
     echo "#### model_parity (working tree)"; timeout 150 $B/model_parity tests/golden/fixtures 2>&1 | tail -n 2
     for b in /tmp/ab-base $B; do
-      echo "#### $b kernel_bench"; timeout 90 $b/kernel_bench 200 2>&1 | grep -E "attention|FAIL"
+      echo "#### $b kernel_bench"; timeout 90 $b/kernel_bench 200 2>&1 | grep -E "attention|^router|FAIL"
     done
   } > "$O/light.log" 2>&1
   cat /tmp/ops_parity.log /tmp/matmul_parity.log > "$O/parity_logs.txt" 2>/dev/null
@@ -103,7 +105,7 @@ wait
 
 {
   for b in /tmp/ab-base $B; do
-    echo "#### $b decode_bench 30B 48L"; timeout 60 $b/decode_bench $f30 512 128 2>&1 | grep -E "decode|identical|window|FAIL"
+    echo "#### $b decode_bench 30B 48L"; timeout 60 $b/decode_bench $f30 512 128 2>&1 | grep -E "prefill|decode|identical|window|FAIL"
   done
   if [ -s "$f35" ]; then
     for b in /tmp/ab-base $B; do
@@ -122,7 +124,21 @@ wait
   fi
   if [ "${AB_KBENCH:-0}" = 1 ]; then
     for b in /tmp/ab-base $B; do
-      echo "#### $b kernel_bench attention"; timeout 90 $b/kernel_bench 200 2>&1 | grep -E "^attention|FAIL"
+      echo "#### $b kernel_bench attention and router"; timeout 90 $b/kernel_bench 200 2>&1 | grep -E "^attention|^router|FAIL"
+    done
+  fi
+  # AB_KNCU=1: Nsight Compute's launch, occupancy and warp-state sections for the split attention
+  # kernel at 4,096 positions (kernel_bench 3: 3 warm-up launches and 3 timed at 512 positions come
+  # first, so launch 7 is the first at 4,096), both builds; the details pages go to kncu.txt.
+  if [ "${AB_KNCU:-0}" = 1 ]; then
+    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    for b in /tmp/ab-base $B; do
+      echo "#### $b ncu attention_split_kernel at 4,096 positions" >> "$O/kncu.txt"
+      timeout 120 "$ncu" -k regex:attention_split_kernel --launch-skip 6 --launch-count 1 --section LaunchStats \
+        --section Occupancy --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis \
+        $b/kernel_bench 3 >> "$O/kncu.txt" 2>&1
+      grep -E "Duration|Achieved Occupancy|Theoretical Occupancy|Block Limit Shared|Shared Memory Configuration|Waves Per SM" \
+        "$O/kncu.txt" | tail -n 7
     done
   fi
   if [ "${AB_SPLIT:-1}" = 1 ]; then
@@ -149,6 +165,6 @@ s=/tmp/ab-session
 cp $s/summary.txt "$O/summary.txt" 2>/dev/null
 cat $s/matmul_parity.h200.log $s/ops_parity.h200.log $s/model_parity.h200.log $s/placement_parity.h200.log \
   > "$O/parity_logs.txt" 2>/dev/null
-grep -E "^(#### |decode \(graphs \+ programmatic|verify window|cost |cpu-only |attention)" "$O/ab.log" | tee -a "$O/summary.txt"
+grep -E "^(#### |prefill|decode \(graphs \+ programmatic|verify window|cost |cpu-only |attention|router|  *(Duration|Achieved Occ|Theoretical Occ|Block Limit Sh|Shared Memory Conf|Waves))" "$O/ab.log" | tee -a "$O/summary.txt"
 # WINDOW_BENCH=1 (passed on to session.sh): the window kernels' table of the working tree.
 if [ -s $s/window_bench.h200.log ]; then cp $s/window_bench.h200.log "$O/window_bench.log"; fi
