@@ -490,11 +490,12 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
 // there against 9.1 at 512 (kernel_bench, H100, records in L2). In two launches: 26.9 against
 // 7.6 us (kernel_bench, H200), and the 30B shape's whole-GPU decode at 4,096 positions 4.88 ms a
 // token against 5.75 before session 32 and 3.67 at 512 (decode_bench, H200, bench/RESULTS.md).
-// The rest of the difference from 512 positions is the chunk kernel's instruction count: at
-// 4,096 positions it runs in one wave (5 blocks an SM), 41.7% of warps resident, ~2.5 instructions
-// issued a cycle an SM, DRAM at 25% of peak (Nsight Compute, H100, session 33): about 2,000
-// instructions a warp per chunk against ~500 loads and operations (the PTX has a bounds check and
-// a branch before each of chunk_v_sums' loads, and stage_chunk divides by the run-time width).
+// The rest of the difference from 512 positions points to the chunk kernel's instruction count:
+// at 4,096 positions it runs in one wave (5 blocks an SM), 41.7% of warps resident, ~2.5
+// instructions issued a cycle an SM, DRAM at 25% of peak (Nsight Compute, H100, session 33): about
+// 2,000 instructions a warp per chunk (an estimate from those figures) against ~500 loads and
+// operations (the PTX has a bounds check and a branch before each of chunk_v_sums' loads, and
+// stage_chunk divides by the run-time width).
 //   rec: [n_head, max_chunks, attention_split_record_floats(head_dim)] (max, exp sum, 2 unused,
 //   V sum from float 4).
 //   The chunk's K and V rows (rows_chunk_buffers<U>) are dynamic shared memory: 66 KB at U = 8.
