@@ -634,16 +634,6 @@ __global__ void __launch_bounds__(k_merge_max_floats)
     }
 }
 
-// Dynamic shared memory past the default 48 KB needs the kernel's opt-in: a function attribute of
-// the current device, not a stream operation, so it may be set while a stream is captured (the
-// split kernel runs inside decode graphs).
-template <class Kernel>
-void opt_in_shared(Kernel kernel, size_t bytes, const char* what) {
-    if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-        e != cudaSuccess)
-        fail("cuda: attention: {} bytes of shared memory for the {} kernel: {}", bytes, what, cudaGetErrorString(e));
-}
-
 // A tile of R rows a block (R = k_rows_warps x QW / G): two chunk buffers, 67 KB at U = 4, 132 KB
 // at 8.
 template <int U, int QW>
@@ -653,7 +643,7 @@ void launch_rows(const kernels::attention_params& p, const float* q, const float
     const int64_t tiles = (n_rows + R - 1) / R;
     if (tiles > 0x7fffffff) fail("cuda: attention: {} row tiles exceed one launch", tiles);
     constexpr size_t dyn = 2 * sizeof(rows_chunk_buffers<U>);
-    opt_in_shared(attention_rows_kernel<U, QW>, dyn, "rows");
+    opt_in_shared(attention_rows_kernel<U, QW>, dyn, "attention rows");
     launch(attention_rows_kernel<U, QW>, dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(p.n_kv_head)),
            dim3(k_rows_warps * 32), dyn, stream, p, q, kc, vc, pos0, n_rows, R, out);
 }
@@ -674,7 +664,7 @@ void launch_split(const kernels::attention_params& p, const float* q, const floa
                   const int32_t* pos_dev, const attention_split& split, int64_t lanes, float* out, std::byte* act,
                   int act_width, cudaStream_t stream) {
     constexpr size_t dyn = sizeof(rows_chunk_buffers<U>);
-    opt_in_shared(attention_split_kernel<U>, dyn, "split decode");
+    opt_in_shared(attention_split_kernel<U>, dyn, "split decode attention");
     launch(attention_split_kernel<U>, dim3(static_cast<unsigned>(p.n_kv_head), static_cast<unsigned>(lanes)),
            dim3(static_cast<unsigned>(p.n_head / p.n_kv_head * 32)), dyn, stream, p, q, kc, vc, pos0, pos_dev,
            split.records, split.max_chunks);

@@ -324,11 +324,9 @@ void launch_mma(const mm_args& a, cudaStream_t s) {
     const int64_t cb2 = a.w2 ? (a.n_out2 + k_mma_cols - 1) / k_mma_cols : 0;
     const int64_t row_tiles = a.tiles ? a.max_tiles : (a.n_rows + k_mma_rows - 1) / k_mma_rows;
     // Static (mma_smem) and dynamic shared memory together pass the default 48 KB: the kernel
-    // opts in (a function attribute of the current device, not a stream operation; set at each
-    // launch, which are few: prefill chunks and grouped expert tiles, never a captured step).
-    const cudaError_t opt_in =
-        cudaFuncSetAttribute(mm_mma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(mma_raw<T>::bytes));
-    if (opt_in != cudaSuccess) fail("cuda: matmul: shared memory for the tensor-core kernel: {}", cudaGetErrorString(opt_in));
+    // opts in (set at each launch, which are few: prefill chunks and grouped expert tiles, never
+    // a captured step).
+    opt_in_shared(mm_mma_kernel<T>, mma_raw<T>::bytes, "tensor-core matmul");
     launch(mm_mma_kernel<T>, dim3(static_cast<unsigned>(cb1 + cb2), static_cast<unsigned>(row_tiles)),
            dim3(k_mma_warps * 32), mma_raw<T>::bytes, s, reinterpret_cast<const uint8_t*>(a.w), a.row_bytes, nb, a.n_out,
            a.expert_stride, reinterpret_cast<const uint8_t*>(a.act), a.act_stride, a.act_div, a.n_rows, a.y, a.y_stride,
