@@ -63,7 +63,16 @@ mkdir -p .peers/old-tree/.peers/gpu-bench && cp -r .peers/gpu-bench/include .pee
 # AB_LIGHT=1: the two builds, the parity tests on the working tree (the synthetic hybrids and
 # models/*.gguf left out) and both builds' kernel_bench, nothing else (no synthetic file, no
 # decode runs): ~2 minutes where device time is short. $OUT gets light.log and parity_logs.txt.
+# AB_LIGHT_DECODE=1 adds the 30B file (written while the builds run) and decode_bench FILE 512 64
+# and FILE 4096 64 on both builds: ~1.5 minutes more.
+# AB_CPU_DOT=1 adds bench/cpu_kernels/bench_dot on the host CPU (one thread, Q4_1, Q8_0 and Q4_K,
+# linked against the working tree's build): the cost of a window's extra rows in the column
+# tiles on the 16-core Xeon, where a verify window's second row costs far more than on this VM.
 if [ "${AB_LIGHT:-0}" = 1 ]; then
+  if [ "${AB_LIGHT_DECODE:-0}" = 1 ] && [ ! -s "$f30" ]; then
+    (PYTHONPATH=.gpudeps/py timeout 200 python3 tools/make_synthetic.py --shape qwen3-30b-a3b --mix q4_k_m --layers 48 \
+       -o "$f30" > /tmp/ab-synth30.log 2>&1) &
+  fi
   (cd .peers/old-tree && JOBS=8 CUDA_ARCH=90 bash bench/gpu/build.sh /tmp/ab-base > /tmp/ab-base.log 2>&1) &
   JOBS=8 CUDA_ARCH=90 bash bench/gpu/build.sh $B > /tmp/ab-tree.log 2>&1
   wait
@@ -78,6 +87,22 @@ if [ "${AB_LIGHT:-0}" = 1 ]; then
     for b in /tmp/ab-base $B; do
       echo "#### $b kernel_bench"; timeout 90 $b/kernel_bench 200 2>&1 | grep -E "attention|^router|FAIL"
     done
+    if [ "${AB_CPU_DOT:-0}" = 1 ]; then
+      echo "#### bench_dot (host CPU, 1 thread)"; lscpu | grep -E "Model name|^CPU\(s\)|Thread"
+      grep -o -w -E "amx_int8|avx512_vnni" /proc/cpuinfo | sort -u | tr '\n' ' '; echo
+      g++ -std=c++20 -O2 -ffp-contract=off -DFMT_HEADER_ONLY -Isrc -Iinclude -I.peers/gpu-bench/include \
+        bench/cpu_kernels/bench_dot.cpp $B/libsluice_gpu.a -o /tmp/bench_dot -lpthread -L/usr/local/cuda/lib64 -lcudart &&
+        timeout 120 /tmp/bench_dot 3 Q4_1 Q8_0 Q4_K
+    fi
+    if [ "${AB_LIGHT_DECODE:-0}" = 1 ]; then
+      wait
+      for d in 512 4096; do
+        for b in /tmp/ab-base $B; do
+          echo "#### $b decode_bench 30B 48L at depth $d"
+          timeout 90 $b/decode_bench $f30 $d 64 2>&1 | grep -E "prefill|decode \(graphs \+|identical|FAIL"
+        done
+      done
+    fi
   } > "$O/light.log" 2>&1
   cat /tmp/ops_parity.log /tmp/matmul_parity.log > "$O/parity_logs.txt" 2>/dev/null
   exit 0

@@ -64,7 +64,7 @@ __device__ inline float chunk_max(float score, int n, int lane) {
 // values are loaded once for the QW queries (a warp that serves two queries of the same row
 // reads the chunk's K rows once for both). kj: the position's K row (global or shared memory);
 // qs: the first query, the others q_stride floats apart; with vec16 (head_dim % 16 == 0 and
-// 16-byte aligned rows) K is read as float4.
+// 16-byte aligned rows, queries included) K and the queries are read as float4.
 template <int QW>
 __device__ inline void chunk_scores(const float* kj, const float* qs, int q_stride, int hd, bool vec16, float scale,
                                     float (&score)[QW]) {
@@ -88,7 +88,13 @@ __device__ inline void chunk_scores(const float* kj, const float* qs, int q_stri
 #pragma unroll
             for (int w = 0; w < QW; ++w)
 #pragma unroll
-                for (int u = 0; u < 16; ++u) acc[w][u] = __fmaf_rn(qs[w * q_stride + i0 + u], kv[u], acc[w][u]);
+                for (int u4 = 0; u4 < 4; ++u4) {   // the queries as float4 too (16-byte aligned: the callers' arrays)
+                    const float4 qv = *reinterpret_cast<const float4*>(qs + w * q_stride + i0 + 4 * u4);
+                    acc[w][4 * u4] = __fmaf_rn(qv.x, kv[4 * u4], acc[w][4 * u4]);
+                    acc[w][4 * u4 + 1] = __fmaf_rn(qv.y, kv[4 * u4 + 1], acc[w][4 * u4 + 1]);
+                    acc[w][4 * u4 + 2] = __fmaf_rn(qv.z, kv[4 * u4 + 2], acc[w][4 * u4 + 2]);
+                    acc[w][4 * u4 + 3] = __fmaf_rn(qv.w, kv[4 * u4 + 3], acc[w][4 * u4 + 3]);
+                }
         }
     } else {
         for (int i0 = 0; i0 < hd; i0 += 16) {
@@ -111,7 +117,17 @@ __device__ inline void chunk_scores(const float* kj, const float* qs, int q_stri
 // exponential for query w (lanes j < n). v0: the chunk's first V row, rows v_stride floats apart
 // (global or shared memory). The V rows of JB positions are loaded before their adds (a chunk
 // pays a few memory latencies instead of one per position); the adds are the same whatever JB.
-template <int U, int JB, int QW>
+//   A whole chunk of heads 32 U wide (every chunk but a row's last, heads of 128 at U = 4 and of
+// 256 at U = 8) takes a form with no bounds checks: the checks were most of the loop's
+// instructions (a guard and a branch per load), and the split decode kernel, issue-bound at 4,096
+// positions (Nsight Compute on an H100, session 33: 2.5 instructions a cycle an SM, 20 us), spent
+// most of its instructions here. With the two staging changes below (kernel_bench on an H100,
+// session 34, the same call): split decode attention at 4,096 positions 27.02 -> 22.96 us, at 512
+// 7.82 -> 6.67; prefill attention of 2,048 rows at 0, 32/4 heads of 128, 4,031 -> 3,384 us, 16/2 of
+// 256 3,972 -> 2,975. Same adds in the same order: the same bits. Whole: whether that
+// form is compiled in (attention_kernel leaves it out: with its 16 V rows in flight from global
+// memory, ptxas spilled 24-28 bytes more there).
+template <int U, int JB, int QW, bool Whole = true>
 __device__ inline void chunk_v_sums(const float* v0, int64_t v_stride, int n, const float (&e)[QW], int hd, int lane,
                                     float (&lc)[QW], float (&oc)[QW][U]) {
 #pragma unroll
@@ -119,6 +135,25 @@ __device__ inline void chunk_v_sums(const float* v0, int64_t v_stride, int n, co
         lc[w] = 0.0f;
 #pragma unroll
         for (int u = 0; u < U; ++u) oc[w][u] = 0.0f;
+    }
+    if (Whole && n == kernels::k_attn_chunk && hd == 32 * U) {   // uniform across the warp
+        for (int j0 = 0; j0 < kernels::k_attn_chunk; j0 += JB) {
+            float vv[JB][U];
+#pragma unroll
+            for (int jj = 0; jj < JB; ++jj)
+#pragma unroll
+                for (int u = 0; u < U; ++u) vv[jj][u] = v0[(j0 + jj) * v_stride + lane + 32 * u];
+#pragma unroll
+            for (int jj = 0; jj < JB; ++jj)
+#pragma unroll
+                for (int w = 0; w < QW; ++w) {
+                    const float ej = __shfl_sync(k_full, e[w], j0 + jj);
+                    lc[w] = __fadd_rn(lc[w], ej);
+#pragma unroll
+                    for (int u = 0; u < U; ++u) oc[w][u] = __fadd_rn(oc[w][u], __fmul_rn(ej, vv[jj][u]));
+                }
+        }
+        return;
     }
     for (int j0 = 0; j0 < n; j0 += JB) {   // n is uniform across the warp
         float vv[JB][U];   // V[j0 + jj][lane + 32u], loaded before the adds
@@ -232,7 +267,7 @@ __global__ void __launch_bounds__(k_attn_warps * 32)
                      const int32_t* pos_dev, int64_t n_rows, float* out) {
     wait_prior_grids();   // first: see launch.cuh
     if (pos_dev) pos0 = *pos_dev;
-    __shared__ float qs[kernels::k_max_head_dim];
+    __shared__ __align__(16) float qs[kernels::k_max_head_dim];
     __shared__ float s_oc[k_attn_warps][kernels::k_max_head_dim];   // each warp's chunk: V sum
     __shared__ float s_mc[k_attn_warps], s_lc[k_attn_warps];        // its max and exp sum
     const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x & 31);
@@ -261,7 +296,7 @@ __global__ void __launch_bounds__(k_attn_warps * 32)
             const float mc = chunk_max(score[0], n, lane);
             const float e[1] = {lane < n ? kernels::exp_f32(__fsub_rn(score[0], mc)) : 0.0f};
             float lc[1], oc[1][U];
-            chunk_v_sums<U, k_attn_vbatch<U>, 1>(vc + c0 * kv_stride + static_cast<int64_t>(kvh) * hd, kv_stride, n, e, hd,
+            chunk_v_sums<U, k_attn_vbatch<U>, 1, false>(vc + c0 * kv_stride + static_cast<int64_t>(kvh) * hd, kv_stride, n, e, hd,
                                                  lane, lc, oc);
 #pragma unroll
             for (int u = 0; u < U; ++u) {
@@ -339,6 +374,19 @@ struct rows_chunk_buffers {
     float v[kernels::k_attn_chunk][k_rows_hd<U>];        // [k_attn_chunk, head_dim]
 };
 
+// stage_chunk's asynchronous copies: Q4 16-byte words a row (0: q4, known at run time only).
+template <int U, int Q4>
+__device__ inline void stage_words(const float* kg, const float* vg, int64_t kv_stride, int j0, int n, int q4_run,
+                                   rows_chunk_buffers<U>& b) {
+    const int q4 = Q4 > 0 ? Q4 : q4_run;
+    const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+    for (int i = j0 * q4 + tid; i < n * q4; i += nt) {
+        const int j = i / q4, d = 4 * (i - j * q4);
+        copy16(&b.k[j][d], kg + j * kv_stride + d);
+        copy16(&b.v[j][d], vg + j * kv_stride + d);
+    }
+}
+
 // The block's threads copy K and V rows j0..n-1 of a chunk (kg, vg: the chunk's first row of this
 // KV head, rows kv_stride floats apart) into b: as asynchronous 16-byte copies where every row
 // is 16-byte aligned (head_dim and the stride multiples of 4: every model here; the caller then
@@ -353,12 +401,12 @@ __device__ inline void stage_chunk(const float* kg, const float* vg, int64_t kv_
     const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
     const bool vec4 = hd % 4 == 0 && kv_stride % 4 == 0 && ((reinterpret_cast<uintptr_t>(kg) | reinterpret_cast<uintptr_t>(vg)) & 15) == 0;
     if (vec4) {
-        const int q4 = hd / 4;
-        for (int i = j0 * q4 + tid; i < n * q4; i += nt) {
-            const int j = i / q4, d = 4 * (i - j * q4);
-            copy16(&sk[j][d], kg + j * kv_stride + d);
-            copy16(&sv[j][d], vg + j * kv_stride + d);
-        }
+        // Heads as wide as the buffer's rows (128 at U = 4, 256 at 8) split the index with a
+        // shift: a division by a run-time width is a few dozen instructions, once per copy.
+        if (hd == k_rows_hd<U>)
+            stage_words<U, k_rows_hd<U> / 4>(kg, vg, kv_stride, j0, n, hd / 4, b);
+        else
+            stage_words<U, 0>(kg, vg, kv_stride, j0, n, hd / 4, b);
         return;
     }
     for (int i = j0 * hd + tid; i < n * hd; i += nt) {
