@@ -238,34 +238,19 @@ constexpr int k_tile_vnni_min_rows = 2;
 #endif
 
 // A window: each block of the 8 columns decoded once (by Block) for all nr rows; row r folds
-// into y[r] in block order. NR > 0: exactly NR rows, known at compile time, so the rows' loop
-// unrolls and y stays in registers (NR = 0: nr rows at run time, y in memory).
-template <class Block, int NR = 0>
+// into y[r] in block order.
+template <class Block>
 [[gnu::always_inline]] inline void tile_window(const std::byte* w, size_t ws, int64_t bb, const std::byte* a, size_t as,
-                                               int64_t ab, int nr_run, int64_t nb, float* out, size_t os) {
-    const int nr = NR > 0 ? NR : nr_run;
-    __m256 y[NR > 0 ? NR : k_tile_max_rows];
+                                               int64_t ab, int nr, int64_t nb, float* out, size_t os) {
+    __m256 y[k_tile_max_rows];
     Block blk;
     blk.load(w, ws);
-#pragma GCC unroll 8
     for (int r = 0; r < nr; ++r) y[r] = blk.term(a + r * as);
     for (int64_t ib = 1; ib < nb; ++ib) {
         blk.load(w + ib * bb, ws);
-#pragma GCC unroll 8
         for (int r = 0; r < nr; ++r) y[r] = _mm256_add_ps(y[r], blk.term(a + r * as + ib * ab));
     }
     for (int r = 0; r < nr; ++r) _mm256_storeu_ps(out + r * os, y[r]);
-}
-// tile_window with the row count as a template argument for windows of 2-4 rows.
-template <class Block>
-[[gnu::always_inline]] inline void tile_window_small(const std::byte* w, size_t ws, int64_t bb, const std::byte* a,
-                                                     size_t as, int64_t ab, int nr, int64_t nb, float* out, size_t os) {
-    switch (nr) {
-    case 2: tile_window<Block, 2>(w, ws, bb, a, as, ab, nr, nb, out, os); return;
-    case 3: tile_window<Block, 3>(w, ws, bb, a, as, ab, nr, nb, out, os); return;
-    case 4: tile_window<Block, 4>(w, ws, bb, a, as, ab, nr, nb, out, os); return;
-    default: tile_window<Block>(w, ws, bb, a, as, ab, nr, nb, out, os); return;
-    }
 }
 
 // dot_tile_fn: out[r * os + c] = dot_ref(wt, w + c * ws, a + r * as, n), c < 8, r < nr
@@ -292,11 +277,11 @@ void tile_rows(const std::byte* w, size_t ws, const std::byte* a, size_t as, int
     }
 #if SLUICE_DOT_WIDE
     if (nr >= k_tile_vnni_min_rows) {
-        tile_window_small<tile_block_vnni<wt>>(w, ws, bb, a, as, ab, nr, nb, out, os);
+        tile_window<tile_block_vnni<wt>>(w, ws, bb, a, as, ab, nr, nb, out, os);
         return;
     }
 #endif
-    tile_window_small<tile_block<wt>>(w, ws, bb, a, as, ab, nr, nb, out, os);
+    tile_window<tile_block<wt>>(w, ws, bb, a, as, ab, nr, nb, out, os);
 }
 
 // This ISA's tile table: nullptr for formats without a tile kernel (matmul then runs dot_rows
