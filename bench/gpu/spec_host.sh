@@ -12,9 +12,7 @@
 #   bash bench/gpu/spec_host.sh --prepare      (here) .peers/smol/part.00 and part.01
 #   call 1: carry [".peers/gpu-bench/include", ".peers/gpu-bench/lib", ".peers/gpu-bench/bin",
 #           ".peers/smol/part.00", ".peers/smol/sha256"], command "bash bench/gpu/spec_host.sh --build"
-#           (builds sluice CPU-only, Release, from run_gpu.sh's carried dependencies; keeps part.00;
-#           with ".peers/old-tree" carried too, from `bash bench/gpu/ab.sh --prepare BASE`, also
-#           BASE's sluice, whose window cost curve --run then times beside the tree's)
+#           (builds sluice CPU-only, Release, from run_gpu.sh's carried dependencies; keeps part.00)
 #   call 2: carry [".peers/smol/part.01", ".peers/zstd"] (the image has no zstd),
 #           command "OUT=$OUT bash bench/gpu/spec_host.sh --run"
 #           (joins the parts, checks the SHA-256, runs the suite at 16 and 8 threads with --record;
@@ -43,16 +41,9 @@ case "${1:-}" in
     -DHTTPLIB_INCLUDE_DIR="$b/include")
   command -v pkg-config > /dev/null || args+=(-DPKG_CONFIG_EXECUTABLE="$b/bin/pkg-config")
   command -v ninja > /dev/null && args+=(-G Ninja)
-  # With .peers/old-tree carried (bash bench/gpu/ab.sh --prepare BASE), the base builds beside the
-  # tree, and --run times both window cost curves in one call.
-  if [ -d .peers/old-tree/src ]; then
-    (cmake -S .peers/old-tree -B build/spec-host-base "${args[@]}" > /tmp/smol/configure-base.log 2>&1 &&
-      cmake --build build/spec-host-base --target sluice_cli -j "$(nproc)" > /tmp/smol/build-base.log 2>&1) &
-  fi
   cmake -S . -B build/spec-host "${args[@]}" > /tmp/smol/configure.log 2>&1 || { tail -n 30 /tmp/smol/configure.log; exit 1; }
   cmake --build build/spec-host --target sluice_cli bench_attention -j "$(nproc)" 2>&1 | tail -n 5
-  wait
-  ls -la build/spec-host/sluice build/spec-host-base/sluice 2>&1
+  ls -la build/spec-host/sluice
   ;;
 --run)
   O=${OUT:?OUT: the folder whose files come back}
@@ -66,14 +57,9 @@ case "${1:-}" in
     # A decode row's attention with the positions split over the threads against the unsplit
     # (row, head) tasks (session 28: measured on 2 cores only), and the window cost curve.
     build/spec-host/bench/cpu_kernels/bench_attention 21 16
-    for b in build/spec-host-base build/spec-host; do
-      [ -x $b/sluice ] || continue
-      echo "#### $b window cost curve"
-      $b/sluice bench /tmp/smol/model.gguf -t 16 -p 0 -n 32 -d 256 --windows 1,2,3,4,8,16 --spec-windows 0 \
-        -r 3 --no-probe 2>&1 | grep -E "^(tg|win)"
-    done
-    # SPEC_HOST_THREADS: the suite's thread counts (default 16 and 8).
-    for t in ${SPEC_HOST_THREADS:-16 8}; do
+    build/spec-host/sluice bench /tmp/smol/model.gguf -t 16 -p 0 -n 32 -d 256 --windows 1,2,4,8,16 --spec-windows 0 \
+      -r 3 --no-probe 2>&1 | grep -E "^(tg|win)"
+    for t in 16 8; do
       echo "#### --threads $t"
       PYTHONUNBUFFERED=1 python3 bench/spec_workloads.py --model /tmp/smol/model.gguf --sluice build/spec-host/sluice \
         -n 200 --threads $t --reps 3 --record
