@@ -710,17 +710,17 @@ void launch_rows(const kernels::attention_params& p, const float* q, const float
 template <int U>
 void launch_split(const kernels::attention_params& p, const float* q, const float* kc, const float* vc, int32_t pos0,
                   const int32_t* pos_dev, const attention_split& split, int64_t lanes, float* out, std::byte* act,
-                  int act_width, cudaStream_t stream) {
+                  int act_width, int act_heads, cudaStream_t stream) {
     constexpr size_t dyn = sizeof(rows_chunk_buffers<U>);
     opt_in_shared(attention_split_kernel<U>, dyn, "split decode attention");
     launch(attention_split_kernel<U>, dim3(static_cast<unsigned>(p.n_kv_head), static_cast<unsigned>(lanes)),
            dim3(static_cast<unsigned>(p.n_head / p.n_kv_head * 32)), dyn, stream, p, q, kc, vc, pos0, pos_dev,
            split.records, split.max_chunks);
-    // Heads a merge block: those of whole activation blocks where act is made, else 256 threads'
-    // worth (eight warps of 32 dimensions).
+    // Heads a merge block: those of whole activation blocks where act is made (act_heads, from
+    // attention_split_act_heads: >= 1 whenever act is set), else 256 threads' worth (eight warps
+    // of 32 dimensions).
     const int warps_per_head = (p.head_dim + 31) / 32;
-    int heads_per_block = act ? attention_split_act_heads(p, act_width) : std::max(1, 8 / warps_per_head);
-    if (heads_per_block < 1) fail("cuda: attention: activation blocks of {} do not tile heads of {}", act_width, p.head_dim);
+    const int heads_per_block = act ? act_heads : std::max(1, 8 / warps_per_head);
     const int64_t blocks = (p.n_head + heads_per_block - 1) / heads_per_block;
     launch(attention_merge_kernel, dim3(static_cast<unsigned>(blocks)), dim3(static_cast<unsigned>(heads_per_block * warps_per_head * 32)),
            0, stream, p, split.records, split.max_chunks, pos0, pos_dev, heads_per_block, out, act, act_width);
@@ -775,12 +775,13 @@ bool attention(const kernels::attention_params& p, const float* q, const float* 
         if (!pos_dev && (pos0 + kernels::k_attn_chunk) / kernels::k_attn_chunk > split->max_chunks)
             fail("cuda: attention: position {} needs more than the split records' {} chunks", pos0, split->max_chunks);
         const int width = act_out && act_out->act ? act_out->width : 0;
-        const bool quantise = attention_split_act_heads(p, width) > 0;
+        const int act_heads = attention_split_act_heads(p, width);
+        const bool quantise = act_heads > 0;
         std::byte* act = quantise ? act_out->act : nullptr;
         if (p.head_dim <= k_rows_hd<4>)
-            launch_split<4>(p, q, kc, vc, pos0, pos_dev, *split, lanes, out, act, width, s);
+            launch_split<4>(p, q, kc, vc, pos0, pos_dev, *split, lanes, out, act, width, act_heads, s);
         else
-            launch_split<8>(p, q, kc, vc, pos0, pos_dev, *split, lanes, out, act, width, s);
+            launch_split<8>(p, q, kc, vc, pos0, pos_dev, *split, lanes, out, act, width, act_heads, s);
         return quantise;
     }
     // 4 dimensions a lane up to head_dim 128, 8 up to 256: fewer registers than the 16 of 512.
