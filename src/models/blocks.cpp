@@ -35,6 +35,8 @@ int checked_dim(std::string_view what, int64_t v, int64_t lo, int64_t hi) {
     return static_cast<int>(v);
 }
 
+}  // namespace
+
 // y_i = w_i x for matrices that read the same input x [n, n_in]: when they take the same
 // activation rows (same format family), x is prepared once and all of them run in one
 // parallel_for (one barrier: a decode step has ~8 per layer, each a few microseconds at 2
@@ -51,8 +53,6 @@ void matmul_shared_input(thread_pool& pool, std::span<const kernels::matmul_out>
     kernels::prepare_act(pool, *outs[0].w, x, n, act);
     kernels::matmul_prepared_many(pool, outs, act, n);
 }
-
-}  // namespace
 
 model_hparams read_transformer_hparams(const model_file& f, std::string_view arch_sv, kernels::rope_mode mode) {
     const metadata& m = f.meta();

@@ -45,6 +45,11 @@ std::string blk(int il, std::string_view what);   // "blk.<il>.<what>"
 // (kernels::for_rows): out[r] = rmsnorm(x[r]) * w; y[r] += b[r]. The same bits either way.
 void rmsnorm_rows(thread_pool& pool, const float* x, const float* w, float* out, int64_t n, int64_t width, float eps);
 void add_rows(thread_pool& pool, float* y, const float* b, int64_t n, int64_t width);
+// y_i = w_i x for up to 4 matrices that read the same input x [n, n_in] (q/k/v, gate/up, a
+// DeltaNet layer's input projections): x prepared once into act and one parallel_for where the
+// matrices take the same activation rows, else one matmul each; the same bits either way.
+void matmul_shared_input(thread_pool& pool, std::span<const kernels::matmul_out> outs, const float* x, int64_t n,
+                         std::byte* act);
 // One row at position pos: RoPE of q [n_head, head_dim] and k [n_kv_head, head_dim] in place,
 // then k and v [n_kv_head * head_dim] copied into that position's cache rows.
 void rope_and_cache_row(const model_hparams& hp, int32_t pos, float* q, float* k, const float* v, float* k_cache_row,

@@ -193,15 +193,14 @@ void delta_net_block(const delta_net_weights& w, const model_hparams& hp, const 
 
     // Row-wise part: projections of every row at once.
     rmsnorm_rows(pool, s.x.data(), w.norm.data(), s.xn.data(), n, E, hp.rms_eps);
-    kernels::matmul(pool, *w.wqkv, s.xn.data(), n, mixed, s.act.data());
-    kernels::matmul(pool, *w.wz, s.xn.data(), n, z, s.act.data());
-    const int64_t rep = dn.n_v_heads / dn.n_k_heads;
     if (w.w_ba) {
-        kernels::matmul(pool, *w.w_ba, s.xn.data(), n, ba, s.act.data());
+        const kernels::matmul_out in_proj[] = {{w.wqkv, mixed}, {w.wz, z}, {w.w_ba, ba}};
+        matmul_shared_input(pool, in_proj, s.xn.data(), n, s.act.data());
     } else {
-        kernels::matmul(pool, *w.w_beta, s.xn.data(), n, ba, s.act.data());
-        kernels::matmul(pool, *w.w_alpha, s.xn.data(), n, alpha, s.act.data());
+        const kernels::matmul_out in_proj[] = {{w.wqkv, mixed}, {w.wz, z}, {w.w_beta, ba}, {w.w_alpha, alpha}};
+        matmul_shared_input(pool, in_proj, s.xn.data(), n, s.act.data());
     }
+    const int64_t rep = dn.n_v_heads / dn.n_k_heads;
     for (int64_t r = 0; r < n; ++r) {
         for (int64_t h = 0; h < nv; ++h) {
             float b_logit, a_logit;
@@ -244,9 +243,8 @@ void gated_attention_block(const gated_attn_weights& w, const model_hparams& hp,
     const int64_t nq = hp.n_head * hd, nkv = hp.n_kv_head * hd;
     float* qg = s.arch.data();   // [n, n_head, 2*head_dim]: query then gate per head
     rmsnorm_rows(pool, s.x.data(), w.norm.data(), s.xn.data(), n, E, hp.rms_eps);
-    kernels::matmul(pool, *w.wq, s.xn.data(), n, qg, s.act.data());
-    kernels::matmul(pool, *w.wk, s.xn.data(), n, s.k.data(), s.act.data());
-    kernels::matmul(pool, *w.wv, s.xn.data(), n, s.v.data(), s.act.data());
+    const kernels::matmul_out qkv[] = {{w.wq, qg}, {w.wk, s.k.data()}, {w.wv, s.v.data()}};
+    matmul_shared_input(pool, qkv, s.xn.data(), n, s.act.data());
     kernels::attention_params ap;
     ap.n_head = hp.n_head;
     ap.n_kv_head = hp.n_kv_head;
