@@ -15,7 +15,10 @@
 # sorted by samples in source_top.txt), run.log.
 # PY_DEPS (default .gpudeps/py): where the gguf package for tools/make_synthetic.py is.
 # NCU_FILE: a model file already written (then no synthetic file); NCU_BUILD=0: BUILD_DIR is built
-# already (bench/gpu/ab.sh runs it after its own builds).
+# already (bench/gpu/ab.sh runs it after its own builds). NCU_PHASE (default decode): the phase of
+# decode_bench profiled, prefill for a 512-row chunk's kernels (e.g. with
+# NCU_KERNELS='regex:mm_mma_kernel|attention_rows' NCU_COUNT=8: layer 0's tensor-core matmuls and
+# its attention).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/sluice-ncu-source}
@@ -45,7 +48,7 @@ ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/
 [ -n "$ncu" ] || { say "no ncu"; exit 1; }
 "$ncu" --version >> "$log" 2>&1
 say "ncu: $KERNELS, $COUNT launches"
-DECODE_BENCH_PROFILE=decode timeout -k 5 180 "$ncu" --clock-control none --cache-control none \
+DECODE_BENCH_PROFILE=${NCU_PHASE:-decode} timeout -k 5 180 "$ncu" --clock-control none --cache-control none \
   --profile-from-start off -k "$KERNELS" --launch-count "$COUNT" --warp-sampling-interval 0 \
   --section SpeedOfLight --section WarpStateStats --section SourceCounters --section LaunchStats \
   -o "$OUT/prof" -f "$B/decode_bench" "$f" 512 2 >> "$log" 2>&1

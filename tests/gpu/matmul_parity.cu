@@ -94,11 +94,27 @@ float emulate_dot(const uint8_t* w_row, const uint8_t* act_row, int64_t n, const
         const uint8_t* ab = act_row + ib * tr::act_bytes;
         float d, dmin;
         cuda::decode_scales<T>(b, d, dmin);
+        // The tensor-core kernel's whole-word decoders (K-quant mixes' formats): the block's 256
+        // weights, checked against decode_piece below.
+        uint32_t words[64] = {};
+        if constexpr (T == dtype::q4_k || T == dtype::q5_k) {
+            for (int w = 0; w < 32; ++w) cuda::decode_word_k4<T>(b, w, words[16 * (w >> 3) + (w & 7)], words[16 * (w >> 3) + 8 + (w & 7)]);
+        } else if constexpr (T == dtype::q6_k) {
+            for (int h = 0; h < 2; ++h)
+                for (int i = 0; i < 8; ++i) {
+                    uint32_t q4[4];
+                    cuda::decode_words_q6k(b, h, 4 * i, q4);
+                    for (int m = 0; m < 4; ++m) words[32 * h + 8 * m + i] = q4[m];
+                }
+        }
+        constexpr bool has_words = T == dtype::q4_k || T == dtype::q5_k || T == dtype::q6_k;
         int32_t sumi = 0, summ = 0;
         for (int p = 0; p < L; ++p) {
             int8_t q[8];
             int sc, mn;
             cuda::decode_piece<T>(b, p, tb, q, sc, mn);
+            if (has_words && (static_cast<int32_t>(words[2 * p]) != cuda::pack4(q) || static_cast<int32_t>(words[2 * p + 1]) != cuda::pack4(q + 4)))
+                return std::nanf("1");
             // The packed form the kernel uses (word loads for Q4_K/Q5_K/Q6_K) must be these bytes.
             for (bool aligned : {true, false}) {
                 int32_t q0, q1;
@@ -450,7 +466,21 @@ int gpu_parity(dtype t, int64_t n_in) {
     cuda::matmul(m, nullptr);
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(got.data(), dy.p, ref.size() * 4, cudaMemcpyDeviceToHost));
-    const int bad_pre = compare(0, n_pre, "prefill");
+    int bad_pre = compare(0, n_pre, "prefill");
+    // Again with the weights one byte off their allocation's alignment (a quantised tensor at any
+    // offset of a mapped file): the tensor-core kernel's per-piece decode instead of its word
+    // decoders (int8 formats; float weights keep their element alignment).
+    const bool is_float = t == dtype::f32 || t == dtype::f16 || t == dtype::bf16;
+    if (!is_float) {
+        dev_buf dw1(w.size() + 1);
+        CK(cudaMemcpy(dw1.as<std::byte>() + 1, w.data(), w.size(), cudaMemcpyHostToDevice));
+        cuda::mm_args m1 = m;
+        m1.w = dw1.as<std::byte>() + 1;
+        cuda::matmul(m1, nullptr);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(got.data(), dy.p, ref.size() * 4, cudaMemcpyDeviceToHost));
+        bad_pre += compare(0, n_pre, "prefill, weights at an odd address");
+    }
     // Expert mode: 3 copies of the matrix as 3 experts, with the copies' ids per pair, 2 pairs per
     // token (act_div 2): pair p reads token p / 2.
     const int n_exp = 3, n_pairs = 20;
@@ -498,7 +528,6 @@ int gpu_parity(dtype t, int64_t n_in) {
     // pairs over 2 experts (100 each: tiles of 64 and 36); grouped on the device by group_pairs;
     // every pair must equal dot_ref of its token.
     int bad_grp = 0;
-    const bool is_float = t == dtype::f32 || t == dtype::f16 || t == dtype::bf16;
     const int grouped_cases[3][3] = {{60, 3, cuda::k_tile_rows_window}, {60, 3, cuda::k_tile_rows_mma}, {200, 2, cuda::k_tile_rows_mma}};
     for (const auto& gc : grouped_cases) {
         if (is_float) break;

@@ -22,11 +22,13 @@
 // A block of 8 warps computes 64 rows x 64 columns. Per step of 256 elements (one K-quant or
 // I-quant super-block, or eight 32-wide blocks) it copies the step's raw bytes of its 64 weight
 // rows and 64 activation rows into shared memory (cp.async: every word in flight at once,
-// issued while the step before runs its MMAs), decodes the weights there as int8 (the per-lane decode of
-// quant_decode.cuh: each weight block is decoded once for all 64 rows, against once per 16 rows
-// in mm_quant_kernel), with sc / mn per group and d / dmin per block, lays the activation rows'
+// issued while the step before runs its MMAs), decodes the weights there as int8 (by words for
+// the K-quant mixes' formats, mma_decode_words, else the per-lane decode of quant_decode.cuh:
+// each weight block is decoded once for all 64 rows, against once per 16 rows in
+// mm_quant_kernel), with sc / mn per group and d / dmin per block, lays the activation rows'
 // int8 values and scales beside them, then each warp runs its 16 rows x 32 columns (four 16 x 8
-// MMAs per group of 16 elements, or of 32 at k32). The decode used to read global memory
+// MMAs per group of 16 elements, or of 32 at k32; a tile of up to 32 rows, 16 x 16 or 16 x 8 a
+// warp). The decode used to read global memory
 // directly, piece by piece: with the activation loads, 5-6 memory latencies a step (2 rounds of
 // the unrolled weight loop, 2 of activation words, the scales), which left the prefill's expert
 // launches at 28 TOPS (tests/gpu/decode_profile.h200.txt).
@@ -96,6 +98,69 @@ __device__ inline void mma_s8_16x8x32(int32_t (&d)[4], uint32_t a0, uint32_t a1,
 #endif
 }
 
+// Formats whose step mma_decode_words decodes by 4-byte words of the staged block (the K-quant
+// mixes' formats), when every block is packed_alignment<T>-aligned. The per-piece decoder
+// (decode_piece_packed, one (column, 8 elements) item a thread with its scale unpacking and
+// alignment cases) ran ~140 warp instructions per item and held 57% of the stall samples of the
+// prefill's experts gate + up launch (ncu source counters, H100, session 35, 512 rows: 239 of its
+// 464 M warp instructions).
+template <dtype T>
+inline constexpr bool mma_word_decoder = T == dtype::q4_k || T == dtype::q5_k || T == dtype::q6_k;
+
+// Column c's step block in the staged bytes: it landed at raw_w + c * rw words, at its global
+// address mod 16 (w_lo: the low bits of column 0's block address; row_bytes: the column stride).
+__device__ inline const uint8_t* staged_block(const uint4* raw_w, int rw, uint32_t w_lo, uint32_t row_bytes, int c) {
+    return reinterpret_cast<const uint8_t*>(raw_w + c * rw) + ((w_lo + static_cast<uint32_t>(c) * row_bytes) & 15u);
+}
+
+// The step's weights (one 256-element super-block per column) as int8 into s.w, with the
+// groups' sc / mn and the block's d / dmin, by quant_decode.cuh's word decoders: items of one
+// 4-byte word of a column's quants (Q4_K, Q5_K: 8 weights; one sc and mn per 32 elements,
+// written to both groups) or of a (half, word) of Q6_K (16 weights; one int8 sc per 16).
+template <dtype T>
+__device__ inline void mma_decode_words(mma_smem& s, const uint4* raw_w, int rw, uint32_t w_lo, uint32_t row_bytes,
+                                        int ncols, int tid, int nthr) {
+    if constexpr (T == dtype::q4_k || T == dtype::q5_k) {
+        for (int it = tid; it < ncols * 32; it += nthr) {
+            const int c = it >> 5, w = it & 31;
+            uint32_t lo, hi;
+            decode_word_k4<T>(staged_block(raw_w, rw, w_lo, row_bytes, c), w, lo, hi);
+            int8_t* dst = &s.w[c][64 * (w >> 3) + 4 * (w & 7)];
+            *reinterpret_cast<uint32_t*>(dst) = lo;
+            *reinterpret_cast<uint32_t*>(dst + 32) = hi;
+        }
+        for (int c = tid; c < ncols; c += nthr) {
+            const uint8_t* b = staged_block(raw_w, rw, w_lo, row_bytes, c);
+            decode_scales<T>(b, s.d[0][c], s.dmin[0][c]);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                int sc, mn;
+                scale_min_k4(j, b + 4, sc, mn);
+                s.sc[2 * j][c] = s.sc[2 * j + 1][c] = static_cast<int8_t>(sc);
+                s.mn[2 * j][c] = s.mn[2 * j + 1][c] = static_cast<int8_t>(mn);
+            }
+        }
+    } else {
+        static_assert(T == dtype::q6_k, "mma_word_decoder formats");
+        for (int it = tid; it < ncols * 16; it += nthr) {
+            const int c = it >> 4, h = (it >> 3) & 1, l = 4 * (it & 7);
+            uint32_t q[4];
+            decode_words_q6k(staged_block(raw_w, rw, w_lo, row_bytes, c), h, l, q);
+            int8_t* dst = &s.w[c][128 * h + l];
+#pragma unroll
+            for (int m = 0; m < 4; ++m) *reinterpret_cast<uint32_t*>(dst + 32 * m) = q[m];
+        }
+        for (int it = tid; it < ncols * 4; it += nthr) {
+            const int c = it >> 2, g4 = it & 3;
+            const uint8_t* b = staged_block(raw_w, rw, w_lo, row_bytes, c);
+            const uint32_t v = ld_u32_aligned2(b + 192 + 4 * g4);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s.sc[4 * g4 + e][c] = static_cast<int8_t>(v >> (8 * e));
+            if (g4 == 0) decode_scales<T>(b, s.d[0][c], s.dmin[0][c]);
+        }
+    }
+}
+
 // 16-element groups one MMA takes for format T: 2 where a sub-block's 32 elements share sc, mn.
 template <dtype T>
 inline constexpr int mma_group_span =
@@ -142,9 +207,20 @@ __global__ void __launch_bounds__(k_mma_warps * 32, 2)
     }
     const int ncols = static_cast<int>(n_out - col0 < k_mma_cols ? n_out - col0 : k_mma_cols);
     const iq_tables tb = device_tables();
+    // Every block of the launch aligned for the word decoder (uniform: the matrix's base and row
+    // stride, block sizes being multiples of the alignment).
+    constexpr int WA = packed_alignment<T> > 0 ? packed_alignment<T> : 1;
+    const bool word_path =
+        mma_word_decoder<T> && ((reinterpret_cast<uintptr_t>(wm) | row_bytes) & static_cast<uintptr_t>(WA - 1)) == 0;
+    static_assert(!mma_word_decoder<T> || (BB % WA == 0 && QK == k_mma_k), "one word-aligned super-block a step");
     const int g8 = lane >> 2, t4 = lane & 3;
-    const int wr = 16 * (warp & 3), wc = 32 * (warp >> 2);   // the warp's first row and column in the tile
-    const bool live = wr < nr && wc < ncols;                  // uniform across the warp
+    // The warps' layout follows the tile's rows: rg groups of 16 rows by 8 / rg groups of ni = rg
+    // 8-column MMA tiles, so that a tile of up to 32 rows (an expert's pairs in a 512-token
+    // prefill: 32 on average) keeps all 8 warps on MMAs instead of 4. Each output is still one
+    // thread's, by the same operations in the same order: the layout moves no arithmetic.
+    const int rg = nr <= 16 ? 1 : nr <= 32 ? 2 : 4, ni = rg;
+    const int wr = 16 * (warp % rg), wc = 8 * rg * (warp / rg);   // the warp's first row and column in the tile
+    const bool live = wr < nr && wc < ncols;                       // uniform across the warp
     int32_t si[4][4], sm[4][4];
     float acc[4][4];
 #pragma unroll
@@ -185,10 +261,17 @@ __global__ void __launch_bounds__(k_mma_warps * 32, 2)
         const int nb = static_cast<int>(n_blocks - kb < CB ? n_blocks - kb : CB);
         stage_wait();
         __syncthreads();   // the step's raw bytes are in; the previous step's MMAs are done with s
-        // Weights: (column, piece) items, consecutive threads on consecutive pieces of a column,
-        // decoded from the staged bytes (the same alignment mod 16 as in global memory, so the
-        // same word paths).
-        const int ppc = nb * PPB;   // pieces per column this step
+        // Weights: by words (mma_decode_words) where the format has a word decoder, else (column,
+        // piece) items, consecutive threads on consecutive pieces of a column, decoded from the
+        // staged bytes (the same alignment mod 16 as in global memory, so the same word paths).
+        const int ppc = word_path ? 0 : nb * PPB;   // pieces per column this step
+        if constexpr (mma_word_decoder<T>) {
+            if (word_path)
+                mma_decode_words<T>(s, raw_w, RW,
+                                    static_cast<uint32_t>(reinterpret_cast<uintptr_t>(
+                                        wm + static_cast<size_t>(col0) * row_bytes + static_cast<size_t>(kb) * BB)),
+                                    static_cast<uint32_t>(row_bytes), ncols, tid, nthr);
+        }
         for (int it = tid; it < ncols * ppc; it += nthr) {
             const int c = it / ppc, p = it - c * ppc;
             const int blk = p / PPB, piece = p - blk * PPB;
@@ -210,24 +293,37 @@ __global__ void __launch_bounds__(k_mma_warps * 32, 2)
                 s.dmin[blk][c] = dmin;
             }
         }
-        // Activations: the int8 values as words (blocks are 4-byte aligned: matmul() checks),
-        // and each block's scale, from the staged rows.
-        const int wpr = nb * QK / 4;   // words per row this step
-        for (int it = tid; it < nr * wpr; it += nthr) {
-            const int r = it / wpr, wi = it - r * wpr;
-            const int blk = (4 * wi) / QK, off = 4 * wi - blk * QK;
+        // Activations: the int8 values 16 bytes an item, as words (blocks are 4-byte aligned:
+        // matmul() checks; one item never crosses a block, whose 16 or 256 values are whole
+        // items), and each block's scale, from the staged rows. 256-wide blocks also give their
+        // groups' sums (bsums: the integer the min term takes; dot_ref reads the same field).
+        constexpr int CPR = k_mma_k / 16;   // 16-byte items per row of a whole step
+        const int cpr_live = nb * QK / 16;  // ... of this step
+        for (int it = tid; it < nr * CPR; it += nthr) {
+            const int r = it / CPR, q = it - r * CPR;
+            if (q >= cpr_live) continue;
+            const int blk = (16 * q) / QK, off = 16 * q - blk * QK;
             const int o = static_cast<int>(reinterpret_cast<uintptr_t>(s.arow[r] + static_cast<size_t>(kb) * AB) & 15);
-            const uint8_t* xr = reinterpret_cast<const uint8_t*>(raw_x + r * RX) + o;
-            *reinterpret_cast<uint32_t*>(&s.x[r][4 * wi]) = *reinterpret_cast<const uint32_t*>(xr + blk * AB + 4 + off);
+            const uint32_t* xr =
+                reinterpret_cast<const uint32_t*>(reinterpret_cast<const uint8_t*>(raw_x + r * RX) + o + blk * AB + 4 + off);
+            *reinterpret_cast<uint4*>(&s.x[r][16 * q]) = make_uint4(xr[0], xr[1], xr[2], xr[3]);
         }
         for (int it = tid; it < nr * nb; it += k_mma_threads) {
             const int r = it / nb, blk = it - r * nb;
             const int o = static_cast<int>(reinterpret_cast<uintptr_t>(s.arow[r] + static_cast<size_t>(kb) * AB) & 15);
             s.dx[blk][r] = *reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(raw_x + r * RX) + o + blk * AB);
         }
+        constexpr bool xs_from_bsums = has_min && QK == 256;
+        if constexpr (xs_from_bsums) {
+            for (int it = tid; it < nr * k_mma_groups; it += nthr) {
+                const int r = it / k_mma_groups, g = it - r * k_mma_groups;
+                const int o = static_cast<int>(reinterpret_cast<uintptr_t>(s.arow[r] + static_cast<size_t>(kb) * AB) & 15);
+                s.xs[g][r] = *reinterpret_cast<const int16_t*>(reinterpret_cast<const uint8_t*>(raw_x + r * RX) + o + 4 + QK + 2 * g);
+            }
+        }
         __syncthreads();   // s holds the step; the raw buffer is free
         if (kb + CB < n_blocks) issue_raw(kb + CB);
-        if constexpr (has_min) {   // per-group activation sums (the min term's integer)
+        if constexpr (has_min && !xs_from_bsums) {   // per-group activation sums (the min term's integer)
             const int gpr = nb * GPB;
             for (int it = tid; it < nr * gpr; it += nthr) {
                 const int r = it / gpr, g = it - r * gpr;
@@ -261,6 +357,7 @@ __global__ void __launch_bounds__(k_mma_warps * 32, 2)
             }
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
+                if (i >= ni) break;
                 const int cc = wc + 8 * i;
                 const uint32_t b0 = *reinterpret_cast<const uint32_t*>(&s.w[cc + g8][16 * g + 4 * t4]);
                 int32_t dd[4];
@@ -290,6 +387,7 @@ __global__ void __launch_bounds__(k_mma_warps * 32, 2)
                 const float dx0 = s.dx[blk][wr + g8], dx1 = s.dx[blk][wr + g8 + 8];
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
+                    if (i >= ni) break;
                     const int c0 = wc + 8 * i + 2 * t4;
 #pragma unroll
                     for (int c = 0; c < 4; ++c) {
@@ -310,7 +408,7 @@ __global__ void __launch_bounds__(k_mma_warps * 32, 2)
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
             const int r = wr + g8 + (c < 2 ? 0 : 8), col = wc + 8 * i + 2 * t4 + (c & 1);
-            if (r >= nr || col >= ncols) continue;
+            if (i >= ni || r >= nr || col >= ncols) continue;
             const int64_t row = rows ? rows[r] : r0 + r;
             float* yy = y + row * y_stride + col0 + col;
             *yy = accumulate ? __fadd_rn(*yy, acc[i][c]) : acc[i][c];

@@ -370,6 +370,39 @@ SLUICE_HD inline void decode_piece_packed(const uint8_t* b, int p, const iq_tabl
     q1 = pack4(q + 4);
 }
 
+// Whole-word decoders of a K-quant super-block, for the tensor-core kernel's steps
+// (matmul_mma.cuh, mma_decode_words): decode_piece's integers, 4 or 8 weights an operation
+// (matmul_parity checks them against decode_piece on the host). b must be 4-byte aligned (Q4_K,
+// Q5_K) or 2-byte aligned (Q6_K), packed_alignment<T>.
+// Q4_K / Q5_K: qs word w (0..31): lo = the weights of elements 64 (w / 8) + 4 (w % 8) + [0, 4)
+// (its low nibbles; Q5_K: bit 2 (w / 8) of qh's bytes 4 (w % 8) .. their fifth bits), hi = those
+// of the same elements + 32 (high nibbles; bit 2 (w / 8) + 1).
+template <dtype T>
+SLUICE_HD inline void decode_word_k4(const uint8_t* b, int w, uint32_t& lo, uint32_t& hi) {
+    static_assert(T == dtype::q4_k || T == dtype::q5_k, "Q4_K and Q5_K");
+    const uint32_t q = ld_u32_aligned(b + (T == dtype::q4_k ? 16 : 48) + 4 * w);
+    lo = q & 0x0F0F0F0Fu;
+    hi = (q >> 4) & 0x0F0F0F0Fu;
+    if constexpr (T == dtype::q5_k) {
+        const int j2 = w >> 3;
+        const uint32_t h = ld_u32_aligned(b + 16 + 4 * (w & 7));
+        lo |= ((h >> (2 * j2)) & 0x01010101u) << 4;
+        hi |= ((h >> (2 * j2 + 1)) & 0x01010101u) << 4;
+    }
+}
+
+// Q6_K, half h (0, 1) and l = 4 i (i 0..7): out[m] = the weights of elements 128 h + 32 m + l +
+// [0, 4), m = 0..3, from the ql words at 64 h + l and 64 h + 32 + l (low nibbles for m = 0, 1,
+// high for 2, 3) and the qh word at 32 h + l (bits 2 m, 2 m + 1).
+SLUICE_HD inline void decode_words_q6k(const uint8_t* b, int h, int l, uint32_t (&out)[4]) {
+    const uint32_t qa = ld_u32_aligned2(b + 64 * h + l), qb = ld_u32_aligned2(b + 64 * h + 32 + l);
+    const uint32_t qh = ld_u32_aligned2(b + 128 + 32 * h + l);
+    out[0] = minus32_bytes((qa & 0x0F0F0F0Fu) | ((qh & 0x03030303u) << 4));
+    out[1] = minus32_bytes((qb & 0x0F0F0F0Fu) | (((qh >> 2) & 0x03030303u) << 4));
+    out[2] = minus32_bytes(((qa >> 4) & 0x0F0F0F0Fu) | (((qh >> 4) & 0x03030303u) << 4));
+    out[3] = minus32_bytes(((qb >> 4) & 0x0F0F0F0Fu) | (((qh >> 6) & 0x03030303u) << 4));
+}
+
 // dot_ref.cpp's block_term: A = (d * dx) * float(sumi), then + or - (dmin * dx) * float(summ),
 // each operation rounded on its own (the host build has -ffp-contract=off, nvcc --fmad=false;
 // the device path names the rounding explicitly).
