@@ -128,8 +128,14 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
     __shared__ __align__(16) float sq[k_rows_warps * QW][k_rows_hd<U>];   // [warps x QW, head_dim] the queries
     const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x & 31);
     const int G = p.n_head / p.n_kv_head, hd = p.head_dim;
-    const int kvh = static_cast<int>(blockIdx.y);
-    const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rows_per_block;
+    // Blocks in decreasing order of work: a causal tile sees more positions the later its rows,
+    // so block b (blockIdx.x + gridDim.x blockIdx.y, the order blocks are dispatched in) takes
+    // tile gridDim.x - 1 - b / n_kv_head of KV head b % n_kv_head. In index order the heaviest
+    // tiles came last and ran as a tail on part of the SMs. Which block takes a tile moves no
+    // arithmetic.
+    const int64_t b = static_cast<int64_t>(blockIdx.x) + static_cast<int64_t>(gridDim.x) * blockIdx.y;
+    const int kvh = static_cast<int>(b % p.n_kv_head);
+    const int64_t r0 = (static_cast<int64_t>(gridDim.x) - 1 - b / p.n_kv_head) * rows_per_block;
     const int qi = warp * QW;   // the warp's first query of the block: row r0 + qi / G, head kvh * G + qi % G (+ w)
     const int64_t r = r0 + qi / G;
     const int h = kvh * G + qi % G;
