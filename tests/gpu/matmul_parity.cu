@@ -524,11 +524,15 @@ int gpu_parity(dtype t, int64_t n_in) {
     }
     m.ids_settled = false;
     // Grouped expert mode (int8 formats), for both tile sizes: 60 pairs over the 3 experts (20
-    // each: tiles of 16 and 4 for the dp4a kernel, one of 20 for the tensor-core kernel), then 200
-    // pairs over 2 experts (100 each: tiles of 64 and 36); grouped on the device by group_pairs;
-    // every pair must equal dot_ref of its token.
+    // each: tiles of 16 and 4 for the dp4a kernel, one of 20 for the tensor-core kernel: its
+    // layout of 2 row groups), 24 over 3 (tiles of 8: 1 row group, added in session 35 and not
+    // yet run on a GPU), then 200 pairs over 2 experts (100 each: tiles of 64 and 36, 4 row
+    // groups); grouped on the device by group_pairs; every pair must equal dot_ref of its token.
     int bad_grp = 0;
-    const int grouped_cases[3][3] = {{60, 3, cuda::k_tile_rows_window}, {60, 3, cuda::k_tile_rows_mma}, {200, 2, cuda::k_tile_rows_mma}};
+    const int grouped_cases[4][3] = {{60, 3, cuda::k_tile_rows_window},
+                                     {60, 3, cuda::k_tile_rows_mma},
+                                     {24, 3, cuda::k_tile_rows_mma},
+                                     {200, 2, cuda::k_tile_rows_mma}};
     for (const auto& gc : grouped_cases) {
         if (is_float) break;
         const int g_pairs = gc[0], g_exp = gc[1], tile_rows = gc[2];
