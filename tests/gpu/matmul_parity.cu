@@ -525,9 +525,9 @@ int gpu_parity(dtype t, int64_t n_in) {
     m.ids_settled = false;
     // Grouped expert mode (int8 formats), for both tile sizes: 60 pairs over the 3 experts (20
     // each: tiles of 16 and 4 for the dp4a kernel, one of 20 for the tensor-core kernel: its
-    // layout of 2 row groups), 24 over 3 (tiles of 8: 1 row group, added in session 35 and not
-    // yet run on a GPU), then 200 pairs over 2 experts (100 each: tiles of 64 and 36, 4 row
-    // groups); grouped on the device by group_pairs; every pair must equal dot_ref of its token.
+    // layout of 2 row groups), 24 over 3 (tiles of 8: 1 row group), then 200 pairs over 2
+    // experts (100 each: tiles of 64 and 36, 4 row groups); grouped on the device by
+    // group_pairs; every pair must equal dot_ref of its token.
     int bad_grp = 0;
     const int grouped_cases[4][3] = {{60, 3, cuda::k_tile_rows_window},
                                      {60, 3, cuda::k_tile_rows_mma},

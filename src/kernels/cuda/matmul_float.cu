@@ -94,12 +94,22 @@ __global__ void __launch_bounds__(k_warps * 32)
 // i % 16 of mm_float_kernel's half warp takes it) and folding them 8, 4, 2, 1 at the end (that
 // half warp's shuffles): the same terms in the same order, so the same bits. Weights and
 // activations go through shared memory in chunks of k_ft_k elements, so each weight is read
-// once per tile of rows instead of once per row.
+// once per tile of rows instead of once per row. The next chunk's loads are issued into
+// registers before this chunk's FMAs and stored after them: one memory latency a launch
+// instead of one a chunk (the prefill's 2048 x 128 F32 router at 512 rows, ncu: 80.6 us a
+// launch on an H200 and 79.4 on an H100 before, 39.5 after on an H100; tests/gpu/
+// prefill_profile.txt). The registers that holds (143 for sm_90, against 73) leave one block
+// an SM: enough for a 512-row prefill's 128 blocks; capped at two an SM, ptxas spills 60 bytes.
 constexpr int k_ft_cols = 32;     // columns per block: a warp's lanes
 constexpr int k_ft_rpt = 2;       // rows per thread
 constexpr int k_ft_threads = 256;
 constexpr int k_ft_rows = k_ft_threads / k_ft_cols * k_ft_rpt;   // 16 rows per block
 constexpr int k_ft_k = 64;        // elements per staged chunk (a multiple of 16: chains stay aligned)
+constexpr int k_ft_w_per_thread = k_ft_cols * k_ft_k / k_ft_threads;   // a chunk's weights a thread loads: 8
+constexpr int k_ft_x_per_thread = k_ft_rows * k_ft_k / k_ft_threads;   // ... and activations: 4
+static_assert(k_ft_w_per_thread * k_ft_threads == k_ft_cols * k_ft_k &&
+                  k_ft_x_per_thread * k_ft_threads == k_ft_rows * k_ft_k,
+              "a chunk is whole loads a thread");
 // Rows padded by 4 floats: the float4 reads of 8 consecutive lanes (columns) hit distinct banks.
 constexpr int k_ft_stride = k_ft_k + 4;
 
@@ -120,22 +130,42 @@ __global__ void __launch_bounds__(k_ft_threads)
     for (int rr = 0; rr < k_ft_rpt; ++rr)
 #pragma unroll
         for (int u = 0; u < 16; ++u) acc[rr][u] = 0.0f;
+    // The chunk at k0 into registers (zeros past the matrix's columns, the tile's rows, the row's
+    // end): thread tid takes items tid, tid + k_ft_threads, ... of the chunk's weights and rows.
+    float rw[k_ft_w_per_thread], rx[k_ft_x_per_thread];
+    auto load_chunk = [&](int64_t k0) {
+        const int nk = static_cast<int>(n_in - k0 < k_ft_k ? n_in - k0 : k_ft_k);
+#pragma unroll
+        for (int u = 0; u < k_ft_w_per_thread; ++u) {
+            const int i = tid + u * k_ft_threads, cc = i / k_ft_k, kk = i - cc * k_ft_k;
+            const int64_t col = col0 + cc;
+            rw[u] = col < n_out && kk < nk ? load_w<T>(w + static_cast<size_t>(col) * row_bytes, k0 + kk) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < k_ft_x_per_thread; ++u) {
+            const int i = tid + u * k_ft_threads, rr = i / k_ft_k, kk = i - rr * k_ft_k;
+            const int64_t row = r0 + rr;
+            rx[u] = row < n_rows && kk < nk
+                        ? reinterpret_cast<const float*>(act + static_cast<size_t>(row) * act_stride)[k0 + kk]
+                        : 0.0f;
+        }
+    };
+    load_chunk(0);
     for (int64_t k0 = 0; k0 < n_in; k0 += k_ft_k) {
         const int nk = static_cast<int>(n_in - k0 < k_ft_k ? n_in - k0 : k_ft_k);
         __syncthreads();   // the previous chunk is consumed
-        for (int i = tid; i < k_ft_cols * k_ft_k; i += k_ft_threads) {
-            const int cc = i / k_ft_k, kk = i - cc * k_ft_k;
-            const int64_t col = col0 + cc;
-            sw[cc][kk] = col < n_out && kk < nk ? load_w<T>(w + static_cast<size_t>(col) * row_bytes, k0 + kk) : 0.0f;
+#pragma unroll
+        for (int u = 0; u < k_ft_w_per_thread; ++u) {
+            const int i = tid + u * k_ft_threads;
+            sw[i / k_ft_k][i % k_ft_k] = rw[u];
         }
-        for (int i = tid; i < k_ft_rows * k_ft_k; i += k_ft_threads) {
-            const int rr = i / k_ft_k, kk = i - rr * k_ft_k;
-            const int64_t row = r0 + rr;
-            sx[rr][kk] = row < n_rows && kk < nk
-                             ? reinterpret_cast<const float*>(act + static_cast<size_t>(row) * act_stride)[k0 + kk]
-                             : 0.0f;
+#pragma unroll
+        for (int u = 0; u < k_ft_x_per_thread; ++u) {
+            const int i = tid + u * k_ft_threads;
+            sx[i / k_ft_k][i % k_ft_k] = rx[u];
         }
         __syncthreads();
+        if (k0 + k_ft_k < n_in) load_chunk(k0 + k_ft_k);   // in flight while this chunk is used
         if (nk == k_ft_k) {
 #pragma unroll
             for (int i0 = 0; i0 < k_ft_k; i0 += 4) {

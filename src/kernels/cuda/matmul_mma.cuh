@@ -336,17 +336,19 @@ __global__ void __launch_bounds__(k_mma_warps * 32, 2)
             __syncthreads();
         }
         if (!live) continue;
-        const int ng = nb * GPB;
         constexpr int GS = mma_group_span<T>;
-        for (int g = 0; g < ng; g += GS) {
+        // One MMA step (GS groups) for the warp's NI tiles, and at the end of a format block its
+        // terms, folded in order.
+        auto mma_group = [&](int g, auto ni_c) {
+            constexpr int NI = decltype(ni_c)::value;
             const uint32_t a0 = *reinterpret_cast<const uint32_t*>(&s.x[wr + g8][16 * g + 4 * t4]);
             const uint32_t a1 = *reinterpret_cast<const uint32_t*>(&s.x[wr + g8 + 8][16 * g + 4 * t4]);
-            uint32_t a2 = 0, a3 = 0;
+            [[maybe_unused]] uint32_t a2 = 0, a3 = 0;   // GS == 2 only
             if constexpr (GS == 2) {
                 a2 = *reinterpret_cast<const uint32_t*>(&s.x[wr + g8][16 * g + 16 + 4 * t4]);
                 a3 = *reinterpret_cast<const uint32_t*>(&s.x[wr + g8 + 8][16 * g + 16 + 4 * t4]);
             }
-            int32_t xs0 = 0, xs1 = 0;
+            [[maybe_unused]] int32_t xs0 = 0, xs1 = 0;   // formats with a min only
             if constexpr (has_min) {
                 xs0 = s.xs[g][wr + g8];
                 xs1 = s.xs[g][wr + g8 + 8];
@@ -356,8 +358,7 @@ __global__ void __launch_bounds__(k_mma_warps * 32, 2)
                 }
             }
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                if (i >= ni) break;
+            for (int i = 0; i < NI; ++i) {
                 const int cc = wc + 8 * i;
                 const uint32_t b0 = *reinterpret_cast<const uint32_t*>(&s.w[cc + g8][16 * g + 4 * t4]);
                 int32_t dd[4];
@@ -386,8 +387,7 @@ __global__ void __launch_bounds__(k_mma_warps * 32, 2)
                 const bool first = kb + blk == 0;
                 const float dx0 = s.dx[blk][wr + g8], dx1 = s.dx[blk][wr + g8 + 8];
 #pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    if (i >= ni) break;
+                for (int i = 0; i < NI; ++i) {
                     const int c0 = wc + 8 * i + 2 * t4;
 #pragma unroll
                     for (int c = 0; c < 4; ++c) {
@@ -400,7 +400,29 @@ __global__ void __launch_bounds__(k_mma_warps * 32, 2)
                     }
                 }
             }
-        }
+        };
+        // The tile count is a constant of each loop below (one loop per layout), and a whole
+        // step of the K-quant mixes' formats (every step of their matrices) runs its groups
+        // unrolled, with no branch between groups: the MMAs of the next group can issue while
+        // the scale products of the one before wait on their results (in the rolled loop, with
+        // the run-time tile count, each group's integer work waited on its own MMA; ncu on the
+        // gate + up launch: "wait" 29% of stall samples, session 35). With the prefill router's
+        // prefetch (matmul_float.cu), decode_bench's prefill of 512 went 7,637.9 -> 8,755.4 tok/s
+        // on an H100 (same call); ncu there put the gate + up launch at 423.0 us (485.6 on an
+        // H200 before, tests/gpu/prefill_profile.txt). The same operations in the same order for
+        // every output either way.
+        const int ng = nb * GPB;
+        auto run_groups = [&](auto ni_c) {
+            if (mma_word_decoder<T> && ng == k_mma_groups) {
+#pragma unroll
+                for (int g = 0; g < k_mma_groups; g += GS) mma_group(g, ni_c);
+            } else {
+                for (int g = 0; g < ng; g += GS) mma_group(g, ni_c);
+            }
+        };
+        if (ni == 1) run_groups(std::integral_constant<int, 1>{});
+        else if (ni == 2) run_groups(std::integral_constant<int, 2>{});
+        else run_groups(std::integral_constant<int, 4>{});
     }
     if (!live) return;
 #pragma unroll
