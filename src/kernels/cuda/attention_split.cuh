@@ -32,8 +32,9 @@ namespace {
 // 2,000 instructions a warp per chunk (an estimate from those figures) against ~500 loads and
 // operations (the PTX has a bounds check and a branch before each of chunk_v_sums' loads, and
 // stage_chunk divides by the run-time width).
-//   rec: [n_head, max_chunks, attention_split_record_floats(head_dim)] (max, exp sum, 2 unused,
-//   V sum from float 4).
+//   rec: [n_head, max_chunks, attention_split_record_floats(head_dim)] (max, exp sum, 2 floats of
+//   padding, V sum from float 4 = k_split_rec_v: each record's V sums start 16-byte aligned; the
+//   accesses are scalar, so the padding only aligns them).
 //   The chunk's K and V rows (rows_chunk_buffers<U>) are dynamic shared memory: 66 KB at U = 8.
 template <int U>
 __global__ void __launch_bounds__(k_rows_warps * 32)
