@@ -303,9 +303,15 @@ def sig(x, digits=6):
 
 
 def git_commit():
+    """HEAD, with "+dirty" when tracked files differ from it: then HEAD does not name the code that
+    ran (the GPU machine's copy of the tree carries a .git from an earlier snapshot, so its HEAD
+    named a commit sessions old while the files were the latest tree)."""
     try:
-        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return head + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 

@@ -75,7 +75,7 @@ if [ "${AB_LIGHT:-0}" = 1 ]; then
   fi
   (cd .peers/old-tree && JOBS=8 CUDA_ARCH=90 bash bench/gpu/build.sh /tmp/ab-base > /tmp/ab-base.log 2>&1) &
   JOBS=8 CUDA_ARCH=90 bash bench/gpu/build.sh $B > /tmp/ab-tree.log 2>&1
-  wait
+  wait   # the base build and the 30B file: nothing below runs beside them (kernel_bench is timed)
   {
     echo "machine: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(nproc) cores"
     tail -n 2 /tmp/ab-base.log /tmp/ab-tree.log
@@ -95,7 +95,6 @@ if [ "${AB_LIGHT:-0}" = 1 ]; then
         timeout 120 /tmp/bench_dot 3 Q4_1 Q8_0 Q4_K
     fi
     if [ "${AB_LIGHT_DECODE:-0}" = 1 ]; then
-      wait
       for d in 512 4096; do
         for b in /tmp/ab-base $B; do
           echo "#### $b decode_bench 30B 48L at depth $d"
