@@ -139,8 +139,8 @@ __device__ inline void mma_decode_words(mma_smem& s, const uint4* raw_w, int rw,
             *reinterpret_cast<uint32_t*>(dst + 32) = hi;
         }
         // The scales by (column, sub-block) items, over all the block's threads: one thread a
-        // column, 8 scale_min_k4 and the header each, left 3 of the 4 decoding warps' threads
-        // waiting at the barrier behind the first 64.
+        // column (8 scale_min_k4 and the header each) left the block's other 192 threads waiting
+        // at the barrier behind those 64.
         for (int it = tid; it < k_mma_cols * 8; it += nthr) {
             const int c = it & (k_mma_cols - 1), j = it / k_mma_cols;
             if (c >= ncols) continue;
