@@ -69,7 +69,17 @@ TEST(jinja, hostile_templates_end_in_clear_errors) {
         {"{% set ns = namespace() %}{% set ns.a = [ns] %}{{ ns.a|tojson }}", "nested deeper than 256"},
         {"{% set ns = namespace(a=1) %}{% set ns.a = [ns] %}{{ ns.a < ns.a }}", "not supported between"},
     };
-    for (const auto& [tmpl, want] : cases) EXPECT_NE(error_of(tmpl).find(want), std::string::npos) << tmpl << ": " << error_of(tmpl);
+    for (const auto& [tmpl, want] : cases) {
+        const std::string err = error_of(tmpl);   // once: a hostile render may take seconds
+        // The step budget and the wall-clock limit end the same renders; which comes first
+        // depends on the machine (the sanitizer build on the 2-core VM reached 10 s before a
+        // million steps on the two templates that count steps: CI, session 36). Either is the
+        // clear error wanted.
+        const bool counted = want == "loop iterations" || want == "macro calls";
+        const bool ok = err.find(want) != std::string::npos ||
+                        (counted && err.find("the render ran longer than") != std::string::npos);
+        EXPECT_TRUE(ok) << tmpl << ": " << err;
+    }
     // A huge slice step read past the list (an index wrapped around int64).
     EXPECT_EQ(render("{{ [1,2,3][1::9223372036854775807] }}"), "[2]");
     EXPECT_EQ(render("{{ [1,2,3][::-9223372036854775807 - 1] }}"), "[3]");
