@@ -18,7 +18,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 
 namespace sluice::cuda {
 namespace {
@@ -137,45 +136,51 @@ __device__ inline void chunk_v_sums(const float* v0, int64_t v_stride, int n, co
 #pragma unroll
         for (int u = 0; u < U; ++u) oc[w][u] = 0.0f;
     }
-    // One pass over the chunk's positions; Checked: a row's partial last chunk or heads narrower
-    // than 32 U, with a guard on every load and add; unchecked, the guards are compile-time true.
-    auto pass = [&](auto checked) {
-        constexpr bool Checked = decltype(checked)::value;
-        const int nn = Checked ? n : kernels::k_attn_chunk;   // n is uniform across the warp
-        for (int j0 = 0; j0 < nn; j0 += JB) {
-            float vv[JB][U];   // V[j0 + jj][lane + 32u], loaded before the adds
+    if (Whole && n == kernels::k_attn_chunk && hd == 32 * U) {   // uniform across the warp
+        for (int j0 = 0; j0 < kernels::k_attn_chunk; j0 += JB) {
+            float vv[JB][U];
 #pragma unroll
-            for (int jj = 0; jj < JB; ++jj) {
-                const float* vj = v0 + (j0 + jj) * v_stride;
+            for (int jj = 0; jj < JB; ++jj)
 #pragma unroll
-                for (int u = 0; u < U; ++u) {
-                    const int d = lane + 32 * u;
-                    vv[jj][u] = !Checked || (j0 + jj < nn && d < hd) ? vj[d] : 0.0f;
-                }
-            }
+                for (int u = 0; u < U; ++u) vv[jj][u] = v0[(j0 + jj) * v_stride + lane + 32 * u];
 #pragma unroll
-            for (int jj = 0; jj < JB; ++jj) {
-                if (Checked && j0 + jj >= nn) break;   // uniform
+            for (int jj = 0; jj < JB; ++jj)
 #pragma unroll
                 for (int w = 0; w < QW; ++w) {
                     const float ej = __shfl_sync(k_full, e[w], j0 + jj);
                     lc[w] = __fadd_rn(lc[w], ej);
 #pragma unroll
-                    for (int u = 0; u < U; ++u) {
-                        const int d = lane + 32 * u;
-                        if (!Checked || d < hd) oc[w][u] = __fadd_rn(oc[w][u], __fmul_rn(ej, vv[jj][u]));
-                    }
+                    for (int u = 0; u < U; ++u) oc[w][u] = __fadd_rn(oc[w][u], __fmul_rn(ej, vv[jj][u]));
+                }
+        }
+        return;
+    }
+    for (int j0 = 0; j0 < n; j0 += JB) {   // n is uniform across the warp
+        float vv[JB][U];   // V[j0 + jj][lane + 32u], loaded before the adds
+#pragma unroll
+        for (int jj = 0; jj < JB; ++jj) {
+            const float* vj = v0 + (j0 + jj) * v_stride;
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int d = lane + 32 * u;
+                vv[jj][u] = j0 + jj < n && d < hd ? vj[d] : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int jj = 0; jj < JB; ++jj) {
+            if (j0 + jj >= n) break;   // uniform
+#pragma unroll
+            for (int w = 0; w < QW; ++w) {
+                const float ej = __shfl_sync(k_full, e[w], j0 + jj);
+                lc[w] = __fadd_rn(lc[w], ej);
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const int d = lane + 32 * u;
+                    if (d < hd) oc[w][u] = __fadd_rn(oc[w][u], __fmul_rn(ej, vv[jj][u]));
                 }
             }
         }
-    };
-    if constexpr (Whole) {
-        if (n == kernels::k_attn_chunk && hd == 32 * U) {   // uniform across the warp
-            pass(std::false_type{});
-            return;
-        }
     }
-    pass(std::true_type{});
 }
 
 // The merge's factors for chunks cg .. cg + n_here - 1 (n_here <= 32); my_mc: lane w holds chunk
