@@ -83,6 +83,16 @@ float emulate_dot(const uint8_t* w_row, const uint8_t* act_row, int64_t n, const
             }
             add_products(q, ab, 8 * p, 8, sc, mn, sumi, summ);
         }
+        // The one-row kernels' whole-sub-block path (4 and 8 pieces a lane): the same integers,
+        // one sub-block at a time and as even-odd pairs (its activation sums from the bsums).
+        if constexpr (T == dtype::q4_k) {
+            alignas(16) uint8_t blk[tr::block_bytes];
+            std::memcpy(blk, b, sizeof blk);
+            int32_t si1 = 0, sm1 = 0, si2 = 0, sm2 = 0;
+            for (int j = 0; j < 8; ++j) cuda::q4k_subblock_sums<1>(blk, j, ab, si1, sm1);
+            for (int j = 0; j < 8; j += 2) cuda::q4k_subblock_sums<2>(blk, j, ab, si2, sm2);
+            if (si1 != sumi || sm1 != summ || si2 != sumi || sm2 != summ) return std::nanf("1");
+        }
         y = fold_block<T>(y, ib, d, dmin, ab, sumi, summ);
     }
     return y;

@@ -128,6 +128,33 @@ __device__ inline void piece_sums(int32_t q0, int32_t q1, int sc, int mn, const 
     if constexpr (fmt_traits<T>::kind != term_kind::sym) sm += mn * __dp4a(x1, 0x01010101, __dp4a(x0, 0x01010101, 0));
 }
 
+// A lane's P consecutive pieces from piece * P of block b into si / sm (integer sums, so the
+// block's sumi and summ are the same whatever the lanes' share of the pieces). Q4_K at 4 or 8
+// pieces a lane (one or two whole sub-blocks) takes q4k_subblock_sums where b is 16-byte aligned:
+// in mm_row_stream_kernel<Q4_K, 8>'s sm_90 SASS a lane's 8 pieces took about 30 instructions
+// each (their scale unpacking branching on the sub-block), the whole-sub-block path 117 for all
+// 8. A decode step's expert matmuls are issue-bound (tests/gpu/ncu_source.h200.txt): the 30B
+// shape's whole-model decode 271.1 -> 301.2 tok/s at 512 positions, 203.1 -> 221.6 at 4,096,
+// with hd_h2f's hardware conversion (decode_bench, H100, session 37, tests/gpu/parity.h100.log).
+template <dtype T, int P>
+__device__ inline void lane_sums(const uint8_t* b, int piece, const iq_tables& tb, bool w_aligned, const uint8_t* ab,
+                                 int32_t& si, int32_t& sm) {
+    if constexpr (T == dtype::q4_k && (P == 4 || P == 8)) {
+        if ((reinterpret_cast<uintptr_t>(b) & 15) == 0) {
+            q4k_subblock_sums<P / 4>(b, piece * (P / 4), ab, si, sm);
+            return;
+        }
+    }
+#pragma unroll
+    for (int pp = 0; pp < P; ++pp) {
+        const int pc = piece * P + pp;
+        int32_t q0 = 0, q1 = 0;
+        int sc = 0, mn = 0;
+        decode_piece_packed<T>(b, pc, tb, w_aligned, q0, q1, sc, mn);
+        piece_sums<T>(q0, q1, sc, mn, ab, pc, si, sm);
+    }
+}
+
 // One warp step's terms folded into a row's y: the L lanes of each block add their si / sm
 // (integers: any order), every lane forms its block's term with dot_ref's expression, and the
 // step's 32 / L terms are taken in block order, y = t (the row's first block: first_block 0),
@@ -259,14 +286,8 @@ __global__ void __launch_bounds__(k_warps_max * 32, MAXR == 1 ? 4 : 3)
                 if (valid) {
                     const uint8_t* ab = reinterpret_cast<const uint8_t*>(sa + r * (ss::a_region / 16)) +
                                         4 * ((ao >> (2 * r)) & 3u) + ib * AB;
-                    // The lane's P pieces one after the other: integer sums, so the block's
-                    // sumi and summ are the same whatever the lanes' share of the pieces.
-#pragma unroll
-                    for (int pp = 0; pp < P; ++pp) {
-                        const int pc = piece * P + pp;
-                        if constexpr (P > 1) decode_piece_packed<T>(b, pc, tb, w_aligned, q0, q1, sc, mn);
-                        piece_sums<T>(q0, q1, sc, mn, ab, pc, si, sm);
-                    }
+                    if constexpr (P == 1) piece_sums<T>(q0, q1, sc, mn, ab, piece, si, sm);
+                    else lane_sums<T, P>(b, piece, tb, w_aligned, ab, si, sm);
                     dx = *reinterpret_cast<const float*>(ab);
                 }
                 acc[r] = fold_step<T, L>(acc[r], si, sm, d, dmin, dx, cb + ib0, nb - ib0);

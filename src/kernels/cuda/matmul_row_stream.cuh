@@ -172,14 +172,7 @@ __global__ void __launch_bounds__(k_warps_max * 32, 4)
                     const uint8_t* b = wcur + ib * BB;
                     const uint8_t* abk = ab + ib * AB;
                     decode_scales<T>(b, d, dmin);
-#pragma unroll
-                    for (int pp = 0; pp < P; ++pp) {
-                        const int pc = piece * P + pp;
-                        int32_t q0 = 0, q1 = 0;
-                        int sc = 0, mn = 0;
-                        decode_piece_packed<T>(b, pc, tb, w_aligned, q0, q1, sc, mn);
-                        piece_sums<T>(q0, q1, sc, mn, abk, pc, si, sm);
-                    }
+                    lane_sums<T, P>(b, piece, tb, w_aligned, abk, si, sm);
                     dx = *reinterpret_cast<const float*>(abk);
                 }
                 acc = fold_step<T, L>(acc, si, sm, d, dmin, dx, ib0, nb - ib0);

@@ -17,6 +17,10 @@
 
 #include <cstdint>
 
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#endif
+
 namespace sluice::cuda {
 
 // Pointers to the I-quant grids and the 4-bit level tables (quant/iq_tables.h layouts): host
@@ -79,6 +83,13 @@ SLUICE_HD inline float hd_bits_f32(uint32_t u) {
 }
 
 SLUICE_HD inline float hd_h2f(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+    // The hardware conversion is exact for every finite or infinite half (f32 holds each one,
+    // subnormals included); NaNs keep the bit construction below (their payload). One convert
+    // instead of the branches below for each block's d and dmin: a decode step's expert matmuls
+    // are issue-bound (tests/gpu/ncu_source.h200.txt).
+    if ((h & 0x7C00u) != 0x7C00u) return __half2float(__ushort_as_half(h));
+#endif
     const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
     const uint32_t ex = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
     uint32_t bits;
@@ -368,6 +379,58 @@ SLUICE_HD inline void decode_piece_packed(const uint8_t* b, int p, const iq_tabl
     decode_piece<T>(b, p, tb, q, sc, mn);
     q0 = pack4(q);
     q1 = pack4(q + 4);
+}
+
+// The four signed byte products of a and b summed, plus c (dp4a).
+SLUICE_HD inline int32_t hd_dp4a(int32_t a, int32_t b, int32_t c) {
+#if defined(__CUDA_ARCH__)
+    return __dp4a(a, b, c);
+#else
+    for (int k = 0; k < 4; ++k) c += static_cast<int8_t>(a >> (8 * k)) * static_cast<int8_t>(b >> (8 * k));
+    return c;
+#endif
+}
+
+// Q4_K, whole sub-blocks a lane: S = 1 (sub-block j0) or 2 (j0 even: j0 and j0 + 1, the pair
+// whose weights are the low and high nibbles of the same 32 qs bytes). Adds sc_j * dot(q_j, x_j)
+// to si and mn_j * (bsums[2 j] + bsums[2 j + 1]) to sm for each: the integers that
+// decode_piece_packed and the kernels' piece_sums give over the sub-block's 4 pieces (integer
+// sums in another grouping; the bsums are exact sums of the activation block's values, act.h),
+// with one scale decode and one load of the weights per sub-block instead of one per piece, and
+// the activation sums read instead of made (2 dp4a a piece). b: the block, 16-byte aligned; ab:
+// its act_block256 (d, q[256], bsums[16]), 4-byte aligned.
+template <int S>
+SLUICE_HD inline void q4k_subblock_sums(const uint8_t* b, int j0, const uint8_t* ab, int32_t& si, int32_t& sm) {
+    static_assert(S == 1 || S == 2, "one sub-block or an even-odd pair");
+    uint32_t raw[8];
+    const uint8_t* qs = b + 16 + 32 * (j0 / 2);
+    // scale_min_k4's bytes as three words, its two cases both formed and one selected: the lanes
+    // of a warp take different j, and a branch on j < 4 ran both sides.
+    const uint32_t s0 = ld_u32_aligned(b + 4), s1 = ld_u32_aligned(b + 8), s2 = ld_u32_aligned(b + 12);
+#if defined(__CUDA_ARCH__)
+    const uint4 w0 = reinterpret_cast<const uint4*>(qs)[0], w1 = reinterpret_cast<const uint4*>(qs)[1];
+    raw[0] = w0.x, raw[1] = w0.y, raw[2] = w0.z, raw[3] = w0.w;
+    raw[4] = w1.x, raw[5] = w1.y, raw[6] = w1.z, raw[7] = w1.w;
+#else
+    for (int k = 0; k < 8; ++k) raw[k] = ld_u32(qs + 4 * k);
+#endif
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+        const int j = j0 + s;
+        const int sh = 4 * (j & 1);
+        const uint8_t* x = ab + 4 + 32 * j;
+        int32_t dot = 0;
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+            dot = hd_dp4a(static_cast<int32_t>((raw[k] >> sh) & 0x0F0F0F0Fu), static_cast<int32_t>(ld_u32_aligned(x + 4 * k)), dot);
+        const int sh8 = 8 * (j & 3);
+        const uint32_t a = s0 >> sh8, m = s1 >> sh8, c = s2 >> sh8;
+        const int sc = static_cast<int>(j < 4 ? a & 63u : (c & 15u) | ((a >> 2) & 0x30u));
+        const int mn = static_cast<int>(j < 4 ? m & 63u : ((c >> 4) & 15u) | ((m >> 2) & 0x30u));
+        const uint32_t bs = ld_u32_aligned(ab + 260 + 4 * j);   // bsums[2 j], bsums[2 j + 1]
+        si += sc * dot;
+        sm += mn * (static_cast<int32_t>(static_cast<int16_t>(bs & 0xFFFFu)) + static_cast<int32_t>(static_cast<int16_t>(bs >> 16)));
+    }
 }
 
 // Whole-word decoders of a K-quant super-block, for the tensor-core kernel's steps
