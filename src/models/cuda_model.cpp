@@ -565,11 +565,18 @@ void cuda_model::attention_block(const dlayer& l, int il, std::span<const attn_r
     const int64_t nq = hp_.n_head * hd, nkv = hp_.n_kv_head * hd;
     // The norm quantises for wq; k and v reuse those rows when their format takes the same.
     // Hybrid models' gated attention: wq gives the query and the output gate per head (qg_).
+    // Two launches where two of the three matrices share a format: k with v, else q with k (a
+    // Q4_K_M file's layers whose wv is Q6_K: three launches before).
     const bool q_act = norm(x_, l.attn_norm, xn_, n, fmt(l.wq), act_);
-    mm(l.wq, xn_, n, spec_.hybrid ? qg_ : q_, q_act);
-    if (spec_.hybrid) cuda::gated_query(qg_, q_, n, hp_.n_head, static_cast<int>(hd), stream_);
+    float* const q_out = spec_.hybrid ? qg_ : q_;
     const bool k_reuse = q_act && fmt(l.wk) == fmt(l.wq);
-    if (pairable(l.wk, l.wv)) {
+    const bool qk_pair = !pairable(l.wk, l.wv) && pairable(l.wq, l.wk);
+    if (qk_pair) mm(l.wq, xn_, n, q_out, q_act, nullptr, 1, false, &l.wk, k_);
+    else mm(l.wq, xn_, n, q_out, q_act);
+    if (spec_.hybrid) cuda::gated_query(qg_, q_, n, hp_.n_head, static_cast<int>(hd), stream_);
+    if (qk_pair) {
+        mm(l.wv, xn_, n, v_, q_act && fmt(l.wv) == fmt(l.wq));
+    } else if (pairable(l.wk, l.wv)) {
         mm(l.wk, xn_, n, k_, k_reuse, nullptr, 1, false, &l.wv, v_);
     } else {
         mm(l.wk, xn_, n, k_, k_reuse);

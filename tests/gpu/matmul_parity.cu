@@ -438,7 +438,7 @@ int row_stream_parity(dtype t, int64_t n_in, int sm_count = 132) {
 // left at zero), for Qwen3-30B-A3B's 128 experts top-8 (renormalised), qwen2moe's 60 top-4 and
 // a row of ties (every column the same weights).
 // norm_router_topk: the residual row's RMSNorm made in the router's launch (its first block
-// writing the normalised row and its int8 rows) against rmsnorm_quant (or rmsnorm) then
+// writing the normalised row, the blocks sharing its int8 rows) against rmsnorm_quant (or rmsnorm) then
 // router_topk's two launches: the normalised row, the activation bytes, the probabilities, ids
 // and weights bit for bit, for F32 and BF16 routers and each activation format, checking that
 // the one-launch form is the one compared (router_one_launch).

@@ -93,6 +93,13 @@ float emulate_dot(const uint8_t* w_row, const uint8_t* act_row, int64_t n, const
             for (int j = 0; j < 8; j += 2) cuda::q4k_subblock_sums<2>(blk, j, ab, si2, sm2);
             if (si1 != sumi || sm1 != summ || si2 != sumi || sm2 != summ) return std::nanf("1");
         }
+        // Q6_K's: 32-element segments (4 pieces a lane) and 64-element ones (8).
+        if constexpr (T == dtype::q6_k) {
+            int32_t si1 = 0, si2 = 0;
+            for (int s = 0; s < 8; ++s) cuda::q6k_segment_sums<1>(b, s, ab, si1);
+            for (int s = 0; s < 4; ++s) cuda::q6k_segment_sums<2>(b, s, ab, si2);
+            if (si1 != sumi || si2 != sumi) return std::nanf("1");
+        }
         y = fold_block<T>(y, ib, d, dmin, ab, sumi, summ);
     }
     return y;

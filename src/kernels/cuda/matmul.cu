@@ -145,6 +145,12 @@ __device__ inline void lane_sums(const uint8_t* b, int piece, const iq_tables& t
             return;
         }
     }
+    if constexpr (T == dtype::q6_k && (P == 4 || P == 8)) {
+        if (w_aligned) {
+            q6k_segment_sums<P / 4>(b, piece, ab, si);
+            return;
+        }
+    }
 #pragma unroll
     for (int pp = 0; pp < P; ++pp) {
         const int pc = piece * P + pp;

@@ -224,9 +224,9 @@ struct route_tail {
 
 // The router's input row made in its own launch (norm_router_topk): every block stages the
 // residual row x, takes its RMSNorm with w into the staged row (rmsnorm_quant_kernel's
-// operations: rms_scale_warp, then (x * scale) * w element by element), and block 0 also writes
-// that row to xn and its int8 activation rows (width act_width: 32, 256, or 0 for none) to act,
-// with quantize_block_values, for the expert launches after it. Saves the norm's launch before a
+// operations: rms_scale_warp, then (x * scale) * w element by element), block 0 also writes that
+// row to xn, and the blocks share its int8 activation blocks (width act_width: 32, 256, or 0 for
+// none) into act, with quantize_block_values, for the expert launches after it. Saves the norm's launch before a
 // decode step's router: 4.9 us of its ~85 us a layer (bench/gpu/step_trace, the 30B shape).
 struct norm_in {
     const float* x = nullptr;    // [n_in]; null: the input is the activation row, as staged
@@ -238,12 +238,19 @@ struct norm_in {
 };
 constexpr int k_norm_regs = 16;   // norm weights a thread loads before the wait (n_in <= 2,048 all of them)
 
+// This block's share of the staged row's activation blocks: b = blockIdx.x, + gridDim.x, ..., by
+// warps 1..3 while warp 0 runs the row's dot (a one-row launch's dot takes lanes 0..15 alone).
+// Block 0 quantised all of them before its dot: the 30B shape's 8 blocks of 256, two a warp, a
+// division per value, so the last block to arrive (the top-k's) was block 0, late by them.
 template <int W>
-__device__ inline void quantize_row_block0(const float* xs, int64_t n, std::byte* act) {
+__device__ inline void quantize_row_share(const float* xs, int64_t n, std::byte* act) {
     using Block = std::conditional_t<W == 32, quant::act_block32, quant::act_block256>;
     Block* dst = reinterpret_cast<Block*>(act);
     const int warp = static_cast<int>(threadIdx.x / 32);
-    for (int64_t b = warp; b < n / W; b += k_col_threads / 32) {
+    constexpr int helpers = k_col_threads / 32 - 1;
+    if (warp == 0) return;
+    for (int64_t b = blockIdx.x + static_cast<int64_t>(warp - 1) * gridDim.x; b < n / W;
+         b += static_cast<int64_t>(helpers) * gridDim.x) {
         int16_t* bsums = nullptr;
         if constexpr (W == 256) bsums = dst[b].bsums;
         quantize_block_warp<W>(xs + b * W, &dst[b].d, dst[b].q, bsums);
@@ -302,10 +309,8 @@ __global__ void __launch_bounds__(k_col_threads)
         for (int64_t i = threadIdx.x + static_cast<int64_t>(k_norm_regs) * k_col_threads; i < n_in; i += k_col_threads)
             normed(i, nrm.w ? __ldg(nrm.w + i) : 1.0f);
         __syncthreads();
-        if (blockIdx.x == 0) {
-            if (nrm.act_width == 32) quantize_row_block0<32>(xs, n_in, nrm.act);
-            else if (nrm.act_width == 256) quantize_row_block0<256>(xs, n_in, nrm.act);
-        }
+        if (nrm.act_width == 32) quantize_row_share<32>(xs, n_in, nrm.act);
+        else if (nrm.act_width == 256) quantize_row_share<256>(xs, n_in, nrm.act);
     }
     // Half warp h computes rows h, h + 8, ... of the block's (a window's rows in parallel: 8 rows
     // took 51.5 us one after the other in a half warp, against 9.3 us for one row; the 30B

@@ -433,6 +433,69 @@ SLUICE_HD inline void q4k_subblock_sums(const uint8_t* b, int j0, const uint8_t*
     }
 }
 
+// n little-endian words from p, 2-byte aligned: on the device the aligned words that cover them
+// and a funnel shift each (one 4-byte load a word instead of two 2-byte loads and a merge).
+// Reads up to 2 bytes past p + 4 n when p is 4-byte aligned (the caller's block holds them).
+template <int N>
+SLUICE_HD inline void ld_words2(const uint8_t* p, uint32_t (&w)[N]) {
+#if defined(__CUDA_ARCH__)
+    // p less its misalignment (not the address masked as an integer, which lost the pointer's
+    // shared-memory space: generic loads in place of LDS).
+    const uint32_t mis = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p) & 3u);
+    const uint32_t* aw = reinterpret_cast<const uint32_t*>(p - mis);
+    const uint32_t s = mis * 8u;
+    uint32_t prev = aw[0];
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+        const uint32_t next = aw[k + 1];
+        w[k] = __funnelshift_r(prev, next, s);
+        prev = next;
+    }
+#else
+    for (int k = 0; k < N; ++k) w[k] = ld_u32(p + 4 * k);
+#endif
+}
+
+// Q6_K, 32-element segments a lane: S = 1 (elements 32 seg .. + 32) or 2 (64 seg .. + 64).
+// Adds sc_k * (dot(u, x) - 32 * bsums[k]) over the segments' 16-wide sub-blocks k to si, u the
+// unsigned 6-bit values (q = u - 32): decode_piece's integers summed another way (the bsums are
+// exact sums of the activation block's values, act.h), without minus32_bytes, with the weights
+// loaded once a segment (the high bits once for both) and a scale load a sub-block instead of a
+// piece. b: the block, 2-byte aligned (packed_alignment); ab: its act_block256, 4-byte aligned.
+// With the changes of its call (the router's shared quantisation, q with k in one launch) the
+// 30B shape's whole-model decode 301.7 -> 305.8 tok/s at 512 positions, 223.5 -> 226.4 at 4,096
+// (decode_bench, H100, session 37: tests/gpu/parity.h100.log).
+template <int S>
+SLUICE_HD inline void q6k_segment_sums(const uint8_t* b, int seg, const uint8_t* ab, int32_t& si) {
+    static_assert(S == 1 || S == 2, "32 or 64 elements a lane");
+    const int e0 = 32 * S * seg, h = e0 / 128;
+    uint32_t qh[8];
+    ld_words2<8>(b + 128 + 32 * h, qh);   // bits 2 (r / 32) of byte 32 h + r % 32: element 128 h + r
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+        const int r = e0 % 128 + 32 * s;
+        uint32_t ql[8];
+        ld_words2<8>(b + 64 * h + r % 64, ql);
+        const int sl = 4 * (r / 64), shh = 2 * (r / 32);
+        const int kk = (128 * h + r) / 16;   // the segment's first sub-block (even)
+        const uint32_t bs = ld_u32_aligned(ab + 260 + 2 * kk);   // bsums[kk], bsums[kk + 1]
+        const uint16_t scw = ld_u16(b + 192 + kk);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            int32_t dot = 0;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int wi = 4 * half + k;
+                const uint32_t u = ((ql[wi] >> sl) & 0x0F0F0F0Fu) | (((qh[wi] >> shh) & 0x03030303u) << 4);
+                dot = hd_dp4a(static_cast<int32_t>(u), static_cast<int32_t>(ld_u32_aligned(ab + 4 + 128 * h + r + 4 * wi)), dot);
+            }
+            const int32_t sc = static_cast<int8_t>(scw >> (8 * half));
+            const int32_t bsum = static_cast<int16_t>(bs >> (16 * half));
+            si += sc * (dot - 32 * bsum);
+        }
+    }
+}
+
 // Whole-word decoders of a K-quant super-block, for the tensor-core kernel's steps
 // (matmul_mma.cuh, mma_decode_words): decode_piece's integers, 4 or 8 weights an operation
 // (matmul_parity checks them against decode_piece on the host). b must be 4-byte aligned (Q4_K,
