@@ -570,7 +570,7 @@ void cuda_model::attention_block(const dlayer& l, int il, std::span<const attn_r
     const bool q_act = norm(x_, l.attn_norm, xn_, n, fmt(l.wq), act_);
     float* const q_out = spec_.hybrid ? qg_ : q_;
     const bool k_reuse = q_act && fmt(l.wk) == fmt(l.wq);
-    const bool qk_pair = !pairable(l.wk, l.wv) && pairable(l.wq, l.wk);
+    const bool qk_pair = !pairable(l.wk, l.wv) && pairable_plain(l.wq, l.wk);
     if (qk_pair) mm(l.wq, xn_, n, q_out, q_act, nullptr, 1, false, &l.wk, k_);
     else mm(l.wq, xn_, n, q_out, q_act);
     if (spec_.hybrid) cuda::gated_query(qg_, q_, n, hp_.n_head, static_cast<int>(hd), stream_);

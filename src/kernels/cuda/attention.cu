@@ -228,6 +228,12 @@ __device__ inline float merge_factors(int64_t cg, int n_here, float my_mc, float
     return m_after;
 }
 
+// One later chunk into the running value: v = v * a + c * bc (the CPU's merge step, for l with
+// the chunk's exp sum, for o with its V sum).
+__device__ inline float merge_step(float v, float a, float c, float bc) {
+    return __fadd_rn(__fmul_rn(v, a), __fmul_rn(c, bc));
+}
+
 // Chunk c = cg + w merged into the running (l, o) (the lane's dims first + step * u): the first
 // chunk of the row sets them, each later one is l = l * a + lc * bc, o = o * a + oc * bc (the CPU's
 // merge; each dimension on its own, so which lane owns which dimensions changes no bit).
@@ -242,10 +248,10 @@ __device__ inline void merge_chunk(int64_t cg, int w, float lc, OC oc, float a_w
         return;
     }
     const float a = __shfl_sync(k_full, a_w, w), bc = __shfl_sync(k_full, bc_w, w);
-    l = __fadd_rn(__fmul_rn(l, a), __fmul_rn(lc, bc));
+    l = merge_step(l, a, lc, bc);
 #pragma unroll
     for (int u = 0; u < U; ++u)
-        if (first + step * u < hd) o[u] = __fadd_rn(__fmul_rn(o[u], a), __fmul_rn(oc(u), bc));
+        if (first + step * u < hd) o[u] = merge_step(o[u], a, oc(u), bc);
 }
 
 // One block per (row, head), k_attn_warps warps. The KV chunks are taken k_attn_warps at a time:

@@ -120,14 +120,21 @@ __global__ void __launch_bounds__(k_merge_max_floats)
     const float* hrec = rec + static_cast<int64_t>(h < p.n_head ? h : 0) * max_chunks * rs;
     const int64_t n_chunks = (static_cast<int64_t>(pos0) + kernels::k_attn_chunk) / kernels::k_attn_chunk;
     const bool mine = h < p.n_head && d < hd;
-    // Records read from L2 (__ldcg: written by the launch before, on other SMs).
+    // Records read from L2 (__ldcg: written by the launch before, on other SMs). The V sums by a
+    // pointer stepped a record at a time and a 32-bit bound: the 64-bit index, bound and address
+    // of each load were ~14 instructions (sm_90 SASS), 490 a group.
     auto load_group = [&](int64_t cg, float& mc, float& lc, float (&v)[k_merge_group]) {
-        const bool stats = cg + lane < n_chunks;
-        mc = stats ? __ldcg(hrec + (cg + lane) * rs) : 0.0f;
-        lc = stats ? __ldcg(hrec + (cg + lane) * rs + 1) : 0.0f;
+        const int left = static_cast<int>(n_chunks - cg < k_merge_group ? n_chunks - cg : k_merge_group);
+        const float* g = hrec + cg * rs;
+        const bool stats = lane < left;
+        mc = stats ? __ldcg(g + lane * rs) : 0.0f;
+        lc = stats ? __ldcg(g + lane * rs + 1) : 0.0f;
+        const float* pv = g + k_split_rec_v + d;
 #pragma unroll
-        for (int w = 0; w < k_merge_group; ++w)
-            v[w] = mine && cg + w < n_chunks ? __ldcg(hrec + (cg + w) * rs + k_split_rec_v + d) : 0.0f;
+        for (int w = 0; w < k_merge_group; ++w) {
+            v[w] = mine && w < left ? __ldcg(pv) : 0.0f;
+            pv += rs;
+        }
     };
     float group_mc, group_lc, group_v[k_merge_group], next_mc = 0.0f, next_lc = 0.0f, next_v[k_merge_group];
     load_group(0, group_mc, group_lc, group_v);
@@ -138,11 +145,28 @@ __global__ void __launch_bounds__(k_merge_max_floats)
         const int n_here = static_cast<int>(n_chunks - cg < k_merge_group ? n_chunks - cg : k_merge_group);
         float a_w, bc_w;
         const float m_after = merge_factors(cg, n_here, group_mc, m, lane, a_w, bc_w);
+        if (cg != 0 && n_here == k_merge_group) {
+            // A whole group after the row's first chunk: merge_chunk's steps with no branch between
+            // them (its break and its first-chunk test made each chunk a block of its own, so
+            // every chunk's shuffles waited in the chain of adds), the same operations in the same
+            // order. The merge took 15.1 us a layer at 4,096 positions and 3.9 at 512 (bench/gpu/
+            // step_trace, the 30B shape, H100, session 37); ~35 instructions a chunk a lane. After
+            // (with the loads below): kernel_bench's split attention 22.77 -> 20.51 us at 4,096
+            // positions, the 30B whole-model decode 227.6 -> 245.6 tok/s there and 309.9 -> 323.6
+            // at 512 with q and k paired (decode_bench, H100, tests/gpu/parity.h100.log).
 #pragma unroll
-        for (int w = 0; w < k_merge_group; ++w) {
-            if (w >= n_here) break;   // uniform
-            merge_chunk<1>(cg, w, __shfl_sync(k_full, group_lc, w), [&](int) { return group_v[w]; }, a_w, bc_w, hd, d, 32,
-                           l, o);
+            for (int w = 0; w < k_merge_group; ++w) {
+                const float a = __shfl_sync(k_full, a_w, w), bc = __shfl_sync(k_full, bc_w, w);
+                l = merge_step(l, a, __shfl_sync(k_full, group_lc, w), bc);
+                if (d < hd) o[0] = merge_step(o[0], a, group_v[w], bc);
+            }
+        } else {
+#pragma unroll
+            for (int w = 0; w < k_merge_group; ++w) {
+                if (w >= n_here) break;   // uniform
+                merge_chunk<1>(cg, w, __shfl_sync(k_full, group_lc, w), [&](int) { return group_v[w]; }, a_w, bc_w, hd, d,
+                               32, l, o);
+            }
         }
         m = m_after;
         group_mc = next_mc;
