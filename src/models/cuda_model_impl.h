@@ -263,7 +263,9 @@ private:
         return a.type == b.type && a.n_in == b.n_in && a.row_bytes == b.row_bytes;
     }
     // ... and two matrices or expert banks (gate and up, k and v).
-    static bool pairable(const dmat& a, const dmat& b) { return pairable_plain(a, b) && a.expert_stride == b.expert_stride; }
+    static bool pairable(const dmat& a, const dmat& b) {
+        return pairable_plain(a, b) && a.expert_stride == b.expert_stride;
+    }
 
     // y [n_rows, w.n_out] = w . x; x [n_rows / act_div or n_rows, w.n_in] f32. reuse: the
     // activation rows in act_ are already x's, for w's activation format. accumulate: y += w . x

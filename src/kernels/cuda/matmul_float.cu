@@ -226,8 +226,9 @@ struct route_tail {
 // residual row x, takes its RMSNorm with w into the staged row (rmsnorm_quant_kernel's
 // operations: rms_scale_warp, then (x * scale) * w element by element), block 0 also writes that
 // row to xn, and the blocks share its int8 activation blocks (width act_width: 32, 256, or 0 for
-// none) into act, with quantize_block_values, for the expert launches after it. Saves the norm's launch before a
-// decode step's router: 4.9 us of its ~85 us a layer (bench/gpu/step_trace, the 30B shape).
+// none) into act, with quantize_block_values, for the expert launches after it. Saves the norm's
+// launch before a decode step's router: 4.9 us of its ~85 us a layer (bench/gpu/step_trace, the
+// 30B shape).
 struct norm_in {
     const float* x = nullptr;    // [n_in]; null: the input is the activation row, as staged
     const float* w = nullptr;    // [n_in] or null

@@ -421,15 +421,18 @@ SLUICE_HD inline void q4k_subblock_sums(const uint8_t* b, int j0, const uint8_t*
         const uint8_t* x = ab + 4 + 32 * j;
         int32_t dot = 0;
 #pragma unroll
-        for (int k = 0; k < 8; ++k)
-            dot = hd_dp4a(static_cast<int32_t>((raw[k] >> sh) & 0x0F0F0F0Fu), static_cast<int32_t>(ld_u32_aligned(x + 4 * k)), dot);
+        for (int k = 0; k < 8; ++k) {
+            const uint32_t q = (raw[k] >> sh) & 0x0F0F0F0Fu;
+            dot = hd_dp4a(static_cast<int32_t>(q), static_cast<int32_t>(ld_u32_aligned(x + 4 * k)), dot);
+        }
         const int sh8 = 8 * (j & 3);
         const uint32_t a = s0 >> sh8, m = s1 >> sh8, c = s2 >> sh8;
         const int sc = static_cast<int>(j < 4 ? a & 63u : (c & 15u) | ((a >> 2) & 0x30u));
         const int mn = static_cast<int>(j < 4 ? m & 63u : ((c >> 4) & 15u) | ((m >> 2) & 0x30u));
         const uint32_t bs = ld_u32_aligned(ab + 260 + 4 * j);   // bsums[2 j], bsums[2 j + 1]
         si += sc * dot;
-        sm += mn * (static_cast<int32_t>(static_cast<int16_t>(bs & 0xFFFFu)) + static_cast<int32_t>(static_cast<int16_t>(bs >> 16)));
+        const int32_t bsum = static_cast<int32_t>(static_cast<int16_t>(bs & 0xFFFFu)) + static_cast<int16_t>(bs >> 16);
+        sm += mn * bsum;
     }
 }
 
@@ -487,7 +490,8 @@ SLUICE_HD inline void q6k_segment_sums(const uint8_t* b, int seg, const uint8_t*
             for (int k = 0; k < 4; ++k) {
                 const int wi = 4 * half + k;
                 const uint32_t u = ((ql[wi] >> sl) & 0x0F0F0F0Fu) | (((qh[wi] >> shh) & 0x03030303u) << 4);
-                dot = hd_dp4a(static_cast<int32_t>(u), static_cast<int32_t>(ld_u32_aligned(ab + 4 + 128 * h + r + 4 * wi)), dot);
+                const uint32_t x = ld_u32_aligned(ab + 4 + 128 * h + r + 4 * wi);
+                dot = hd_dp4a(static_cast<int32_t>(u), static_cast<int32_t>(x), dot);
             }
             const int32_t sc = static_cast<int8_t>(scw >> (8 * half));
             const int32_t bsum = static_cast<int16_t>(bs >> (16 * half));
