@@ -7,7 +7,9 @@
 // and waited[k] - entered[k] is how long its first block sat resident before it could start (0:
 // it was not scheduled early). Prints, per position in the step, the launch shape and the mean of
 // both over N_STEPS steps (the first layers' kernels and the last ones), then the totals by
-// launch shape. The step's tokens are greedy, as in decode_bench.
+// launch shape. Kernels that call trace_mark (launch.cuh) add, under their row, each mark's mean
+// time after their wait's return: the phases of a kernel as it runs in the step. The step's
+// tokens are greedy, as in decode_bench.
 #include "models/cuda_model.h"
 
 #include "decode_common.h"
@@ -91,30 +93,55 @@ int main(int argc, char** argv) {
         const unsigned n = std::min(per_step.back(), cap);
         std::vector<cuda::step_trace_record> rec(n);
         cudaMemcpy(rec.data(), host.rec, sizeof(cuda::step_trace_record) * n, cudaMemcpyDeviceToHost);
-        const unsigned K = per_step[0];
+        const unsigned per = per_step[0];   // records a step: the kernels' waits and the marks
         for (int i = 0; i < n_steps; ++i)
-            if (per_step[static_cast<size_t>(i)] != K * static_cast<unsigned>(i + 1) || per_step.back() > cap)
-                throw std::runtime_error("step_trace: steps recorded different kernel counts (or the buffer overflowed)");
-        // Per position k in the step: mean time to the next kernel's wait, mean early residency.
+            if (per_step[static_cast<size_t>(i)] != per * static_cast<unsigned>(i + 1) || per_step.back() > cap)
+                throw std::runtime_error("step_trace: steps recorded different counts (or the buffer overflowed)");
+        // Each step's kernel records (mark 0) in order, and its marks (trace_mark in launch.cuh).
+        std::vector<std::vector<cuda::step_trace_record>> waits(n_steps), marks(n_steps);
+        for (int st = 0; st < n_steps; ++st)
+            for (unsigned i = 0; i < per; ++i) {
+                const cuda::step_trace_record& r = rec[static_cast<size_t>(st) * per + i];
+                (r.mark ? marks : waits)[static_cast<size_t>(st)].push_back(r);
+            }
+        const unsigned K = static_cast<unsigned>(waits[0].size());
+        for (const auto& w : waits)
+            if (w.size() != K) throw std::runtime_error("step_trace: steps recorded different kernel counts");
+        // Per position k in the step: mean time to the next kernel's wait, mean early residency;
+        // each mark's mean time after the wait of the kernel it fell in (the last wait before it).
         std::vector<double> dur(K, 0.0), early(K, 0.0);
+        std::map<std::pair<unsigned, unsigned>, std::pair<double, int>> mark_at;   // (kernel, id) -> (sum ns, count)
         double span = 0.0;
         for (int st = 0; st < n_steps; ++st) {
-            const cuda::step_trace_record* r = rec.data() + static_cast<size_t>(st) * K;
+            const cuda::step_trace_record* r = waits[static_cast<size_t>(st)].data();
             for (unsigned k = 0; k < K; ++k) {
                 early[k] += static_cast<double>(r[k].waited - r[k].entered);
                 if (k + 1 < K) dur[k] += static_cast<double>(r[k + 1].waited - r[k].waited);
             }
             span += static_cast<double>(r[K - 1].waited - r[0].waited);
+            for (const cuda::step_trace_record& m : marks[static_cast<size_t>(st)]) {
+                const auto after = std::upper_bound(r, r + K, m.waited, [](unsigned long long t, const cuda::step_trace_record& w) {
+                    return t < w.waited;
+                });
+                if (after == r) continue;   // before the step's first wait: none here
+                const unsigned k = static_cast<unsigned>(after - r - 1);
+                auto& e = mark_at[{k, m.mark}];
+                e.first += static_cast<double>(m.waited - r[k].waited);
+                e.second += 1;
+            }
         }
         const double ns = 1e-3 / n_steps;   // ns summed over steps -> mean us
         std::printf("model: %s, %d layers; %u kernels a step; %d steps after a %d-token prompt\n", hp.arch.c_str(),
                     hp.n_layer, K, n_steps, n_prompt);
         std::printf("first kernel's wait to last kernel's wait: %.1f us a step (the last kernel's own time not included)\n",
                     span * ns);
-        const cuda::step_trace_record* r0 = rec.data();
+        const cuda::step_trace_record* r0 = waits[0].data();
         auto row = [&](unsigned k) {
             std::printf("%5u  grid %6u x %3u  block %4u   %8.2f us   waited early %7.2f us\n", k, r0[k].grid_x, r0[k].grid_y,
                         r0[k].block, k + 1 < K ? dur[k] * ns : 0.0, early[k] * ns);
+            for (auto it = mark_at.lower_bound({k, 0u}); it != mark_at.end() && it->first.first == k; ++it)
+                std::printf("         mark %u at %6.2f us after the wait (%.1f a step)\n", it->first.second,
+                            it->second.first / it->second.second * 1e-3, static_cast<double>(it->second.second) / n_steps);
         };
         const unsigned head = std::min(K, 40u);
         std::printf("-- the first %u kernels\n", head);

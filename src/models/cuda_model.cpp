@@ -397,8 +397,9 @@ void cuda_model::ensure_scratch(int max_rows) {
         dn_core_ = salloc<float>(R * vd);
     }
     d_pos_ = salloc<int32_t>(1);
-    route_arrivals_ = salloc<unsigned>(1);
-    ck(cudaMemset(route_arrivals_, 0, sizeof(unsigned)), "cudaMemset");
+    route_arrivals_ = salloc<unsigned>(2);
+    ck(cudaMemset(route_arrivals_, 0, 2 * sizeof(unsigned)), "cudaMemset");
+    combine_arrivals_ = route_arrivals_ + 1;
     ck(cudaMallocHost(&h_x_, R * E * 4), "cudaMallocHost");
     ck(cudaMallocHost(&h_pos_, 4), "cudaMallocHost");
     logits_stage_rows_ = std::min(max_rows, k_logits_stage_rows);
@@ -565,26 +566,33 @@ void cuda_model::attention_block(const dlayer& l, int il, std::span<const attn_r
     const int64_t nq = hp_.n_head * hd, nkv = hp_.n_kv_head * hd;
     // The norm quantises for wq; k and v reuse those rows when their format takes the same.
     // Hybrid models' gated attention: wq gives the query and the output gate per head (qg_).
-    // Two launches where two of the three matrices share a format: k with v, else q with k (a
-    // Q4_K_M file's layers whose wv is Q6_K: three launches before).
     const bool q_act = norm(x_, l.attn_norm, xn_, n, fmt(l.wq), act_);
     float* const q_out = spec_.hybrid ? qg_ : q_;
     const bool k_reuse = q_act && fmt(l.wk) == fmt(l.wq);
-    const bool qk_pair = !pairable(l.wk, l.wv) && pairable_plain(l.wq, l.wk);
-    if (qk_pair) mm(l.wq, xn_, n, q_out, q_act, nullptr, 1, false, &l.wk, k_);
-    else mm(l.wq, xn_, n, q_out, q_act);
-    if (spec_.hybrid) cuda::gated_query(qg_, q_, n, hp_.n_head, static_cast<int>(hd), stream_);
-    if (qk_pair) {
+    // One launch for all three where matmul_mixed takes them (a decode step's row of a Q4_K_M
+    // file: q and k Q4_K paired, v Q4_K or Q6_K), the activation row already in act_ (q_act, so
+    // building the arguments launches nothing). Else two launches where two of the three share a
+    // format (k with v, else q with k), or three.
+    const bool qkv_one = q_act && pairable_plain(l.wq, l.wk) && fmt(l.wv) == fmt(l.wq) &&
+                         cuda::matmul_mixed(mm_args_for(l.wq, xn_, n, q_out, true, nullptr, 1, false, &l.wk, k_),
+                                            mm_args_for(l.wv, xn_, n, v_, true), stream_);
+    if (!qkv_one && !pairable(l.wk, l.wv) && pairable_plain(l.wq, l.wk)) {
+        mm(l.wq, xn_, n, q_out, q_act, nullptr, 1, false, &l.wk, k_);
         mm(l.wv, xn_, n, v_, q_act && fmt(l.wv) == fmt(l.wq));
-    } else if (pairable(l.wk, l.wv)) {
-        mm(l.wk, xn_, n, k_, k_reuse, nullptr, 1, false, &l.wv, v_);
-    } else {
-        mm(l.wk, xn_, n, k_, k_reuse);
-        // An int8 wk leaves xn_'s rows for its format in act_ (a float wk leaves act_ alone, and
-        // then v quantises again: a rare mix not worth tracking).
-        const bool k_act = fmt(l.wk) != quant::act_format::f32;
-        mm(l.wv, xn_, n, v_, k_act && fmt(l.wv) == fmt(l.wk));
+    } else if (!qkv_one) {
+        mm(l.wq, xn_, n, q_out, q_act);
+        if (pairable(l.wk, l.wv)) {
+            mm(l.wk, xn_, n, k_, k_reuse, nullptr, 1, false, &l.wv, v_);
+        } else {
+            mm(l.wk, xn_, n, k_, k_reuse);
+            // An int8 wk leaves xn_'s rows for its format in act_ (a float wk leaves act_ alone, and
+            // then v quantises again: a rare mix not worth tracking).
+            const bool k_act = fmt(l.wk) != quant::act_format::f32;
+            mm(l.wv, xn_, n, v_, k_act && fmt(l.wv) == fmt(l.wk));
+        }
     }
+    // gated_query reads only q's launch's output: after k and v, the same bits.
+    if (spec_.hybrid) cuda::gated_query(qg_, q_, n, hp_.n_head, static_cast<int>(hd), stream_);
     if (l.bq) {
         cuda::add_rows(q_, l.bq, n, nq, stream_);
         cuda::add_rows(k_, l.bk, n, nkv, stream_);

@@ -130,6 +130,7 @@ void cuda_model::moe_block(const dlayer& l, int il, int64_t n) {
     grouped_ = false;
     pending_residual_ = cuda::moe_residual{ey_, ew_, static_cast<int>(K), l.sh_inp ? shexp_ : nullptr,
                                            l.sh_inp ? shgate_ : nullptr};
+    if (n == 1) pending_residual_.arrivals = combine_arrivals_;   // the combine over blocks (ops.cuh)
     pending_rows_ = n;
     if (!defer_residual_) flush_residual();
 }

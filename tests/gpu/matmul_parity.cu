@@ -11,7 +11,8 @@
 //      one-wave kernel, matmul_row_stream.cuh): plain, paired with accumulate, expert mode (with
 //      the ids read before the wait, ids_settled), and matmul_swiglu (the SwiGLU rows made in
 //      the launch) against swiglu_quant then matmul;
-//   3. (GPU) router_topk's one launch (the router's last block routes the row) equals matmul
+//   3. (GPU) matmul_mixed (a Q4_K pair and a Q6_K or Q4_K matrix in one launch) gives dot_ref's
+//      bits; router_topk's one launch (the router's last block routes the row) equals matmul
 //      then route_topk, bit for bit;
 //   4. (GPU, timing) one-row matmul GB/s on an expert-sized matrix (2048 x 768) and a large
 //      dense one, for a few formats.
@@ -48,7 +49,8 @@ using namespace sluice::matmul_test;
 namespace {
 
 // ---- part 2: the device ------------------------------------------------------------------------
-// n_in 2048 is one chunk of the kernel's shared-memory staging; 2816 is two, the second partial.
+// n_in 2048 is one chunk of the kernel's shared-memory staging; 2816 is two for windows, the
+// second partial (one of 4,096 for one row: quant_stage); 4608 is two for one row.
 int gpu_parity(dtype t, int64_t n_in) {
     const int64_t n_out = 99, n_pre = 100;
     const auto w = make_weights(t, n_in, n_out, 21);
@@ -521,6 +523,80 @@ int norm_router_parity() {
     return f;
 }
 
+// matmul_mixed: a Q4_K pair (q and k: 4,100 and 510 columns) and a tb matrix (v: 515 columns;
+// Q6_K or Q4_K) from one activation row in one launch, shapes for 132 SMs (the proportional split of a wave:
+// some blocks walk two column blocks) and for 28; then 60 + 20 and 30 columns, fewer column
+// blocks than a wave. Every output must be dot_ref's; the launch must have taken the shapes
+// (matmul_mixed returned true) and left the outputs' 0xff bytes nowhere. Columns repeat 61
+// distinct rows as in row_stream_parity, each matrix at its own offset.
+int mixed_parity(dtype tb) {
+    const int64_t n_in = 2048, n_distinct = 61;
+    const dtype ta = dtype::q4_k;
+    const size_t wra = *bytes_for(ta, n_in), wrb = *bytes_for(tb, n_in);
+    const size_t arb = quant::act_row_bytes(quant::act_format_for(ta), n_in);
+    if (quant::act_format_for(tb) != quant::act_format_for(ta)) return 1;
+    const auto base_a = make_weights(ta, n_in, n_distinct, 41), base_b = make_weights(tb, n_in, n_distinct, 42);
+    const auto act = make_act(ta, n_in, 1, 43);
+    std::vector<float> dots_a(n_distinct), dots_b(n_distinct);
+    for (int64_t k = 0; k < n_distinct; ++k) {
+        dots_a[k] = kernels::dot_ref(ta, base_a.data() + k * wra, act.data(), n_in);
+        dots_b[k] = kernels::dot_ref(tb, base_b.data() + k * wrb, act.data(), n_in);
+    }
+    int bad = 0;
+    struct shape {
+        int64_t q, k, v;
+        int sm_count;
+    };
+    for (const shape sh : {shape{4100, 510, 515, 132}, shape{4100, 510, 515, 28}, shape{60, 20, 30, 132}}) {
+        auto tiled = [&](const std::vector<std::byte>& base, size_t rb, int64_t n_out, int64_t offset) {
+            std::vector<std::byte> m(static_cast<size_t>(n_out) * rb);
+            for (int64_t j = 0; j < n_out; ++j)
+                std::memcpy(m.data() + j * rb, base.data() + ((j + offset) % n_distinct) * rb, rb);
+            return m;
+        };
+        const auto wq = tiled(base_a, wra, sh.q, 0), wk = tiled(base_a, wra, sh.k, 7), wv = tiled(base_b, wrb, sh.v, 13);
+        dev_buf dq(wq.size()), dk(wk.size()), dv(wv.size()), da(act.size()), yq(sh.q * 4), yk(sh.k * 4), yv(sh.v * 4);
+        CK(cudaMemcpy(dq.p, wq.data(), wq.size(), cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dk.p, wk.data(), wk.size(), cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dv.p, wv.data(), wv.size(), cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(da.p, act.data(), act.size(), cudaMemcpyHostToDevice));
+        CK(cudaMemset(yq.p, 0xff, sh.q * 4));   // NaNs: an output the launch skipped differs
+        CK(cudaMemset(yk.p, 0xff, sh.k * 4));
+        CK(cudaMemset(yv.p, 0xff, sh.v * 4));
+        cuda::mm_args a = plain_args(ta, dq.as<std::byte>(), wra, n_in, sh.q, da.as<std::byte>(), arb, 1, yq.as<float>());
+        a.w2 = dk.as<std::byte>();
+        a.n_out2 = sh.k;
+        a.y2 = yk.as<float>();
+        a.y2_stride = sh.k;
+        a.sm_count = sh.sm_count;
+        cuda::mm_args b = plain_args(tb, dv.as<std::byte>(), wrb, n_in, sh.v, da.as<std::byte>(), arb, 1, yv.as<float>());
+        b.sm_count = sh.sm_count;
+        const bool launched = cuda::matmul_mixed(a, b, nullptr);
+        CK(cudaDeviceSynchronize());
+        if (!launched) {
+            std::printf("  mixed q %lld k %lld v %lld (%d SMs): matmul_mixed did not take the shapes\n",
+                        static_cast<long long>(sh.q), static_cast<long long>(sh.k), static_cast<long long>(sh.v), sh.sm_count);
+            ++bad;
+            continue;
+        }
+        auto check = [&](dev_buf& y, int64_t n_out, const std::vector<float>& dots, int64_t offset, const char* what) {
+            std::vector<float> got(static_cast<size_t>(n_out));
+            CK(cudaMemcpy(got.data(), y.p, got.size() * 4, cudaMemcpyDeviceToHost));
+            for (int64_t j = 0; j < n_out; ++j)
+                if (f2u(got[j]) != f2u(dots[(j + offset) % n_distinct]) && bad++ == 0)
+                    std::printf("  mixed %s (%s v, %d SMs) col %lld: gpu %.9g, dot_ref %.9g\n", what,
+                                std::string(name(tb)).c_str(), sh.sm_count,
+                                static_cast<long long>(j), got[j], dots[(j + offset) % n_distinct]);
+        };
+        check(yq, sh.q, dots_a, 0, "q");
+        check(yk, sh.k, dots_a, 7, "k");
+        check(yv, sh.v, dots_b, 13, "v");
+    }
+    std::printf("gpu mixed Q4_K pair + %s launch (matmul_mixed): %s\n", std::string(name(tb)).c_str(),
+                bad ? "DIFFER" : "bit-identical");
+    return bad ? 1 : 0;
+}
+
 int router_topk_parity() {
     int f = 0;
     struct cfg { dtype t; int n_expert, n_used; bool renorm, ties; };
@@ -634,6 +710,9 @@ int main(int argc, char** argv) {
         // of lanes idle), 512 (2 blocks: a piece a lane). 32-wide formats: 4 pieces a lane
         // from 16 blocks (all of these widths).
         failures += gpu_parity(t, 2048) + gpu_parity(t, 2816) + gpu_parity(t, 768) + gpu_parity(t, 512);
+        // 4608: two of a one-row launch's chunks (4,096 elements: quant_stage), the second
+        // partial, and three of a window's (2,048), for a format of each block width.
+        if (t == dtype::q4_k || t == dtype::q6_k || t == dtype::q8_0) failures += gpu_parity(t, 4608);
         // 576 (SmolLM2's width): 18 blocks of 32, so the tensor-core kernel's last step of 256
         // elements is partial (2 blocks); 256: 8 blocks of 32, the one-row kernel at a piece a lane.
         if (info(t).block_elems == 32) failures += gpu_parity(t, 576) + gpu_parity(t, 256);
@@ -651,7 +730,7 @@ int main(int argc, char** argv) {
             failures += row_stream_parity(t, 2048, 28);
         }
     }
-    failures += router_topk_parity() + norm_router_parity();
+    failures += mixed_parity(dtype::q6_k) + mixed_parity(dtype::q4_k) + router_topk_parity() + norm_router_parity();
     if (do_bench && failures == 0) {
         for (dtype t : {dtype::q4_k, dtype::q8_0, dtype::q4_0, dtype::q6_k, dtype::iq4_xs, dtype::mxfp4}) {
             bench(t, 2048, 768, 128, 1, "expert");

@@ -403,6 +403,30 @@ int test_residual_norm() {
             f += report("moe residual + rmsnorm_quant: x " + tag, nx, dx.get());
             f += report("moe residual + rmsnorm_quant: out " + tag, cpu, dout.get());
             f += report_bytes("moe residual + rmsnorm_quant: act " + tag, act, da);
+            // Row 0 alone with a block counter (moe_residual::arrivals): the combine spread over
+            // blocks, the last one's norm; twice, the second launch finding the counter reset.
+            unsigned* cnt = nullptr;
+            CK(cudaMalloc(&cnt, sizeof(unsigned)));
+            CK(cudaMemset(cnt, 0, sizeof(unsigned)));
+            m.arrivals = cnt;
+            const std::vector<float> nx0(nx.begin(), nx.begin() + E), cpu0(cpu.begin(), cpu.begin() + E);
+            const std::vector<std::byte> act0(act.begin(), act.begin() + static_cast<std::ptrdiff_t>(act.size() / rows));
+            for (int rep = 0; rep < 2; ++rep) {
+                dvec dx0(std::vector<float>(x.begin(), x.begin() + E)), dout0(static_cast<size_t>(E));
+                CK(cudaMemset(da, 0, act0.size()));
+                cuda::moe_residual_rmsnorm_quant(m, dx0.p, dnw.p, dout0.p, 1, E, 1e-6f, fmt, da, nullptr);
+                const std::string t1 = tag + " (one row over blocks, launch " + std::to_string(rep + 1) + ")";
+                f += report("moe residual + rmsnorm_quant: x " + t1, nx0, dx0.get());
+                f += report("moe residual + rmsnorm_quant: out " + t1, cpu0, dout0.get());
+                f += report_bytes("moe residual + rmsnorm_quant: act " + t1, act0, da);
+            }
+            unsigned left = 1;
+            CK(cudaMemcpy(&left, cnt, sizeof left, cudaMemcpyDeviceToHost));
+            if (left != 0) {
+                std::printf("FAIL moe residual + rmsnorm_quant %s: the block counter left at %u\n", tag.c_str(), left);
+                ++f;
+            }
+            cudaFree(cnt);
             cudaFree(da);
         }
     return f;
@@ -436,13 +460,23 @@ int test_fused() {
             cudaFree(da);
         }
     // q/k head norms + RoPE + cache store in one launch against the CPU's rmsnorm per head,
-    // rope_apply and copies: with norms (NeoX, partial) and without (normal).
-    for (int with_norm = 0; with_norm < 2; ++with_norm) {
+    // rope_apply and copies: through memory (normal RoPE without norms; NeoX over 96 of 128 with
+    // them) and in registers (NeoX over whole heads of 64, 128 and 256, with norms and without).
+    struct qk_case {
+        kernels::rope_mode mode;
+        int n_rot, hd;
+        bool with_norm;
+    };
+    const qk_case qk_cases[] = {{kernels::rope_mode::normal, 128, 128, false}, {kernels::rope_mode::neox, 96, 128, true},
+                                {kernels::rope_mode::neox, 128, 128, true},    {kernels::rope_mode::neox, 128, 128, false},
+                                {kernels::rope_mode::neox, 64, 64, true},      {kernels::rope_mode::neox, 256, 256, true}};
+    for (const qk_case& qc : qk_cases) {
+        const bool with_norm = qc.with_norm;
         kernels::rope_params rp;
-        rp.mode = with_norm ? kernels::rope_mode::neox : kernels::rope_mode::normal;
-        rp.n_rot = with_norm ? 96 : 128;
+        rp.mode = qc.mode;
+        rp.n_rot = qc.n_rot;
         rp.freq_base = 1e6f;
-        const int n_head = 6, n_kv = 2, hd = 128, rows = 5;
+        const int n_head = 6, n_kv = 2, hd = qc.hd, rows = 5;
         const int32_t pos0 = 300, n_ctx = pos0 + rows + 3;
         std::vector<float> table(static_cast<size_t>(n_ctx) * rp.n_rot);
         for (int p = 0; p < n_ctx; ++p) kernels::rope_table(rp, p, table.data() + static_cast<size_t>(p) * rp.n_rot);
@@ -479,7 +513,9 @@ int test_fused() {
         CK(cudaMemcpy(dpos, &pos0, 4, cudaMemcpyHostToDevice));
         cuda::qk_norm_rope_store(rp, dt.p, 0, dq.p, dk.p, dv.p, with_norm ? dqn.p : nullptr, with_norm ? dkn.p : nullptr, 1e-6f,
                                  rows, n_head, n_kv, hd, dkc.p, dvc.p, nullptr, dpos);
-        const std::string tag = with_norm ? " (head norms, neox 96)" : " (normal)";
+        const std::string tag = std::string(" (") + (with_norm ? "head norms, " : "") +
+                                (qc.mode == kernels::rope_mode::neox ? "neox " : "normal ") + std::to_string(qc.n_rot) +
+                                " of " + std::to_string(hd) + ")";
         f += report("qk_norm_rope_store q" + tag, cq, dq.get());
         f += report("qk_norm_rope_store k" + tag, ck, dk.get());
         f += report("qk_norm_rope_store k cache" + tag, kcache, dkc.get());

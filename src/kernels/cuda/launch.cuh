@@ -69,6 +69,21 @@ __device__ __forceinline__ void wait_prior_grids() {
 #endif
 }
 
+// A STEP_TRACE build's mark inside a kernel: thread 0 of the calling block records the time with
+// id (>= 1) in the record's last field, so that bench/gpu/step_trace can time the phases of a
+// kernel (from its wait's return) as it runs in the step's graph. Nothing in other builds.
+__device__ __forceinline__ void trace_mark(unsigned id) {
+#ifdef SLUICE_STEP_TRACE
+    if (g_step_trace && threadIdx.x == 0) {
+        const unsigned long long t = global_ns();
+        const unsigned i = atomicAdd(&g_step_trace->n, 1u);
+        if (i < g_step_trace->cap) g_step_trace->rec[i] = {t, t, blockIdx.x, gridDim.x, blockDim.x, id};
+    }
+#else
+    (void)id;
+#endif
+}
+
 // kernel<<<grid, block, smem, stream>>>(args...), with the PDL attribute when it is on; fails
 // (throws) when the launch is refused.
 template <class... KArgs, class... Args>

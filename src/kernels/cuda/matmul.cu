@@ -75,13 +75,19 @@ constexpr int k_chunk_elems = 2048;   // elements of a row staged in shared memo
 // Bytes of shared memory that hold `len` bytes copied from any address by stage() below.
 constexpr int stage_region(int len) { return ((len + 15) / 16 + 1) * 16; }
 
-template <dtype T>
+template <dtype T, int ELEMS = k_chunk_elems>
 struct stage_sizes {
-    static constexpr int blocks = k_chunk_elems / fmt_traits<T>::qk;                  // per chunk
+    static constexpr int blocks = ELEMS / fmt_traits<T>::qk;                           // per chunk
     static constexpr int w_region = stage_region(blocks * fmt_traits<T>::block_bytes);  // per warp
     static constexpr int a_region = stage_region(blocks * fmt_traits<T>::act_bytes);    // per row
     static_assert(blocks % (32 / (fmt_traits<T>::qk / 8)) == 0, "a chunk is whole warp steps");
 };
+// mm_quant_kernel's chunks for one row (MAXR 1): twice as long, so a 4,096-wide row (the 30B
+// shape's wo) is staged whole before the kernel's wait, where in two chunks the second one's
+// memory latency came after the first one's decode. Windows keep k_chunk_elems (16 activation
+// regions).
+template <dtype T, int MAXR>
+using quant_stage = stage_sizes<T, MAXR == 1 ? 2 * k_chunk_elems : k_chunk_elems>;
 
 // Copies bytes [src, src + len) into dst (16-byte aligned, stage_region(len) bytes) as the
 // aligned 16-byte words that cover them (copy16: all of them in flight at once, so a stage costs
@@ -103,6 +109,7 @@ __device__ inline const uint8_t* stage(const uint8_t* src, int len, uint4* dst, 
 // Shared memory of one block of mm_quant_kernel<T> for up to `rows` activation rows.
 template <dtype T>
 size_t quant_smem_bytes(int rows, int warps) {
+    if (rows == 1) return static_cast<size_t>(warps) * quant_stage<T, 1>::w_region + quant_stage<T, 1>::a_region;
     return static_cast<size_t>(warps) * stage_sizes<T>::w_region + static_cast<size_t>(rows) * stage_sizes<T>::a_region;
 }
 
@@ -203,7 +210,7 @@ __global__ void __launch_bounds__(k_warps_max * 32, MAXR == 1 ? 4 : 3)
                     const int32_t* __restrict__ n_tiles, const int32_t* __restrict__ perm, bool ids_settled) {
     const int64_t bx = pick_matrix(n_cb1, w, n_out, y, y_stride, w2, n_out2, y2, y2_stride);   // arguments only
     using tr = fmt_traits<T>;
-    using ss = stage_sizes<T>;
+    using ss = quant_stage<T, MAXR>;
     constexpr int L = tr::qk / 8 / P;   // lanes per block (each decodes P consecutive pieces)
     constexpr int BPW = 32 / L;         // blocks per warp step
     static_assert(P == 1 || MAXR <= 4, "several pieces a lane: one-row launches and windows of 4 rows only");
@@ -442,6 +449,40 @@ bool launch_row_stream(const mm_args& a, unsigned pairs, cudaStream_t s, const f
     return true;
 }
 
+// matmul_mixed's launch: one wave's blocks shared between the parts in proportion to their
+// column blocks (the 30B shape's q + k and v: 576 and 64 column blocks, 475 and 53 blocks of a
+// 528-block wave, so no block walks more than two).
+template <dtype T, int P, dtype T2, int P2>
+void launch_row_stream_two(const mm_args& a, const mm_args& b, cudaStream_t s) {
+    constexpr size_t smem = std::max(row_stream_smem_bytes<T>(k_warps_max), row_stream_smem_bytes<T2>(k_warps_max));
+    static_assert(smem <= 48 * 1024, "shared memory within the default limit");
+    auto part = [](const mm_args& m) {
+        row_stream_part r{};
+        r.w = reinterpret_cast<const uint8_t*>(m.w);
+        r.row_bytes = m.row_bytes;
+        r.n_blocks = m.n_in / 256;
+        r.n_out = m.n_out;
+        r.act = reinterpret_cast<const uint8_t*>(m.act);
+        r.y = m.y;
+        r.n_cb1 = (m.n_out + k_warps_max - 1) / k_warps_max;
+        r.n_cb = r.n_cb1 + (m.w2 ? (m.n_out2 + k_warps_max - 1) / k_warps_max : 0);
+        r.w2 = reinterpret_cast<const uint8_t*>(m.w2);
+        r.n_out2 = m.w2 ? m.n_out2 : 0;
+        r.y2 = m.y2;
+        return r;
+    };
+    const row_stream_part pa = part(a), pb = part(b);
+    const int64_t wave = wave_blocks(a);
+    int64_t ga = pa.n_cb, gb = pb.n_cb;
+    if (ga + gb > wave) {
+        ga = std::clamp<int64_t>((wave * pa.n_cb + (pa.n_cb + pb.n_cb) / 2) / (pa.n_cb + pb.n_cb), 1, wave - 1);
+        gb = std::min<int64_t>(pb.n_cb, wave - ga);
+        ga = std::min<int64_t>(pa.n_cb, ga);
+    }
+    launch(mm_row_stream_two_kernel<T, P, T2, P2>, dim3(static_cast<unsigned>(ga + gb)), dim3(k_warps_max * 32), smem, s, pa,
+           pb, static_cast<unsigned>(ga));
+}
+
 // Windows of 2..4 rows of Q4_K or Q8_0: the one-row kernel's pieces a lane with an
 // accumulator a row (each piece decoded again for each row); each row's terms are the one-row
 // kernel's, so the same bits. Measured on the H200 (bench/gpu/window_bench, 2026-12-03), against
@@ -468,7 +509,7 @@ void launch_quant(const mm_args& a, dim3 grid, cudaStream_t s) {
     // (one row): within the default 48 KB.
     static_assert(k_warps * stage_sizes<T>::w_region + k_max_rows * stage_sizes<T>::a_region <= 48 * 1024,
                   "shared memory within the default limit");
-    static_assert(k_warps_max * stage_sizes<T>::w_region + stage_sizes<T>::a_region <= 48 * 1024,
+    static_assert(k_warps_max * quant_stage<T, 1>::w_region + quant_stage<T, 1>::a_region <= 48 * 1024,
                   "shared memory within the default limit");
     // One-row launches: 8 columns a block (the activation chunk staged once for 8 weight rows)
     // where that still leaves a wave's worth of blocks (4 an SM), else 4; windows: 4.
@@ -617,6 +658,24 @@ void matmul(const mm_args& a, void* stream) {
     }
     }
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) fail("cuda: matmul: launch failed: {}", cudaGetErrorString(e));
+}
+
+bool matmul_mixed(const mm_args& a, const mm_args& b, void* stream) {
+    checked_row_groups(a);
+    checked_row_groups(b);
+    auto one_plain_row = [](const mm_args& m) {
+        return !m.ids && !m.tiles && m.n_rows == 1 && !m.accumulate && m.n_in % 256 == 0 && m.n_in / 256 >= 6 &&
+               m.n_in / 256 <= stage_sizes<dtype::q4_k>::blocks && m.n_in / 256 <= stage_sizes<dtype::q6_k>::blocks;
+    };
+    if (a.type != dtype::q4_k || (b.type != dtype::q6_k && b.type != dtype::q4_k) || !one_plain_row(a) ||
+        !one_plain_row(b) || b.w2 || a.act != b.act || !a.act)
+        return false;
+    static_assert(fmt_traits<dtype::q4_k>::qk == 256 && fmt_traits<dtype::q6_k>::qk == 256, "rows of 256-blocks");
+    // The pieces a lane the one-format launches take for these rows (one_row_pieces: 8 from 6 blocks).
+    if (b.type == dtype::q6_k) launch_row_stream_two<dtype::q4_k, 8, dtype::q6_k, 8>(a, b, static_cast<cudaStream_t>(stream));
+    else launch_row_stream_two<dtype::q4_k, 8, dtype::q4_k, 8>(a, b, static_cast<cudaStream_t>(stream));
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) fail("cuda: matmul_mixed: launch failed: {}", cudaGetErrorString(e));
+    return true;
 }
 
 void matmul_swiglu(const mm_args& a, const float* gate, const float* up, void* stream) {

@@ -288,6 +288,7 @@ __global__ void __launch_bounds__(k_col_threads)
     }
     stage_wait();
     __syncthreads();
+    if (blockIdx.x == 0) trace_mark(1);   // the rows staged
     if (nrm.x) {   // the staged residual row becomes its RMSNorm (stage_x: the launch checked)
         float* xs = reinterpret_cast<float*>(col_smem + w_words);
         __shared__ float s_scale;
@@ -296,6 +297,7 @@ __global__ void __launch_bounds__(k_col_threads)
             if (threadIdx.x == 0) s_scale = scale;
         }
         __syncthreads();
+        if (blockIdx.x == 0) trace_mark(2);   // the norm's scale
         const float scale = s_scale;
         auto normed = [&](int64_t i, float wv) {
             const float v = nrm.w ? __fmul_rn(__fmul_rn(xs[i], scale), wv) : __fmul_rn(xs[i], scale);
@@ -341,6 +343,7 @@ __global__ void __launch_bounds__(k_col_threads)
             }
         }
     }
+    if (blockIdx.x == 0) trace_mark(3);   // thread 0's column written
     if (!rt.arrivals) return;
     // The last block to arrive routes. The block's column, written before the barrier, is
     // released by thread 0's acquire-release add (cumulative through the barrier), and the last
@@ -358,7 +361,9 @@ __global__ void __launch_bounds__(k_col_threads)
         if (last) arrived.store(0u, ::cuda::memory_order_relaxed);   // every block has arrived: ready for the next launch
     }
     __syncthreads();
+    if (last) trace_mark(4);   // the last block knows it is
     if (last && threadIdx.x < 32) route_topk_warp_pl<PL>(rt.p, y, rt.ids, rt.weights, static_cast<int>(threadIdx.x), s_exp);
+    if (last) trace_mark(5);   // routed
 }
 
 // Few columns of a plain float matrix whose row fits in shared memory (the router): a block a

@@ -38,7 +38,7 @@ namespace {
 
 // Per warp two weight regions (the current column and the next), then the activation row.
 template <dtype T>
-size_t row_stream_smem_bytes(int warps) {
+constexpr size_t row_stream_smem_bytes(int warps) {
     return static_cast<size_t>(2 * warps) * stage_sizes<T>::w_region + stage_sizes<T>::a_region;
 }
 
@@ -47,14 +47,17 @@ size_t row_stream_smem_bytes(int warps) {
 // n_blocks <= stage_sizes<T>::blocks format blocks. Expert mode (ids): row blockIdx.y of the
 // matrices of expert ids[blockIdx.y] (a negative id: another lane's pair, skipped), its
 // activations row blockIdx.y / act_div; else row 0.
+// The kernel's body for the block bx of gx blocks that walk the column blocks (the whole grid's
+// blockIdx.x and gridDim.x, or one part's: mm_row_stream_two_kernel).
 template <dtype T, int P>
-__global__ void __launch_bounds__(k_warps_max * 32, 4)
-    mm_row_stream_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_blocks, int64_t n_out,
-                         const int32_t* __restrict__ ids, size_t expert_stride, const uint8_t* __restrict__ act,
-                         size_t act_stride, int act_div, float* __restrict__ y, int64_t y_stride, bool accumulate,
-                         int64_t n_cb1, int64_t n_cb, const uint8_t* __restrict__ w2, int64_t n_out2,
-                         float* __restrict__ y2, int64_t y2_stride, bool ids_settled,
-                         const float* __restrict__ sw_gate, const float* __restrict__ sw_up) {
+__device__ __forceinline__ void row_stream_body(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_blocks,
+                                                int64_t n_out, const int32_t* __restrict__ ids, size_t expert_stride,
+                                                const uint8_t* __restrict__ act, size_t act_stride, int act_div,
+                                                float* __restrict__ y, int64_t y_stride, bool accumulate, int64_t n_cb1,
+                                                int64_t n_cb, const uint8_t* __restrict__ w2, int64_t n_out2,
+                                                float* __restrict__ y2, int64_t y2_stride, bool ids_settled,
+                                                const float* __restrict__ sw_gate, const float* __restrict__ sw_up,
+                                                unsigned bx, unsigned gx) {
     using tr = fmt_traits<T>;
     using ss = stage_sizes<T>;
     constexpr int L = tr::qk / 8 / P;   // lanes per block (each decodes P consecutive pieces)
@@ -106,7 +109,7 @@ __global__ void __launch_bounds__(k_warps_max * 32, 4)
     column cur;
     const uint8_t* wc_cur = nullptr;
     auto first_column = [&] {
-        cur = column_of(blockIdx.x);
+        cur = column_of(bx);
         wc_cur = cur.wrow ? stage(cur.wrow, nb * BB, sw_cur, lane, 32) : nullptr;
         stage_commit();
     };
@@ -148,16 +151,16 @@ __global__ void __launch_bounds__(k_warps_max * 32, 4)
     stage_commit();
     const iq_tables tb = device_tables();
     const int g = lane / L, piece = lane % L;
-    for (int64_t vb = blockIdx.x; vb < n_cb; vb += gridDim.x) {
+    for (int64_t vb = bx; vb < n_cb; vb += gx) {
         // The next column's copies go out before this one is decoded.
         column next;
-        if (vb + gridDim.x < n_cb) {
-            next = column_of(vb + gridDim.x);
+        if (vb + gx < n_cb) {
+            next = column_of(vb + gx);
             if (next.wrow) wc_next = stage(next.wrow, nb * BB, sw_next, lane, 32);
         }
         stage_commit();
         stage_wait_but<1>();   // all but the group just committed: this column's and the row's
-        if (vb == static_cast<int64_t>(blockIdx.x)) __syncthreads();   // the row, staged by the block
+        if (vb == static_cast<int64_t>(bx)) __syncthreads();   // the row, staged by the block
         else __syncwarp();                                               // the weights, by this warp
         if (cur.wrow) {
             const uint8_t* wcur = wc_cur;
@@ -186,6 +189,46 @@ __global__ void __launch_bounds__(k_warps_max * 32, 4)
         sw_next = sw_done;
         wc_cur = wc_next;
     }
+}
+
+template <dtype T, int P>
+__global__ void __launch_bounds__(k_warps_max * 32, 4)
+    mm_row_stream_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_blocks, int64_t n_out,
+                         const int32_t* __restrict__ ids, size_t expert_stride, const uint8_t* __restrict__ act,
+                         size_t act_stride, int act_div, float* __restrict__ y, int64_t y_stride, bool accumulate,
+                         int64_t n_cb1, int64_t n_cb, const uint8_t* __restrict__ w2, int64_t n_out2,
+                         float* __restrict__ y2, int64_t y2_stride, bool ids_settled,
+                         const float* __restrict__ sw_gate, const float* __restrict__ sw_up) {
+    row_stream_body<T, P>(w, row_bytes, n_blocks, n_out, ids, expert_stride, act, act_stride, act_div, y, y_stride,
+                          accumulate, n_cb1, n_cb, w2, n_out2, y2, y2_stride, ids_settled, sw_gate, sw_up, blockIdx.x,
+                          gridDim.x);
+}
+
+// One plain one-row launch of two parts whose weights differ in format (matmul_mixed: a decode
+// step's q and k with a v of another format, which took a launch of its own, 2.3 us a layer of
+// the 30B decode step: bench/gpu/step_trace, H100, session 37). Blocks [0, ga) walk the first
+// part's column blocks, the rest the second's; each column is the one-format kernel's.
+struct row_stream_part {
+    const uint8_t* w;   // [n_out, row_bytes], then w2's [n_out2, row_bytes] (n_cb1 column blocks first)
+    size_t row_bytes;
+    int64_t n_blocks, n_out;
+    const uint8_t* act;   // the activation row
+    float* y;             // [n_out]
+    int64_t n_cb1, n_cb;
+    const uint8_t* w2;
+    int64_t n_out2;
+    float* y2;   // [n_out2]
+};
+
+template <dtype T, int P, dtype T2, int P2>
+__global__ void __launch_bounds__(k_warps_max * 32, 4) mm_row_stream_two_kernel(row_stream_part a, row_stream_part b, unsigned ga) {
+    if (blockIdx.x < ga)
+        row_stream_body<T, P>(a.w, a.row_bytes, a.n_blocks, a.n_out, nullptr, 0, a.act, 0, 1, a.y, a.n_out, false, a.n_cb1,
+                              a.n_cb, a.w2, a.n_out2, a.y2, a.n_out2, false, nullptr, nullptr, blockIdx.x, ga);
+    else
+        row_stream_body<T2, P2>(b.w, b.row_bytes, b.n_blocks, b.n_out, nullptr, 0, b.act, 0, 1, b.y, b.n_out, false,
+                                b.n_cb1, b.n_cb, b.w2, b.n_out2, b.y2, b.n_out2, false, nullptr, nullptr,
+                                blockIdx.x - ga, gridDim.x - ga);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "kernels/cuda/router.cuh"
 #include "kernels/math.h"
 
+#include <cuda/atomic>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -38,6 +39,43 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, float* out, int64
     const float scale = rms_scale_warp(xr, n, eps);
     __syncwarp();
     for (int64_t i = lane; i < n; i += 32) o[i] = w ? __fmul_rn(__fmul_rn(xr[i], scale), w[i]) : __fmul_rn(xr[i], scale);
+}
+
+// The norm and the activation blocks of one row xr [n] (rmsnorm_quant_kernel's second half):
+// warp 0 takes the sum of squares (rms_scale_warp), then each warp takes blocks of the row, scales
+// its values (rmsnorm_kernel's expression) into registers, writes them to o and quantises them
+// from the registers (quantize_block_values) into act_row. w_first: the norm weights of the warp's
+// first block (loaded before the kernel's wait). Every thread of the block calls it.
+template <int W, class Block>
+__device__ inline void norm_quant_row(const float* xr, const float* w, const float (&w_first)[W / 32], float* o,
+                                      int64_t n, float eps, Block* act_row) {
+    constexpr int per_lane = W / 32;
+    const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x & 31);
+    const int64_t per_row = n / W;
+    __shared__ float s_scale;
+    if (threadIdx.x < 32) {
+        const float scale = rms_scale_warp(xr, n, eps);
+        if (threadIdx.x == 0) s_scale = scale;
+    }
+    __syncthreads();   // x is read before out (which may be x) is written: each warp below reads
+                       // and writes only its own blocks' elements
+    trace_mark(2);   // the scale
+    const float scale = s_scale;
+    for (int64_t b = warp; b < per_row; b += blockDim.x / 32) {
+        float v[per_lane];
+#pragma unroll
+        for (int i = 0; i < per_lane; ++i) {
+            const int64_t e = b * W + lane * per_lane + i;
+            v[i] = w ? __fmul_rn(__fmul_rn(xr[e], scale), b == warp ? w_first[i] : w[e]) : __fmul_rn(xr[e], scale);
+        }
+#pragma unroll
+        for (int i = 0; i < per_lane; ++i) o[b * W + lane * per_lane + i] = v[i];
+        Block* dst = act_row + b;
+        int16_t* bsums = nullptr;
+        if constexpr (W == 256) bsums = dst->bsums;
+        quantize_block_values<W>(v, &dst->d, dst->q, bsums);
+    }
+    trace_mark(3);   // thread 0's blocks quantised
 }
 
 // One block (8 warps) per row: the row staged in shared memory (rows up to 8192 floats; longer
@@ -69,7 +107,6 @@ __global__ void __launch_bounds__(k_residual_threads)
 #pragma unroll
         for (int i = 0; i < per_lane; ++i) w_first[i] = __ldg(w + warp * W + lane * per_lane + i);
     wait_prior_grids();   // before the first read of x: see launch.cuh
-    __shared__ float s_scale;
     extern __shared__ float4 s_x4[];   // staged: the row x[r, :] (n floats), else unused
     const int64_t r = blockIdx.x;
     const float* xr = x + r * n;
@@ -112,27 +149,67 @@ __global__ void __launch_bounds__(k_residual_threads)
         __syncthreads();
         xr = xs;
     }
-    if (threadIdx.x < 32) {
-        const float scale = rms_scale_warp(xr, n, eps);
-        if (threadIdx.x == 0) s_scale = scale;
-    }
-    __syncthreads();   // x is read before out (which may be x) is written: each warp below reads
-                       // and writes only its own blocks' elements
-    const float scale = s_scale;
-    for (int64_t b = warp; b < per_row; b += blockDim.x / 32) {
-        float v[per_lane];
+    trace_mark(1);   // the row staged (and combined)
+    norm_quant_row<W>(xr, w, w_first, o, n, eps, act + r * per_row);
+}
+
+// One row's MoE combine over many blocks, then its norm (moe_residual with arrivals): thread i of
+// the grid takes element i, moe_combine_kernel's sum, add_gated's term and the residual add (the
+// staged path's expression above), written back to x; the last block to arrive (an
+// acquire-release add on res.arrivals, which it resets) stages the new x through L2 and takes its
+// norm and activation blocks (norm_quant_row). Why it was tried: in one block of 1,024 threads
+// the staging of the experts' rows (8 x 2,048 floats for the 30B shape) ended 3.9 us into the
+// launch's 7.8 (bench/gpu/step_trace's marks, H100, session 38). Measured: no gain (the launch
+// 8.06 -> 8.02 us a layer, the last block holding the row 4.5 us after the wait), so the delay is
+// not one SM's loads; what these reads likely wait behind is the next launch's early staging of
+// q, k and v's weights (6.2 MB, launched as soon as these blocks pass their wait). Kept as the
+// base of that experiment (the trigger moved after the combine); the bits are the one-block
+// kernel's (ops_parity).
+constexpr int k_combine_threads = 256;
+template <int W, class Block>
+__global__ void __launch_bounds__(k_combine_threads)
+    combine_norm_quant_kernel(float* x, const float* w, float* out, int64_t n, float eps, Block* act, moe_residual res) {
+    constexpr int per_lane = W / 32;
+    const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x & 31);
+    float w_first[per_lane];   // as rmsnorm_quant_kernel: used by the last block
+    if (w && warp < n / W)
 #pragma unroll
-        for (int i = 0; i < per_lane; ++i) {
-            const int64_t e = b * W + lane * per_lane + i;
-            v[i] = w ? __fmul_rn(__fmul_rn(xr[e], scale), b == warp ? w_first[i] : w[e]) : __fmul_rn(xr[e], scale);
+        for (int i = 0; i < per_lane; ++i) w_first[i] = __ldg(w + warp * W + lane * per_lane + i);
+    wait_prior_grids();   // the experts' rows: written by the launch before
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float acc = 0.0f;
+        for (int k0 = 0; k0 < res.K; k0 += 8) {
+            float e[8], wk[8];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                e[j] = k0 + j < res.K ? res.ey[(k0 + j) * n + i] : 0.0f;
+                wk[j] = k0 + j < res.K ? res.weights[k0 + j] : 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+                if (k0 + j < res.K) acc = __fadd_rn(acc, __fmul_rn(wk[j], e[j]));
         }
-#pragma unroll
-        for (int i = 0; i < per_lane; ++i) o[b * W + lane * per_lane + i] = v[i];
-        Block* dst = act + r * per_row + b;
-        int16_t* bsums = nullptr;
-        if constexpr (W == 256) bsums = dst->bsums;
-        quantize_block_values<W>(v, &dst->d, dst->q, bsums);
+        if (res.sh) acc = __fadd_rn(acc, __fmul_rn(kernels::sigmoid_f32(res.sh_gate[0]), res.sh[i]));
+        x[i] = __fadd_rn(x[i], acc);
     }
+    // The block's elements, written before the barrier, are released by thread 0's
+    // acquire-release add (cumulative through the barrier); the last block acquires the others'.
+    __shared__ bool last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        ::cuda::atomic_ref<unsigned, ::cuda::thread_scope_device> arrived(*res.arrivals);
+        last = arrived.fetch_add(1u, ::cuda::memory_order_acq_rel) == gridDim.x - 1;
+        if (last) arrived.store(0u, ::cuda::memory_order_relaxed);   // every block has arrived: ready for the next launch
+    }
+    __syncthreads();
+    if (!last) return;
+    extern __shared__ float4 s_x4[];   // the new row x (n floats)
+    float* xs = reinterpret_cast<float*>(s_x4);
+    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) xs[k] = __ldcg(x + k);
+    __syncthreads();
+    trace_mark(1);   // the last block has the row
+    norm_quant_row<W>(xs, w, w_first, out, n, eps, act);
 }
 
 // One warp per activation block of swiglu(gate, up).
@@ -177,31 +254,93 @@ __global__ void rope_kernel(const float* cs_table, int n_rot, bool neox, int32_t
 
 // One warp per (row, slot): slots [0, n_head) are q heads, [n_head, n_head + n_kv_head) k heads
 // (both: optional per-head RMSNorm, then RoPE, k also stored), the rest v heads (stored).
+// M > 0 (neox RoPE over the whole head, head_dim = 32 M): lane l holds the head's elements
+// l + 32 u (u < M) in registers, so each RoPE pair (i, i + 16 M) is one lane's slots u and
+// u + M / 2; the norm weights and the position's cos / sin are loaded before the wait (weights
+// and the table are written by no kernel, the position before the step's first launch), and
+// after it the head is read once and written once. M = 0: any shape, through memory.
+// Why: the launch took 4.6 us a layer of the 30B decode step for ~1 us of work: its chain of
+// dependent loads (the position, then its table row; the head, the norm, the head read back)
+// came after the wait (bench/gpu/step_trace, H100, session 37).
+template <int M>
 __global__ void qk_norm_rope_store_kernel(const float* cs_table, int n_rot, bool neox, int32_t pos0, const int32_t* pos_dev,
                                           float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
                                           float eps, int64_t n_rows, int n_head, int n_kv_head, int head_dim, float* kc,
                                           float* vc) {
-    wait_prior_grids();   // first: see launch.cuh
-    if (pos_dev) pos0 = *pos_dev;
+    if (pos_dev) pos0 = *pos_dev;   // settled before the step's first launch
     const int64_t t = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
     const int slots = n_head + 2 * n_kv_head;
-    if (t >= n_rows * slots) return;   // whole warps leave together
+    const bool live = t < n_rows * slots;   // whole warps
     const int lane = static_cast<int>(threadIdx.x & 31);
-    const int64_t r = t / slots;
+    const int64_t r = live ? t / slots : 0;
     const int sl = static_cast<int>(t % slots);
+    const bool is_v = sl >= n_head + n_kv_head, is_q = sl < n_head;
+    const float* nw = is_q ? q_norm : k_norm;
+    float nwr[M > 0 ? M : 1], cr[M > 0 ? M / 2 : 1], sr[M > 0 ? M / 2 : 1];
+    if constexpr (M > 0) {
+        if (live && !is_v) {
+            const float* cs = cs_table + (pos0 + r) * n_rot;
+#pragma unroll
+            for (int u = 0; u < M; ++u) nwr[u] = nw ? __ldg(nw + lane + 32 * u) : 1.0f;
+#pragma unroll
+            for (int u = 0; u < M / 2; ++u) {
+                cr[u] = __ldg(cs + 2 * (lane + 32 * u));
+                sr[u] = __ldg(cs + 2 * (lane + 32 * u) + 1);
+            }
+        }
+    }
+    wait_prior_grids();   // q, k and v: written by the launches before
+    if (!live) return;
     const int64_t kv_row = static_cast<int64_t>(n_kv_head) * head_dim;
     const int64_t cache_at = (static_cast<int64_t>(pos0) + r) * kv_row;
-    if (sl >= n_head + n_kv_head) {   // v: stored as it is
+    if (is_v) {   // v: stored as it is
         const int h = sl - n_head - n_kv_head;
         const float* src = v + r * kv_row + static_cast<int64_t>(h) * head_dim;
         float* dst = vc + cache_at + static_cast<int64_t>(h) * head_dim;
         for (int d = lane; d < head_dim; d += 32) dst[d] = src[d];
         return;
     }
-    const bool is_q = sl < n_head;
     const int h = is_q ? sl : sl - n_head;
     float* xh = is_q ? q + (r * n_head + h) * head_dim : k + r * kv_row + static_cast<int64_t>(h) * head_dim;
-    const float* nw = is_q ? q_norm : k_norm;
+    if constexpr (M > 0) {
+        float x[M];
+#pragma unroll
+        for (int u = 0; u < M; ++u) x[u] = xh[lane + 32 * u];
+        if (nw) {
+            // warp_dot_lanes(xh, xh, head_dim): chain c < 16 takes c, c + 16, c + 32, ... in order,
+            // i.e. lane c's slot 0, lane c + 16's slot 0, lane c's slot 1, ...; then the fold.
+            float hi[M];
+#pragma unroll
+            for (int u = 0; u < M; ++u) hi[u] = __shfl_down_sync(k_full, x[u], 16);
+            float acc = 0.0f;
+#pragma unroll
+            for (int u = 0; u < M; ++u) {
+                acc = __fmaf_rn(x[u], x[u], acc);
+                acc = __fmaf_rn(hi[u], hi[u], acc);
+            }
+            for (int s = 8; s >= 1; s >>= 1) acc = __fadd_rn(acc, __shfl_down_sync(k_full, acc, s, 16));
+            const float sum = __shfl_sync(k_full, acc, 0);
+            const float mean = __fdiv_rn(sum, static_cast<float>(head_dim));
+            const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+#pragma unroll
+            for (int u = 0; u < M; ++u) x[u] = __fmul_rn(__fmul_rn(x[u], scale), nwr[u]);
+        }
+        // rope_kernel's neox pairs (i, i + head_dim / 2), i = lane + 32 u.
+#pragma unroll
+        for (int u = 0; u < M / 2; ++u) {
+            const float x0 = x[u], x1 = x[u + M / 2];
+            x[u] = __fsub_rn(__fmul_rn(x0, cr[u]), __fmul_rn(x1, sr[u]));
+            x[u + M / 2] = __fadd_rn(__fmul_rn(x0, sr[u]), __fmul_rn(x1, cr[u]));
+        }
+#pragma unroll
+        for (int u = 0; u < M; ++u) xh[lane + 32 * u] = x[u];
+        if (!is_q) {
+            float* dst = kc + cache_at + static_cast<int64_t>(h) * head_dim;
+#pragma unroll
+            for (int u = 0; u < M; ++u) dst[lane + 32 * u] = x[u];
+        }
+        return;
+    }
     if (nw) {   // rmsnorm_kernel over one head
         const float sum = warp_dot_lanes(xh, xh, head_dim);
         const float mean = __fdiv_rn(sum, static_cast<float>(head_dim));
@@ -361,8 +500,21 @@ void launch_rmsnorm_quant(const float* x, const float* w, float* out, int64_t n_
     if (res.ey && (!staged || x == out || res.K < 1 || (res.sh && !res.sh_gate)))
         fail("cuda: moe_residual_rmsnorm_quant: rows of {} floats (at most 8192), x {} out, K {}, shared expert {} gate",
              n, x == out ? "aliasing" : "apart from", res.K, res.sh && !res.sh_gate ? "without" : "with");
-    const unsigned threads = res.ey ? k_residual_threads : 256;
     const size_t smem = staged ? static_cast<size_t>(n) * 4 : 0;
+    if (res.ey && res.arrivals && n_rows == 1) {   // one row: the combine over blocks, the last one normalises
+        const dim3 grid_c(static_cast<unsigned>((n + k_combine_threads - 1) / k_combine_threads));
+        if (f == quant::act_format::q8_32 && n % 32 == 0)
+            launch(combine_norm_quant_kernel<32, quant::act_block32>, grid_c, dim3(k_combine_threads), smem, s,
+                   const_cast<float*>(x), w, out, n, eps, reinterpret_cast<quant::act_block32*>(act), res);
+        else if (f == quant::act_format::q8_256 && n % 256 == 0)
+            launch(combine_norm_quant_kernel<256, quant::act_block256>, grid_c, dim3(k_combine_threads), smem, s,
+                   const_cast<float*>(x), w, out, n, eps, reinterpret_cast<quant::act_block256*>(act), res);
+        else
+            fail("cuda: moe_residual_rmsnorm_quant: activation format {} for rows of {} floats", static_cast<int>(f), n);
+        check_launch("combine_norm_quant");
+        return;
+    }
+    const unsigned threads = res.ey ? k_residual_threads : 256;
     if (f == quant::act_format::q8_32) {
         if (n % 32 != 0) fail("cuda: rmsnorm_quant: n = {} is not a multiple of 32", n);
         launch(rmsnorm_quant_kernel<32, quant::act_block32>, dim3(grid), dim3(threads), smem, s, x, w, out, n, eps,
@@ -423,9 +575,14 @@ void qk_norm_rope_store(const kernels::rope_params& p, const float* cs_table, in
         fail("cuda: qk_norm_rope_store: n_head {}, n_kv_head {}, head_dim {}, n_rot {}", n_head, n_kv_head, head_dim, p.n_rot);
     const int64_t warps = n_rows * (n_head + 2 * n_kv_head);
     if (warps <= 0) return;
-    launch(qk_norm_rope_store_kernel, dim3(blocks_for(warps * 32, 128)), dim3(128), 0,
-           static_cast<cudaStream_t>(stream), cs_table, p.n_rot, p.mode == kernels::rope_mode::neox, pos0, pos_dev, q,
-           k, v, q_norm, k_norm, eps, n_rows, n_head, n_kv_head, head_dim, kc, vc);
+    const bool neox = p.mode == kernels::rope_mode::neox;
+    const int m = neox && p.n_rot == head_dim && (head_dim == 64 || head_dim == 128 || head_dim == 256) ? head_dim / 32 : 0;
+    auto kernel = m == 2 ? qk_norm_rope_store_kernel<2>
+                : m == 4 ? qk_norm_rope_store_kernel<4>
+                : m == 8 ? qk_norm_rope_store_kernel<8>
+                         : qk_norm_rope_store_kernel<0>;
+    launch(kernel, dim3(blocks_for(warps * 32, 128)), dim3(128), 0, static_cast<cudaStream_t>(stream), cs_table, p.n_rot,
+           neox, pos0, pos_dev, q, k, v, q_norm, k_norm, eps, n_rows, n_head, n_kv_head, head_dim, kc, vc);
     check_launch("qk_norm_rope_store");
 }
 

@@ -37,6 +37,9 @@ struct moe_residual {
     int K = 0;
     const float* sh = nullptr;        // [n_rows, n] the shared expert's rows, or null
     const float* sh_gate = nullptr;   // [n_rows] its gate logits (with sh)
+    // A device counter, zero before and after the launch: one row's combine is then spread over
+    // blocks, the last one to finish taking the norm (null: one block a row).
+    unsigned* arrivals = nullptr;
 };
 void moe_residual_rmsnorm_quant(const moe_residual& m, float* x, const float* w, float* out, int64_t n_rows, int64_t n,
                                 float eps, quant::act_format f, std::byte* act, void* stream);

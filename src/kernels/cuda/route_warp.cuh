@@ -120,10 +120,11 @@ __device__ inline void route_topk_warp_pl(const kernels::router_params& p, float
         if (lane == 0) route_select_row(n, p.n_used, p.renormalize, x, rid, rwt);
         return;
     }
-    // Top-k: lane k keeps rank k's id and weight.
+    // Top-k: lane k keeps rank k's id and weight; every lane adds the picked weights in rank order
+    // as they come (the renormalisation's sum: a chain of shuffles after the picks before).
     uint32_t taken = 0;   // bit k: this lane's element 32k + lane is taken
     int my_id = 0;
-    float my_wt = 0.0f;
+    float my_wt = 0.0f, s = 0.0f;
     for (int k = 0; k < p.n_used; ++k) {
         const picked pk = warp_pick(v, n, taken, lane);
         const float bv = pk.value;
@@ -133,12 +134,9 @@ __device__ inline void route_topk_warp_pl(const kernels::router_params& p, float
             my_id = bi;
             my_wt = bv;
         }
+        s = s + bv;
     }
-    if (p.renormalize) {
-        float s = 0.0f;
-        for (int k = 0; k < p.n_used; ++k) s = s + __shfl_sync(0xffffffffu, my_wt, k);
-        my_wt = my_wt / s;
-    }
+    if (p.renormalize) my_wt = my_wt / s;
     if (lane < p.n_used) {
         rid[lane] = my_id;
         rwt[lane] = my_wt;

@@ -9,7 +9,8 @@ namespace sluice::cuda {
 
 struct step_trace_record {
     unsigned long long entered = 0, waited = 0;   // ns
-    unsigned grid_x = 0, grid_y = 0, block = 0, pad = 0;
+    unsigned grid_x = 0, grid_y = 0, block = 0;
+    unsigned mark = 0;   // 0: a kernel's wait; else trace_mark's id (launch.cuh; grid_x, grid_y: the block, the grid's width)
 };
 struct step_trace {
     unsigned n = 0;                     // records written (may pass cap: the rest are dropped)
