@@ -410,8 +410,8 @@ private:
     int logits_stage_rows_ = 0;
     float* h_logits_ = nullptr;   // pinned [logits_stage_rows_, n_vocab]
     int32_t* d_pos_ = nullptr;    // device [1]
-    unsigned* route_arrivals_ = nullptr;   // device [1]: the fused router's block counter (zero between launches)
-    unsigned* combine_arrivals_ = nullptr; // device [1]: a one-row combine's block counter (moe_residual::arrivals)
+    unsigned* route_arrivals_ = nullptr;   // device [2]: [0] the fused router's block counter (zero between launches)
+    unsigned* combine_arrivals_ = nullptr; // route_arrivals_ + 1: a one-row combine's block counter (moe_residual::arrivals)
     bool graphs_ = true;          // decode steps (one segment, one row) as CUDA graphs
     std::vector<std::pair<graph_key, cudaGraphExec_t>> graphs_cache_;
     std::vector<split_graph> split_graphs_;                     // a split model's, per key
