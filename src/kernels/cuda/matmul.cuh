@@ -112,8 +112,9 @@ void matmul(const mm_args& a, void* stream);
 // a's and b's products in one launch where the two are one plain row each (no ids, tiles or
 // accumulation) from the same activation row (a.act == b.act) and their formats are a pair this
 // launch is built for: Q4_K with Q6_K or Q4_K (a Q4_K_M file's q and k, paired in a, with its wv
-// in b, which is Q6_K in some layers and Q4_K in the others), rows of 6 to 8 blocks. True when it launched; false (nothing enqueued) otherwise, and the
-// caller runs matmul(a) and matmul(b). Each output's bits are matmul's.
+// in b, which is Q6_K in some layers and Q4_K in the others), rows of 6 to 8 blocks. True when
+// it launched; false (nothing enqueued) otherwise, and the caller runs matmul(a) and matmul(b).
+// Each output's bits are matmul's.
 bool matmul_mixed(const mm_args& a, const mm_args& b, void* stream);
 // The product of a's matrix (an int8 format: a down projection) with the activation rows
 // swiglu(gate, up) ([n_rows / act_div, n_in] floats each) quantised as swiglu_quant makes them
