@@ -599,9 +599,16 @@ int mixed_parity(dtype tb) {
 
 int router_topk_parity() {
     int f = 0;
-    struct cfg { dtype t; int n_expert, n_used; bool renorm, ties; };
-    for (const cfg c : {cfg{dtype::f32, 128, 8, true, false}, cfg{dtype::f32, 60, 4, false, false},
-                        cfg{dtype::bf16, 128, 8, true, false}, cfg{dtype::f32, 128, 8, true, true}}) {
+    // ties: 1 every expert's row the same (every probability equal), 2 experts 2e and 2e + 1 the
+    // same (pairs of equal probabilities among the picks). The last block routes in the block
+    // form (route_topk_block) up to 256 experts and 31 picks, with its fallback on ties; 32 picks
+    // and 512 experts take the warp form.
+    struct cfg { dtype t; int n_expert, n_used; bool renorm; int ties; };
+    const cfg cases[] = {{dtype::f32, 128, 8, true, 0},   {dtype::f32, 60, 4, false, 0},  {dtype::bf16, 128, 8, true, 0},
+                         {dtype::f32, 128, 8, true, 1},   {dtype::f32, 128, 8, true, 2},  {dtype::f32, 256, 8, true, 0},
+                         {dtype::f32, 256, 10, false, 2}, {dtype::f32, 128, 31, true, 0}, {dtype::f32, 40, 32, true, 0},
+                         {dtype::f32, 512, 10, true, 0}};
+    for (const cfg& c : cases) {
         const int64_t n_in = 2048;
         const size_t row_bytes = static_cast<size_t>(n_in) * (c.t == dtype::f32 ? 4 : 2);
         std::vector<uint8_t> w(row_bytes * static_cast<size_t>(c.n_expert));
@@ -617,8 +624,11 @@ int router_topk_parity() {
                 w[i + 1] = static_cast<uint8_t>(u >> 24);
             }
         }
-        if (c.ties)
+        if (c.ties == 1)
             for (int e = 1; e < c.n_expert; ++e) std::memcpy(w.data() + e * row_bytes, w.data(), row_bytes);
+        if (c.ties == 2)
+            for (int e = 1; e < c.n_expert; e += 2)
+                std::memcpy(w.data() + e * row_bytes, w.data() + (e - 1) * row_bytes, row_bytes);
         kernels::router_params p;
         p.n_expert = c.n_expert;
         p.n_used = c.n_used;
@@ -638,7 +648,8 @@ int router_topk_parity() {
             CK(cudaMalloc(&dids[k], c.n_used * 4));
         }
         const std::string what = std::string("router_topk ") + std::string(name(c.t)) + " " + std::to_string(c.n_expert) +
-                                 " top-" + std::to_string(c.n_used) + (c.ties ? " ties" : "");
+                                 " top-" + std::to_string(c.n_used) +
+                                 (c.ties == 1 ? " ties" : c.ties == 2 ? " paired ties" : "");
         bool same = true;
         for (int round = 0; round < 3; ++round) {
             const auto x = random_floats(static_cast<size_t>(n_in), 80 + round, 1.0f);

@@ -259,8 +259,11 @@ __device__ inline void quantize_row_share(const float* xs, int64_t n, std::byte*
 }
 
 // PL: the top-k's slots a lane (route_slots; the launch picks it, k_route_per_lane without a top-k).
+// One block an SM is all the launch bounds promise (the router's 128 blocks fill an H100's 132 SMs
+// once): with the default, ptxas held the 128-expert form to 48 registers and spilled 40 bytes of
+// the norm's weights across the norm's division (route_topk_block's ranking added to it).
 template <dtype T, int PL>
-__global__ void __launch_bounds__(k_col_threads)
+__global__ void __launch_bounds__(k_col_threads, 1)
     mm_float_col_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
                         const uint8_t* __restrict__ act, size_t act_stride, int64_t n_rows, float* __restrict__ y,
                         int64_t y_stride, bool accumulate, int64_t n_cb1, const uint8_t* __restrict__ w2, int64_t n_out2,
@@ -353,7 +356,8 @@ __global__ void __launch_bounds__(k_col_threads)
     // after those fences (tests/gpu/ncu_source.h200.txt, session 27); the add alone took the
     // launch with its top-k from 8.00 to 7.56 us (kernel_bench, H100, session 33).
     __shared__ bool last;
-    __shared__ float s_exp[32 * k_route_per_lane];
+    __shared__ alignas(16) float s_exp[32 * k_route_per_lane];   // route_topk_block reads it as float4
+    __shared__ int s_cand[32];   // route_topk_block's candidates
     __syncthreads();
     if (threadIdx.x == 0) {
         ::cuda::atomic_ref<unsigned, ::cuda::thread_scope_device> arrived(*rt.arrivals);
@@ -362,7 +366,9 @@ __global__ void __launch_bounds__(k_col_threads)
     }
     __syncthreads();
     if (last) trace_mark(4);   // the last block knows it is
-    if (last && threadIdx.x < 32) route_topk_warp_pl<PL>(rt.p, y, rt.ids, rt.weights, static_cast<int>(threadIdx.x), s_exp);
+    if (last && route_block_form(rt.p)) route_topk_block<PL>(rt.p, y, rt.ids, rt.weights, s_exp, s_cand);
+    else if (last && threadIdx.x < 32)
+        route_topk_warp_pl<PL>(rt.p, y, rt.ids, rt.weights, static_cast<int>(threadIdx.x), s_exp);
     if (last) trace_mark(5);   // routed
 }
 
