@@ -603,10 +603,10 @@ void cuda_model::attention_block(const dlayer& l, int il, std::span<const attn_r
     ap.n_kv_head = hp_.n_kv_head;
     ap.head_dim = hp_.head_dim;
     ap.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hp_.head_dim)));
-    // Plain attention's output rows quantised for wo in the split kernel's launch where it runs
-    // (a decode step's one row a segment); the hybrids' output gate comes first, so not there.
+    // The attention's output rows quantised for wo in the split kernel's launch where it runs (a
+    // decode step's one row a segment), after the hybrids' output gate in the same launch.
     const quant::act_format o_fmt = fmt(l.wo);
-    const bool o_fold = !spec_.hybrid && o_fmt != quant::act_format::f32;
+    const bool o_fold = o_fmt != quant::act_format::f32;
     const size_t o_act_bytes = o_fold ? quant::act_row_bytes(o_fmt, nq) : 0;
     bool o_act = o_fold;
     int64_t row0 = 0;
@@ -622,12 +622,14 @@ void cuda_model::attention_block(const dlayer& l, int il, std::span<const attn_r
         cuda::attention_act aq;
         aq.act = o_fold ? act_ + static_cast<size_t>(row0) * o_act_bytes : nullptr;
         aq.width = o_fmt == quant::act_format::q8_32 ? 32 : 256;
+        aq.gate = spec_.hybrid ? qg_ + row0 * 2 * nq : nullptr;
         const bool made = cuda::attention(ap, q_ + row0 * nq, kc, vc, g.pos0, rows, attn_ + row0 * nq, stream_, pos_dev,
                                           &attn_split_, &aq);
+        if (spec_.hybrid && !made)
+            cuda::output_gate(attn_ + row0 * nq, qg_ + row0 * 2 * nq, rows, hp_.n_head, static_cast<int>(hd), stream_);
         o_act = o_act && made;   // every segment launched; one that made none: wo quantises all
         row0 += rows;
     }
-    if (spec_.hybrid) cuda::output_gate(attn_, qg_, n, hp_.n_head, static_cast<int>(hd), stream_);
     // x += wo . attn in the matmul's launch (its activation rows made by attention where o_act).
     mm(l.wo, attn_, n, x_, o_act, nullptr, 1, true);
 }
