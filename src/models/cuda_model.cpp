@@ -87,6 +87,7 @@ cuda_model::cuda_model(const model_file& f, const load_options&, int device, con
     defer_uploads_ = true;
     weight_binder b(f);
     std::vector<moe::expert_bank> banks;   // [n_layer] the routed experts in host memory (MoE)
+    std::vector<ffn_weights> shexps;       // [n_layer] their shared experts (spec_.shexp)
     uint64_t expert_bytes = 0;
     out_ = bind_output(b, hp_);
     tok_embd_ = out_.tok_embd;
@@ -116,9 +117,7 @@ cuda_model::cuda_model(const model_file& f, const load_options&, int device, con
             banks.push_back({m.gate_exps, m.up_exps, m.down_exps});
             expert_bytes += m.gate_exps->nbytes + m.up_exps->nbytes + m.down_exps->nbytes;
             if (spec_.shexp) {
-                l.sh_gate = upload_mat(*m.shexp.gate);
-                l.sh_up = upload_mat(*m.shexp.up);
-                l.sh_down = upload_mat(*m.shexp.down);
+                shexps.push_back(m.shexp);   // uploaded below, with the routed experts where they fit as one more
                 l.sh_inp = upload_mat(*m.shexp_gate);
             }
         } else {
@@ -132,12 +131,33 @@ cuda_model::cuda_model(const model_file& f, const load_options&, int device, con
     // Routed experts: all uploaded as they are, or, under a budget below their total, the
     // resident ones in cache slots (the expert matmuls read slot ids instead of expert ids).
     const bool split = spec_.moe && place && place->vram_budget < expert_bytes;
-    if (!split)
-        for (size_t il = 0; il < banks.size(); ++il) {
-            layers_[il].gate_exps = upload_mat(*banks[il].gate);
-            layers_[il].up_exps = upload_mat(*banks[il].up);
-            layers_[il].down_exps = upload_mat(*banks[il].down);
+    for (size_t il = 0; il < banks.size(); ++il) {
+        dlayer& l = layers_[il];
+        const moe::expert_bank& k = banks[il];
+        // All in VRAM, a shared expert of the routed experts' format and shape goes after them,
+        // as expert n_expert of each bank: a decode row then computes it as one more pair of
+        // the routed launches (moe_block), not in launches of its own.
+        if (!split && !shexps.empty()) {
+            const ffn_weights& sh = shexps[il];
+            l.sh_pair = fits_as_expert(*k.gate, *sh.gate) && fits_as_expert(*k.up, *sh.up) && fits_as_expert(*k.down, *sh.down);
+            if (l.sh_pair) {
+                upload_bank_with(*k.gate, *sh.gate, l.gate_exps, l.sh_gate);
+                upload_bank_with(*k.up, *sh.up, l.up_exps, l.sh_up);
+                upload_bank_with(*k.down, *sh.down, l.down_exps, l.sh_down);
+                continue;
+            }
         }
+        if (!split) {
+            l.gate_exps = upload_mat(*k.gate);
+            l.up_exps = upload_mat(*k.up);
+            l.down_exps = upload_mat(*k.down);
+        }
+        if (!shexps.empty()) {
+            l.sh_gate = upload_mat(*shexps[il].gate);
+            l.sh_up = upload_mat(*shexps[il].up);
+            l.sh_down = upload_mat(*shexps[il].down);
+        }
+    }
     flush_uploads(prog);
     if (split) {
         lanes_ = std::make_unique<cuda_expert_lanes>(hp_, banks, *place, stream_);
@@ -321,6 +341,24 @@ dmat cuda_model::upload_mat(const tensor_view& t) {
     return m;
 }
 
+bool cuda_model::fits_as_expert(const tensor_view& bank, const tensor_view& extra) {
+    return bank.ne[2] >= 1 && extra.type == bank.type && extra.ne[0] == bank.ne[0] && extra.ne[1] == bank.ne[1] &&
+           extra.ne[2] == 1 && extra.ne[3] == 1 && extra.nbytes * static_cast<size_t>(bank.ne[2]) == bank.nbytes;
+}
+
+void cuda_model::upload_bank_with(const tensor_view& bank, const tensor_view& extra, dmat& bank_out, dmat& extra_out) {
+    if (!fits_as_expert(bank, extra)) fail("cuda model: '{}' does not fit as one more expert of '{}'", extra.name, bank.name);
+    auto* p = static_cast<std::byte*>(dalloc(bank.nbytes + extra.nbytes));
+    for (const auto& [dst, t] : {std::pair{p, &bank}, std::pair{p + bank.nbytes, &extra}}) {
+        if (defer_uploads_) pending_uploads_.push_back({dst, t->data, t->nbytes});
+        else ck(cudaMemcpy(dst, t->data, t->nbytes, cudaMemcpyHostToDevice), "upload");
+    }
+    bank_out = slot_mat(bank, p);
+    extra_out = slot_mat(extra, p + bank.nbytes);
+    uploaded_[&bank] = bank_out;
+    uploaded_[&extra] = extra_out;
+}
+
 dmat cuda_model::slot_mat(const tensor_view& t, const std::byte* data) {
     if (!cuda::has_matmul(t.type)) fail("cuda model: tensor '{}': no CUDA matmul for {}", t.name, name(t.type));
     dmat m;
@@ -359,7 +397,9 @@ void cuda_model::ensure_scratch(int max_rows) {
     // shared expert's [R, n_ff_shexp]: the largest of the three, not RK x the widest (for the 80B
     // hybrid at 2048 rows that was 2 x 0.84 GB against 2 x 0.08).
     const auto width = [](int v) { return static_cast<size_t>(std::max(v, 0)); };
-    const size_t ffn_elems = std::max({R * width(hp_.n_ff), RK * width(hp_.n_ff_exp), R * width(hp_.n_ff_shexp), size_t{1}});
+    // (RK + 1: a decode row's pairs with the shared expert as one more, dlayer::sh_pair.)
+    const size_t ffn_elems =
+        std::max({R * width(hp_.n_ff), (RK + 1) * width(hp_.n_ff_exp), R * width(hp_.n_ff_shexp), size_t{1}});
     const size_t ff = std::max({width(hp_.n_ff), width(hp_.n_ff_exp), width(hp_.n_ff_shexp), size_t{1}});
     x_ = salloc<float>(R * E);
     xn_ = salloc<float>(R * E);
@@ -370,10 +410,13 @@ void cuda_model::ensure_scratch(int max_rows) {
     out_buf_ = salloc<float>(R * E);
     gate_ = salloc<float>(ffn_elems);
     up_ = salloc<float>(ffn_elems);
-    ey_ = salloc<float>(RK * E);
+    ey_ = salloc<float>((RK + 1) * E);
     shexp_ = salloc<float>(R * E);
     router_ = salloc<float>(R * static_cast<size_t>(std::max(hp_.n_expert, 1)));
     ids_ = salloc<int32_t>(RK);
+    ids_sh_ = salloc<int32_t>(K + 1);
+    const int32_t shared_id = hp_.n_expert;   // the shared expert's place in a sh_pair layer's banks
+    ck(cudaMemcpy(ids_sh_ + K, &shared_id, 4, cudaMemcpyHostToDevice), "cudaMemcpy (shared expert id)");
     perm_ = salloc<int32_t>(RK);
     // [3, max tiles]: sized for the smallest tile (16 rows), which gives the most tiles.
     tiles_ = salloc<int32_t>(3 * static_cast<size_t>(cuda::group_tiles_max(
