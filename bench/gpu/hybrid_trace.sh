@@ -44,7 +44,7 @@ base=
 if [ -d .peers/old-tree/src ]; then
   mkdir -p .peers/old-tree/.peers/gpu-bench && cp -r .peers/gpu-bench/include .peers/old-tree/.peers/gpu-bench/
   (cd .peers/old-tree && JOBS=$([ "$trace" = 1 ] && echo 5 || echo 7) CUDA_ARCH=90 bash bench/gpu/build.sh /tmp/ht-base \
-     > /tmp/ht-base.log 2>&1) &
+     > /tmp/ht-base.log 2>&1; echo "base build rc=$?" >> /tmp/ht-base.log) &
   base=/tmp/ht-base
 fi
 JOBS=$([ "$trace" = 1 ] && echo 6 || echo 9) CUDA_ARCH=90 bash bench/gpu/build.sh /tmp/ht-plain > /tmp/ht-plain.log 2>&1
@@ -57,7 +57,7 @@ for t in delta_net_parity ops_parity "matmul_parity --no-bench" placement_parity
 done
 grep -E "^####|rc=|^FAIL|PASS: |FAIL: |differ" "$O/parity.log" >> "$O/summary.txt"
 say "trace build and files: $(ls -la $f35 $f80 2>&1 | awk '{print $5}' | tr '\n' ' ')"
-tail -n 3 /tmp/ht-trace.log /tmp/ht-plain.log /tmp/ht-synth.log >> "$O/summary.txt"
+tail -n 3 /tmp/ht-trace.log /tmp/ht-plain.log /tmp/ht-synth.log /tmp/ht-base.log >> "$O/summary.txt"
 for f in $f35 $f80; do
   [ -s "$f" ] || continue
   for b in $base /tmp/ht-plain; do

@@ -139,7 +139,8 @@ cuda_model::cuda_model(const model_file& f, const load_options&, int device, con
         // the routed launches (moe_block), not in launches of its own.
         if (!split && !shexps.empty()) {
             const ffn_weights& sh = shexps[il];
-            l.sh_pair = fits_as_expert(*k.gate, *sh.gate) && fits_as_expert(*k.up, *sh.up) && fits_as_expert(*k.down, *sh.down);
+            // (The shared expert's id in ids_sh_ is n_expert: the bank must hold exactly that many.)
+            l.sh_pair = k.gate->ne[2] == hp_.n_expert && fits_as_expert(*k.gate, *sh.gate) && fits_as_expert(*k.up, *sh.up) && fits_as_expert(*k.down, *sh.down);
             if (l.sh_pair) {
                 upload_bank_with(*k.gate, *sh.gate, l.gate_exps, l.sh_gate);
                 upload_bank_with(*k.up, *sh.up, l.up_exps, l.sh_up);
@@ -428,7 +429,7 @@ void cuda_model::ensure_scratch(int max_rows) {
     // int8 activation rows: at most 292 bytes per 256 values (act_block256) or 36 per 32.
     const size_t vd = spec_.hybrid ? static_cast<size_t>(hy_.dn.value_dim()) : 0;
     const size_t widest = std::max({E, nq, ff, vd, mtp_host_ ? 2 * E : 0});   // the MTP's eh_proj reads 2*n_embd
-    act_ = salloc<std::byte>(RK * (widest / 32 + 1) * 37);
+    act_ = salloc<std::byte>((RK + 1) * (widest / 32 + 1) * 37);   // RK + 1: sh_pair's row as one more pair
     if (spec_.hybrid) {
         const size_t C = static_cast<size_t>(hy_.dn.conv_channels()), nv = static_cast<size_t>(hy_.dn.n_v_heads);
         qg_ = salloc<float>(R * 2 * nq);

@@ -144,10 +144,16 @@ void cuda_model::delta_net_block(const dlayer& l, std::span<const batch_segment>
     // The recurrence per segment, rows in order, against its cache's state and checkpoints.
     const int64_t layer_floats = hp_.rec_conv_floats + hp_.rec_ssm_floats;
     const int64_t slot_floats = static_cast<int64_t>(hp_.n_rec_layer) * layer_floats;
-    // One segment (a decode step, a window, a prefill chunk): the rule, its gated norm and the
-    // output projection's activation blocks in one launch (delta_net_rule_norm).
+    // One segment of a few rows (a decode step, a verify window): the rule, its gated norm and
+    // the output projection's activation blocks in one launch (delta_net_rule_norm). Not for a
+    // prefill chunk: the fused form runs n_v / heads-a-block blocks (16 on the 35B and 80B
+    // shapes) against the rule's n_v one-warp blocks, and adds the norm's barriers to each row
+    // of the serial loop. 16 covers every verify window (at most 5 rows); a prefill chunk keeps
+    // the two launches (the fused form's cost there was not timed).
+    constexpr int64_t k_fused_rows_max = 16;
     const quant::act_format fo = fmt(l.wo);
     bool core_quantised = false;
+    const bool fused = batch.size() == 1 && n <= k_fused_rows_max;
     int64_t row0 = 0;
     for (const batch_segment& g : batch) {
         const int64_t rows = static_cast<int64_t>(g.tokens.size());
@@ -160,7 +166,7 @@ void cuda_model::delta_net_block(const dlayer& l, std::span<const batch_segment>
         gs.ba += row0 * (gs.alpha ? nv : 2 * nv);
         if (gs.alpha) gs.alpha += row0 * nv;
         cuda::delta_net_conv(dn, l.conv, conv_state, dn_mixed_ + row0 * C, dn_conv_ + row0 * C, rows, cc, stream_);
-        if (batch.size() == 1) {
+        if (fused) {
             core_quantised = cuda::delta_net_rule_norm(dn, dn_conv_, gs, ssm_state, dn_z_, l.ssm_norm, dn_core_, rows, cs, fo,
                                                        fo == quant::act_format::f32 ? nullptr : act_, stream_);
         } else {
@@ -168,7 +174,7 @@ void cuda_model::delta_net_block(const dlayer& l, std::span<const batch_segment>
         }
         row0 += rows;
     }
-    if (batch.size() != 1) cuda::delta_net_gated_norm(dn, dn_core_, dn_z_, l.ssm_norm, dn_core_, n, stream_);
+    if (!fused) cuda::delta_net_gated_norm(dn, dn_core_, dn_z_, l.ssm_norm, dn_core_, n, stream_);
     mm(l.wo, dn_core_, n, x_, core_quantised, nullptr, 1, true);   // x += ssm_out . core
 }
 

@@ -135,6 +135,8 @@ void cuda_model::moe_block(const dlayer& l, int il, int64_t n) {
     } else if (sh_as_pair) {
         all_experts(l, n, g_act, ids_sh_, static_cast<int>(K) + 1);   // the shared expert's row: ey_ row K
         shared_done = true;
+        // Its gate value, where the router's launch could not take the row (formats differ).
+        if (!gate_in_router(l)) mm(l.sh_inp, xn_, n, shgate_, false);   // [1, 1]
     } else {
         all_experts(l, n, g_act);
     }

@@ -48,7 +48,7 @@ void delta_net_rule(const kernels::delta_net_shape& s, const float* qkv, const d
                     float* out, int64_t rows, const dn_checkpoints& ck, void* stream);
 
 // delta_net_rule, then delta_net_gated_norm of its output with z and w, into out ([rows,
-// n_v * dv]): one launch where the rule's register form takes the shape (dk 64 or 128, dv <= 512),
+// n_v * dv]): one launch where the rule's register form takes the shape (dk 64 or 128, dv <= 256),
 // else those two launches; the same bits either way. With act (f q8_32 or q8_256: the output
 // projection's activation format), the same launch also writes the output rows' int8 activation
 // blocks (quantize_act_rows' bits) where whole blocks fit a few heads; returns whether it did
