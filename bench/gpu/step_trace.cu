@@ -1,4 +1,4 @@
-// step_trace MODEL [N_PROMPT] [N_STEPS]: how long each kernel of a decode step takes as it runs
+// step_trace MODEL [N_PROMPT] [N_STEPS] [N_SHOWN]: how long each kernel of a decode step takes as it runs
 // in the step's CUDA graph with programmatic dependent launch, where a profiler (ncu) would
 // serialise the kernels and time each alone. Needs a build with STEP_TRACE=1
 // (bench/gpu/build.sh): block (0, 0) of every kernel then records when it entered
@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
     return 2;
 #else
     if (argc < 2) {
-        std::fprintf(stderr, "usage: step_trace MODEL [N_PROMPT] [N_STEPS]\n");
+        std::fprintf(stderr, "usage: step_trace MODEL [N_PROMPT] [N_STEPS] [N_SHOWN]\n");
         return 2;
     }
     const int n_prompt = argc > 2 ? std::atoi(argv[2]) : 512;
@@ -143,7 +143,9 @@ int main(int argc, char** argv) {
                 std::printf("         mark %u at %6.2f us after the wait (%.1f a step)\n", it->first.second,
                             it->second.first / it->second.second * 1e-3, static_cast<double>(it->second.second) / n_steps);
         };
-        const unsigned head = std::min(K, 40u);
+        // N_SHOWN (argument 4, default 40): the kernels listed one by one from the step's first.
+        const unsigned shown = argc > 4 ? static_cast<unsigned>(std::max(1, std::atoi(argv[4]))) : 40u;
+        const unsigned head = std::min(K, shown);
         std::printf("-- the first %u kernels\n", head);
         for (unsigned k = 0; k < head; ++k) row(k);
         std::printf("-- the last 8\n");

@@ -87,6 +87,7 @@ cuda_model::cuda_model(const model_file& f, const load_options&, int device, con
     defer_uploads_ = true;
     weight_binder b(f);
     std::vector<moe::expert_bank> banks;   // [n_layer] the routed experts in host memory (MoE)
+    std::vector<ffn_weights> shexps;       // [n_layer] their shared experts (spec_.shexp)
     uint64_t expert_bytes = 0;
     out_ = bind_output(b, hp_);
     tok_embd_ = out_.tok_embd;
@@ -116,9 +117,7 @@ cuda_model::cuda_model(const model_file& f, const load_options&, int device, con
             banks.push_back({m.gate_exps, m.up_exps, m.down_exps});
             expert_bytes += m.gate_exps->nbytes + m.up_exps->nbytes + m.down_exps->nbytes;
             if (spec_.shexp) {
-                l.sh_gate = upload_mat(*m.shexp.gate);
-                l.sh_up = upload_mat(*m.shexp.up);
-                l.sh_down = upload_mat(*m.shexp.down);
+                shexps.push_back(m.shexp);   // uploaded below, with the routed experts where they fit as one more
                 l.sh_inp = upload_mat(*m.shexp_gate);
             }
         } else {
@@ -132,12 +131,34 @@ cuda_model::cuda_model(const model_file& f, const load_options&, int device, con
     // Routed experts: all uploaded as they are, or, under a budget below their total, the
     // resident ones in cache slots (the expert matmuls read slot ids instead of expert ids).
     const bool split = spec_.moe && place && place->vram_budget < expert_bytes;
-    if (!split)
-        for (size_t il = 0; il < banks.size(); ++il) {
-            layers_[il].gate_exps = upload_mat(*banks[il].gate);
-            layers_[il].up_exps = upload_mat(*banks[il].up);
-            layers_[il].down_exps = upload_mat(*banks[il].down);
+    for (size_t il = 0; il < banks.size(); ++il) {
+        dlayer& l = layers_[il];
+        const moe::expert_bank& k = banks[il];
+        // All in VRAM, a shared expert of the routed experts' format and shape goes after them,
+        // as expert n_expert of each bank: a decode row then computes it as one more pair of
+        // the routed launches (moe_block), not in launches of its own.
+        if (!split && !shexps.empty()) {
+            const ffn_weights& sh = shexps[il];
+            // (The shared expert's id in ids_sh_ is n_expert: the bank must hold exactly that many.)
+            l.sh_pair = k.gate->ne[2] == hp_.n_expert && fits_as_expert(*k.gate, *sh.gate) && fits_as_expert(*k.up, *sh.up) && fits_as_expert(*k.down, *sh.down);
+            if (l.sh_pair) {
+                upload_bank_with(*k.gate, *sh.gate, l.gate_exps, l.sh_gate);
+                upload_bank_with(*k.up, *sh.up, l.up_exps, l.sh_up);
+                upload_bank_with(*k.down, *sh.down, l.down_exps, l.sh_down);
+                continue;
+            }
         }
+        if (!split) {
+            l.gate_exps = upload_mat(*k.gate);
+            l.up_exps = upload_mat(*k.up);
+            l.down_exps = upload_mat(*k.down);
+        }
+        if (!shexps.empty()) {
+            l.sh_gate = upload_mat(*shexps[il].gate);
+            l.sh_up = upload_mat(*shexps[il].up);
+            l.sh_down = upload_mat(*shexps[il].down);
+        }
+    }
     flush_uploads(prog);
     if (split) {
         lanes_ = std::make_unique<cuda_expert_lanes>(hp_, banks, *place, stream_);
@@ -321,6 +342,24 @@ dmat cuda_model::upload_mat(const tensor_view& t) {
     return m;
 }
 
+bool cuda_model::fits_as_expert(const tensor_view& bank, const tensor_view& extra) {
+    return bank.ne[2] >= 1 && extra.type == bank.type && extra.ne[0] == bank.ne[0] && extra.ne[1] == bank.ne[1] &&
+           extra.ne[2] == 1 && extra.ne[3] == 1 && extra.nbytes * static_cast<size_t>(bank.ne[2]) == bank.nbytes;
+}
+
+void cuda_model::upload_bank_with(const tensor_view& bank, const tensor_view& extra, dmat& bank_out, dmat& extra_out) {
+    if (!fits_as_expert(bank, extra)) fail("cuda model: '{}' does not fit as one more expert of '{}'", extra.name, bank.name);
+    auto* p = static_cast<std::byte*>(dalloc(bank.nbytes + extra.nbytes));
+    for (const auto& [dst, t] : {std::pair{p, &bank}, std::pair{p + bank.nbytes, &extra}}) {
+        if (defer_uploads_) pending_uploads_.push_back({dst, t->data, t->nbytes});
+        else ck(cudaMemcpy(dst, t->data, t->nbytes, cudaMemcpyHostToDevice), "upload");
+    }
+    bank_out = slot_mat(bank, p);
+    extra_out = slot_mat(extra, p + bank.nbytes);
+    uploaded_[&bank] = bank_out;
+    uploaded_[&extra] = extra_out;
+}
+
 dmat cuda_model::slot_mat(const tensor_view& t, const std::byte* data) {
     if (!cuda::has_matmul(t.type)) fail("cuda model: tensor '{}': no CUDA matmul for {}", t.name, name(t.type));
     dmat m;
@@ -359,7 +398,9 @@ void cuda_model::ensure_scratch(int max_rows) {
     // shared expert's [R, n_ff_shexp]: the largest of the three, not RK x the widest (for the 80B
     // hybrid at 2048 rows that was 2 x 0.84 GB against 2 x 0.08).
     const auto width = [](int v) { return static_cast<size_t>(std::max(v, 0)); };
-    const size_t ffn_elems = std::max({R * width(hp_.n_ff), RK * width(hp_.n_ff_exp), R * width(hp_.n_ff_shexp), size_t{1}});
+    // (RK + 1: a decode row's pairs with the shared expert as one more, dlayer::sh_pair.)
+    const size_t ffn_elems =
+        std::max({R * width(hp_.n_ff), (RK + 1) * width(hp_.n_ff_exp), R * width(hp_.n_ff_shexp), size_t{1}});
     const size_t ff = std::max({width(hp_.n_ff), width(hp_.n_ff_exp), width(hp_.n_ff_shexp), size_t{1}});
     x_ = salloc<float>(R * E);
     xn_ = salloc<float>(R * E);
@@ -370,10 +411,13 @@ void cuda_model::ensure_scratch(int max_rows) {
     out_buf_ = salloc<float>(R * E);
     gate_ = salloc<float>(ffn_elems);
     up_ = salloc<float>(ffn_elems);
-    ey_ = salloc<float>(RK * E);
+    ey_ = salloc<float>((RK + 1) * E);
     shexp_ = salloc<float>(R * E);
     router_ = salloc<float>(R * static_cast<size_t>(std::max(hp_.n_expert, 1)));
     ids_ = salloc<int32_t>(RK);
+    ids_sh_ = salloc<int32_t>(K + 1);
+    const int32_t shared_id = hp_.n_expert;   // the shared expert's place in a sh_pair layer's banks
+    ck(cudaMemcpy(ids_sh_ + K, &shared_id, 4, cudaMemcpyHostToDevice), "cudaMemcpy (shared expert id)");
     perm_ = salloc<int32_t>(RK);
     // [3, max tiles]: sized for the smallest tile (16 rows), which gives the most tiles.
     tiles_ = salloc<int32_t>(3 * static_cast<size_t>(cuda::group_tiles_max(
@@ -385,7 +429,7 @@ void cuda_model::ensure_scratch(int max_rows) {
     // int8 activation rows: at most 292 bytes per 256 values (act_block256) or 36 per 32.
     const size_t vd = spec_.hybrid ? static_cast<size_t>(hy_.dn.value_dim()) : 0;
     const size_t widest = std::max({E, nq, ff, vd, mtp_host_ ? 2 * E : 0});   // the MTP's eh_proj reads 2*n_embd
-    act_ = salloc<std::byte>(RK * (widest / 32 + 1) * 37);
+    act_ = salloc<std::byte>((RK + 1) * (widest / 32 + 1) * 37);   // RK + 1: sh_pair's row as one more pair
     if (spec_.hybrid) {
         const size_t C = static_cast<size_t>(hy_.dn.conv_channels()), nv = static_cast<size_t>(hy_.dn.n_v_heads);
         qg_ = salloc<float>(R * 2 * nq);
@@ -603,10 +647,10 @@ void cuda_model::attention_block(const dlayer& l, int il, std::span<const attn_r
     ap.n_kv_head = hp_.n_kv_head;
     ap.head_dim = hp_.head_dim;
     ap.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hp_.head_dim)));
-    // Plain attention's output rows quantised for wo in the split kernel's launch where it runs
-    // (a decode step's one row a segment); the hybrids' output gate comes first, so not there.
+    // The attention's output rows quantised for wo in the split kernel's launch where it runs (a
+    // decode step's one row a segment), after the hybrids' output gate in the same launch.
     const quant::act_format o_fmt = fmt(l.wo);
-    const bool o_fold = !spec_.hybrid && o_fmt != quant::act_format::f32;
+    const bool o_fold = o_fmt != quant::act_format::f32;
     const size_t o_act_bytes = o_fold ? quant::act_row_bytes(o_fmt, nq) : 0;
     bool o_act = o_fold;
     int64_t row0 = 0;
@@ -622,12 +666,14 @@ void cuda_model::attention_block(const dlayer& l, int il, std::span<const attn_r
         cuda::attention_act aq;
         aq.act = o_fold ? act_ + static_cast<size_t>(row0) * o_act_bytes : nullptr;
         aq.width = o_fmt == quant::act_format::q8_32 ? 32 : 256;
+        aq.gate = spec_.hybrid ? qg_ + row0 * 2 * nq : nullptr;
         const bool made = cuda::attention(ap, q_ + row0 * nq, kc, vc, g.pos0, rows, attn_ + row0 * nq, stream_, pos_dev,
                                           &attn_split_, &aq);
+        if (spec_.hybrid && !made)
+            cuda::output_gate(attn_ + row0 * nq, qg_ + row0 * 2 * nq, rows, hp_.n_head, static_cast<int>(hd), stream_);
         o_act = o_act && made;   // every segment launched; one that made none: wo quantises all
         row0 += rows;
     }
-    if (spec_.hybrid) cuda::output_gate(attn_, qg_, n, hp_.n_head, static_cast<int>(hd), stream_);
     // x += wo . attn in the matmul's launch (its activation rows made by attention where o_act).
     mm(l.wo, attn_, n, x_, o_act, nullptr, 1, true);
 }

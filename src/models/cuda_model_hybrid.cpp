@@ -117,15 +117,25 @@ void cuda_model::delta_net_block(const dlayer& l, std::span<const batch_segment>
     // norm, or after a projection quantised them): a projection of that format reuses them.
     std::optional<quant::act_format> held;
     if (norm(x_, l.attn_norm, xn_, n, fmt(l.wqkv), act_)) held = fmt(l.wqkv);
-    const auto project = [&](const dmat& w, float* y) {
+    // Two projections of one format, input width and row size go in one launch (mm_args::w2):
+    // qwen35moe's beta and alpha rows always, q|k|v and z where the file quantised them alike.
+    const auto project = [&](const dmat& w, float* y, const dmat* w2 = nullptr, float* y2 = nullptr) {
         const quant::act_format f = fmt(w);
-        mm(w, xn_, n, y, held == f);
+        mm(w, xn_, n, y, held == f, nullptr, 1, false, w2, y2);
         if (f != quant::act_format::f32) held = f;
     };
-    project(l.wqkv, dn_mixed_);
-    project(l.wz, dn_z_);
-    project(l.w_ba ? l.w_ba : l.w_beta, dn_ba_);
-    if (!l.w_ba) project(l.w_alpha, dn_alpha_);
+    if (pairable_plain(l.wqkv, l.wz)) {
+        project(l.wqkv, dn_mixed_, &l.wz, dn_z_);
+    } else {
+        project(l.wqkv, dn_mixed_);
+        project(l.wz, dn_z_);
+    }
+    if (l.w_ba) project(l.w_ba, dn_ba_);
+    else if (pairable_plain(l.w_beta, l.w_alpha)) project(l.w_beta, dn_ba_, &l.w_alpha, dn_alpha_);
+    else {
+        project(l.w_beta, dn_ba_);
+        project(l.w_alpha, dn_alpha_);
+    }
     cuda::dn_gates gates;
     gates.ba = dn_ba_;
     gates.alpha = l.w_ba ? nullptr : dn_alpha_;
@@ -134,6 +144,16 @@ void cuda_model::delta_net_block(const dlayer& l, std::span<const batch_segment>
     // The recurrence per segment, rows in order, against its cache's state and checkpoints.
     const int64_t layer_floats = hp_.rec_conv_floats + hp_.rec_ssm_floats;
     const int64_t slot_floats = static_cast<int64_t>(hp_.n_rec_layer) * layer_floats;
+    // One segment of a few rows (a decode step, a verify window): the rule, its gated norm and
+    // the output projection's activation blocks in one launch (delta_net_rule_norm). Not for a
+    // prefill chunk: the fused form runs n_v / heads-a-block blocks (16 on the 35B and 80B
+    // shapes) against the rule's n_v one-warp blocks, and adds the norm's barriers to each row
+    // of the serial loop. 16 covers every verify window (at most 5 rows); a prefill chunk keeps
+    // the two launches (the fused form's cost there was not timed).
+    constexpr int64_t k_fused_rows_max = 16;
+    const quant::act_format fo = fmt(l.wo);
+    bool core_quantised = false;
+    const bool fused = batch.size() == 1 && n <= k_fused_rows_max;
     int64_t row0 = 0;
     for (const batch_segment& g : batch) {
         const int64_t rows = static_cast<int64_t>(g.tokens.size());
@@ -146,11 +166,16 @@ void cuda_model::delta_net_block(const dlayer& l, std::span<const batch_segment>
         gs.ba += row0 * (gs.alpha ? nv : 2 * nv);
         if (gs.alpha) gs.alpha += row0 * nv;
         cuda::delta_net_conv(dn, l.conv, conv_state, dn_mixed_ + row0 * C, dn_conv_ + row0 * C, rows, cc, stream_);
-        cuda::delta_net_rule(dn, dn_conv_ + row0 * C, gs, ssm_state, dn_core_ + row0 * vd, rows, cs, stream_);
+        if (fused) {
+            core_quantised = cuda::delta_net_rule_norm(dn, dn_conv_, gs, ssm_state, dn_z_, l.ssm_norm, dn_core_, rows, cs, fo,
+                                                       fo == quant::act_format::f32 ? nullptr : act_, stream_);
+        } else {
+            cuda::delta_net_rule(dn, dn_conv_ + row0 * C, gs, ssm_state, dn_core_ + row0 * vd, rows, cs, stream_);
+        }
         row0 += rows;
     }
-    cuda::delta_net_gated_norm(dn, dn_core_, dn_z_, l.ssm_norm, dn_core_, n, stream_);
-    mm(l.wo, dn_core_, n, x_, false, nullptr, 1, true);   // x += ssm_out . core
+    if (!fused) cuda::delta_net_gated_norm(dn, dn_core_, dn_z_, l.ssm_norm, dn_core_, n, stream_);
+    mm(l.wo, dn_core_, n, x_, core_quantised, nullptr, 1, true);   // x += ssm_out . core
 }
 
 }  // namespace sluice::cuda_impl

@@ -56,6 +56,10 @@ struct dlayer {
     dmat router;                                // [n_embd, n_expert]
     dmat gate_exps, up_exps, down_exps;         // [n_embd, n_ff_exp, n_expert] x2, [n_ff_exp, n_embd, n_expert]
     dmat sh_gate, sh_up, sh_down, sh_inp;       // shared expert [n_embd, n_ff_shexp] x2, [n_ff_shexp, n_embd], [n_embd, 1]
+    // The shared expert's gate, up and down are expert n_expert of the banks above (uploaded one
+    // expert longer: upload_bank_with), so a decode row computes it as pair k_used of the routed
+    // launches (sh_gate / sh_up / sh_down then point into the banks).
+    bool sh_pair = false;
     // Hybrid models (hybrid_blocks.h): a gated attention layer uses attn_norm, wq [n_embd,
     // 2*nq] (query then gate per head), wk, wv, wo, q_norm, k_norm; a Gated DeltaNet layer
     // (recurrent) attn_norm, wo = ssm_out [value_dim, n_embd] and the fields below. Both take
@@ -176,6 +180,12 @@ private:
     // Allocates t's device copy; the bytes are copied at once, or, while the constructor binds
     // the weights (pending_uploads_ open), by flush_uploads.
     dmat upload_mat(const tensor_view& t);
+    // Whether `extra` (a shared expert's matrix) has the type and per-expert shape of `bank`'s
+    // experts, so that it can follow them as one more.
+    static bool fits_as_expert(const tensor_view& bank, const tensor_view& extra);
+    // bank uploaded with extra after its last expert, in one allocation (fits_as_expert, else it
+    // fails): bank_out views the bank, extra_out the matrix after it.
+    void upload_bank_with(const tensor_view& bank, const tensor_view& extra, dmat& bank_out, dmat& extra_out);
     // Copies the pending uploads in binding order, reporting them to the load's progress as one
     // phase of known size (first reads of a mapped file come from the disk: minutes for a large
     // model), and closes the pending list.
@@ -303,12 +313,13 @@ private:
 
     // Pair p = (row p / K, rank p % K), each a one-row product with expert ids[p] (read on the
     // device: every routed expert of the layer in one launch, gate and up together) into ey_.
-    void routed_experts(const dlayer& l, int64_t n, const int32_t* ids, bool g_act);
+    // pairs: the pairs a row (k_used, or k_used + 1 with the shared expert as a pair: sh_pair).
+    void routed_experts(const dlayer& l, int64_t n, const int32_t* ids, bool g_act, int pairs);
 
     // Every routed expert of the layer in VRAM, expert e at slot e (the all-GPU model, a whole
     // layer of a split one, or a streamed layer's buffer). ids: device [n * k_used], the router's
     // (ids_) unless given; -1 skips a pair (a streamed layer's resident pairs).
-    void all_experts(const dlayer& l, int64_t n, bool g_act, const int32_t* ids = nullptr);
+    void all_experts(const dlayer& l, int64_t n, bool g_act, const int32_t* ids = nullptr, int pairs = 0);
 
     // A split layer's pairs on n_slots slots (resident, or the staging slots): ids [n * k_used],
     // each pair's slot or -1 for another lane's pair (skipped).
@@ -319,6 +330,9 @@ private:
     // The gated shared expert's product and gate logit (none without sh_inp) into shexp_
     // [n, n_embd] and shgate_ [n, 1], from xn_; the combine adds them.
     void shared_expert(const dlayer& l, int64_t n);
+    // The shared expert's gate logit is computed by the router's launch (a second matrix of the
+    // same float format and width: one more column block) rather than by a launch of its own.
+    static bool gate_in_router(const dlayer& l) { return l.sh_inp.data && pairable_plain(l.router, l.sh_inp); }
 
     // il: the trunk layer (the split model's lanes know it), or -1 for the MTP block (every
     // expert in VRAM).
@@ -390,6 +404,9 @@ private:
     float *out_buf_ = nullptr, *gate_ = nullptr, *up_ = nullptr, *ey_ = nullptr, *shexp_ = nullptr;
     float *router_ = nullptr, *ew_ = nullptr, *shgate_ = nullptr, *logits_ = nullptr;
     int32_t* ids_ = nullptr;
+    // A decode row's ids with the shared expert as its last pair (sh_pair layers): [k_used + 1],
+    // the router writes the first k_used, the last is n_expert (set once).
+    int32_t* ids_sh_ = nullptr;
     // Hybrid models' scratch (null otherwise): qg_ [R, 2*nq] the gated query projection; the
     // DeltaNet's dn_mixed_ [R, C] projection, dn_conv_ [R, C] conv output, dn_z_ [R, value_dim]
     // output gate, dn_ba_ [R, 2*n_v] beta|alpha (or beta) logits, dn_alpha_ [R, n_v], dn_core_

@@ -13,8 +13,8 @@
 
 namespace sluice::cuda_impl {
 
-void cuda_model::routed_experts(const dlayer& l, int64_t n, const int32_t* ids, bool g_act) {
-    const int64_t K = hp_.n_expert_used;
+void cuda_model::routed_experts(const dlayer& l, int64_t n, const int32_t* ids, bool g_act, int pairs) {
+    const int64_t K = pairs;
     const auto fg = fmt(l.gate_exps);
     if (pairable(l.gate_exps, l.up_exps)) {
         mm(l.gate_exps, xn_, n * K, gate_, g_act, ids, static_cast<int>(K), false, &l.up_exps, up_);
@@ -28,8 +28,8 @@ void cuda_model::routed_experts(const dlayer& l, int64_t n, const int32_t* ids, 
     swiglu_down(l.down_exps, n * K, ey_, ids, false, true);
 }
 
-void cuda_model::all_experts(const dlayer& l, int64_t n, bool g_act, const int32_t* ids) {
-    const int64_t K = hp_.n_expert_used;
+void cuda_model::all_experts(const dlayer& l, int64_t n, bool g_act, const int32_t* ids, int pairs) {
+    const int64_t K = pairs > 0 ? pairs : hp_.n_expert_used;
     if (!ids) ids = ids_;
     // Many pairs per expert (a prefill): group them by expert on the device, so each
     // expert's weights are decoded once per tile of 64 pairs (the tensor-core kernel) instead
@@ -39,7 +39,7 @@ void cuda_model::all_experts(const dlayer& l, int64_t n, bool g_act, const int32
     grouped_ = n * K >= 2 * hp_.n_expert && hp_.n_expert <= cuda::k_group_max_experts;
     if (grouped_)
         cuda::group_pairs(ids, n * K, hp_.n_expert, cuda::k_tile_rows_mma, perm_, tiles_, n_tiles_, stream_);
-    routed_experts(l, n, ids, g_act);
+    routed_experts(l, n, ids, g_act, static_cast<int>(K));
 }
 
 void cuda_model::moe_block(const dlayer& l, int il, int64_t n) {
@@ -55,7 +55,14 @@ void cuda_model::moe_block(const dlayer& l, int il, int64_t n) {
     rp.n_used = hp_.n_expert_used;
     rp.renormalize = hp_.expert_weights_norm;
     const bool split = lanes_ && il >= 0 && !lanes_->whole_layer(il);   // il -1: the MTP block, all in VRAM
+    // A decode row of a layer whose shared expert follows its routed experts (sh_pair): the router
+    // writes ids_sh_, whose last entry is the shared expert, and the routed launches take it as
+    // pair K (the same bits as its own launches: E3).
+    const bool sh_as_pair = l.sh_pair && n == 1 && !split;
+    int32_t* const route_ids = sh_as_pair ? ids_sh_ : ids_;
     bool g_act = false;
+    // The shared expert's gate row rides in the router's launch (its own block or columns).
+    const dmat* sh_gate_row = gate_in_router(l) ? &l.sh_inp : nullptr;
     if (n == 1 && fr == quant::act_format::f32 && !pending_residual_.ey) {
         cuda::router_norm rn;
         rn.x = x_;
@@ -63,11 +70,13 @@ void cuda_model::moe_block(const dlayer& l, int il, int64_t n) {
         rn.eps = hp_.rms_eps;
         rn.f = fg;
         rn.act = act_;
-        cuda::norm_router_topk(mm_args_for(l.router, xn_, n, router_, false), rn, rp, ids_, ew_, route_arrivals_, stream_);
+        cuda::norm_router_topk(mm_args_for(l.router, xn_, n, router_, false, nullptr, 1, false, sh_gate_row, shgate_), rn, rp,
+                               route_ids, ew_, route_arrivals_, stream_);
         g_act = fg != quant::act_format::f32;
     } else {
         g_act = norm(x_, l.ffn_norm, xn_, n, fg, act_);
-        cuda::router_topk(mm_args_for(l.router, xn_, n, router_, g_act && fr == fg), rp, ids_, ew_, route_arrivals_, stream_);
+        cuda::router_topk(mm_args_for(l.router, xn_, n, router_, g_act && fr == fg, nullptr, 1, false, sh_gate_row, shgate_),
+                          rp, route_ids, ew_, route_arrivals_, stream_);
         if (fr != quant::act_format::f32 && fr != fg) g_act = false;   // act_ was overwritten
     }
     bool shared_done = false;   // the split path enqueues the shared expert before its CPU lane
@@ -123,12 +132,18 @@ void cuda_model::moe_block(const dlayer& l, int il, int64_t n) {
         lanes_->gpu_end(il);
         lanes_->run_cpu(n, *pool_, il);
         lanes_->join(n, ey_);
+    } else if (sh_as_pair) {
+        all_experts(l, n, g_act, ids_sh_, static_cast<int>(K) + 1);   // the shared expert's row: ey_ row K
+        shared_done = true;
+        // Its gate value, where the router's launch could not take the row (formats differ).
+        if (!gate_in_router(l)) mm(l.sh_inp, xn_, n, shgate_, false);   // [1, 1]
     } else {
         all_experts(l, n, g_act);
     }
     if (!shared_done) shared_expert(l, n);
     grouped_ = false;
-    pending_residual_ = cuda::moe_residual{ey_, ew_, static_cast<int>(K), l.sh_inp ? shexp_ : nullptr,
+    float* const sh_rows = sh_as_pair ? ey_ + K * hp_.n_embd : shexp_;
+    pending_residual_ = cuda::moe_residual{ey_, ew_, static_cast<int>(K), l.sh_inp ? sh_rows : nullptr,
                                            l.sh_inp ? shgate_ : nullptr};
     if (n == 1) pending_residual_.arrivals = combine_arrivals_;   // the combine over blocks (ops.cuh)
     pending_rows_ = n;
@@ -158,7 +173,7 @@ void cuda_model::slot_experts(const dlayer& l, int n_slots, int64_t n, const int
     // 75.7 us grouped against 30.7, bench/gpu/window_bench.cu).
     grouped_ = lanes_->groupable() && n * K >= 2 * static_cast<int64_t>(n_slots);
     if (grouped_) cuda::group_pairs(ids, n * K, n_slots, cuda::k_tile_rows_mma, perm_, tiles_, n_tiles_, stream_);
-    routed_experts(l, n, ids, g_act);
+    routed_experts(l, n, ids, g_act, static_cast<int>(K));
 }
 
 void cuda_model::staged_experts(const dlayer& l, int64_t n, const int32_t* ids, bool g_act) {
@@ -177,7 +192,7 @@ void cuda_model::shared_expert(const dlayer& l, int64_t n) {
     mm(l.sh_gate, xn_, n, gate_, false);
     mm(l.sh_up, xn_, n, up_, l.sh_up.type == l.sh_gate.type);
     swiglu_down(l.sh_down, n, shexp_);   // [n, E]
-    mm(l.sh_inp, xn_, n, shgate_, false);     // [n, 1]
+    if (!gate_in_router(l)) mm(l.sh_inp, xn_, n, shgate_, false);     // [n, 1]
 }
 
 }  // namespace sluice::cuda_impl

@@ -4,15 +4,18 @@
 // run in one launch (conv, then the rule with its gates, then the gated norm) equals the CPU's
 // rows one at a time, for the tiny test shape and the real Qwen3-Next / Qwen3.6 shapes, grouped
 // and tiled value heads, one beta|alpha projection and two; the checkpoint slots hold the states
-// the rows started from; the gated attention's query split and output gate against their CPU
-// loops. Exit 0 when everything matches, 1 on a difference, 77 (skipped) without a GPU.
+// the rows started from; the rule, its gated norm and the output projection's activation blocks
+// in one launch (delta_net_rule_norm) give the same; the gated attention's query split and output
+// gate against their CPU loops. Exit 0 when everything matches, 1 on a difference, 77 (skipped) without a GPU.
 #include "kernels/cuda/delta_net.cuh"
+#include "kernels/cuda/act_quant.cuh"
 #include "kernels/cuda/ops.cuh"
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/delta_net.h"
 #include "kernels/math.h"
 #include "parity_util.cuh"
+#include "quant/act.h"
 
 #include <cuda_runtime.h>
 
@@ -100,6 +103,48 @@ int test_delta_net(thread_pool& pool, const dn_case& c) {
         want.insert(want.end(), ssm_before[static_cast<size_t>(r)].begin(), ssm_before[static_cast<size_t>(r)].end());
     }
     f += report("checkpoints " + tag, want, dslots.get());
+
+    // The rule with its gated norm in one launch (delta_net_rule_norm), from the same conv output
+    // and starting state: the same rows, state and checkpoints, and, for each activation format,
+    // the output rows' int8 blocks equal to quantize_act_rows of the two-launch output.
+    std::vector<float> want_ssm;
+    for (int64_t r = first; r < R; ++r)
+        want_ssm.insert(want_ssm.end(), ssm_before[static_cast<size_t>(r)].begin(), ssm_before[static_cast<size_t>(r)].end());
+    for (const quant::act_format af : {quant::act_format::q8_256, quant::act_format::q8_32, quant::act_format::f32}) {
+        const char* fname = af == quant::act_format::q8_256 ? "q8_256" : af == quant::act_format::q8_32 ? "q8_32" : "no act";
+        const std::string t1 = std::string(" one launch, ") + fname + " " + tag;
+        dvec dssm1(ssm0), dcore1(static_cast<size_t>(R * vd)), dslots1(static_cast<size_t>(c.kept * s.ssm_state_floats()));
+        const size_t act_bytes = af == quant::act_format::f32 ? 0 : static_cast<size_t>(R) * quant::act_row_bytes(af, vd);
+        std::byte *dact = nullptr, *dref = nullptr;
+        if (act_bytes) {
+            CK(cudaMalloc(&dact, act_bytes));
+            CK(cudaMalloc(&dref, act_bytes));
+            CK(cudaMemset(dact, 0x5a, act_bytes));
+        }
+        const bool quantised = cuda::delta_net_rule_norm(s, dcout.p, gates, dssm1.p, dz.p, dnw.p, dcore1.p, R,
+                                                         cuda::dn_checkpoints{dslots1.p, s.ssm_state_floats(), first}, af,
+                                                         dact, nullptr);
+        f += report("rule + gated norm" + t1, core, dcore1.get());
+        f += report("DeltaNet state" + t1, ssm, dssm1.get());
+        f += report("checkpoints" + t1, want_ssm, dslots1.get());
+        if (quantised) {
+            cuda::quantize_act_rows(af, dcore.p, R, vd, dref, nullptr);
+            std::vector<std::byte> got(act_bytes), ref(act_bytes);
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(got.data(), dact, act_bytes, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(ref.data(), dref, act_bytes, cudaMemcpyDeviceToHost));
+            const bool same = std::memcmp(got.data(), ref.data(), act_bytes) == 0;
+            std::printf("%s %-52s %zu bytes %s\n", same ? "PASS" : "FAIL", ("activation blocks" + t1).c_str(), act_bytes,
+                        same ? "identical to quantize_act_rows" : "DIFFER from quantize_act_rows");
+            f += same ? 0 : 1;
+        } else if (act_bytes && (s.head_k_dim == 64 || s.head_k_dim == 128) && vd % (af == quant::act_format::q8_256 ? 256 : 32) == 0 &&
+                   s.head_v_dim % 32 == 0) {
+            std::printf("FAIL %-52s the launch did not write them\n", ("activation blocks" + t1).c_str());
+            ++f;
+        }
+        cudaFree(dact);
+        cudaFree(dref);
+    }
     return f;
 }
 
@@ -131,11 +176,12 @@ int main() {
         return 77;
     }
     thread_pool pool(4);
-    auto shape = [](int nk, int nv, int dk, bool tiled) {
+    auto shape = [](int nk, int nv, int dk, bool tiled, int dv = 0) {
         kernels::delta_net_shape s;
         s.n_k_heads = nk;
         s.n_v_heads = nv;
-        s.head_k_dim = s.head_v_dim = dk;
+        s.head_k_dim = dk;
+        s.head_v_dim = dv > 0 ? dv : dk;
         s.d_conv = 4;
         s.v_tiled = tiled;
         s.eps = 1e-6f;
@@ -148,6 +194,12 @@ int main() {
         {"Qwen3-Next shape window", shape(16, 32, 128, false), false, 16, 16},
         {"Qwen3.6 shape window", shape(16, 32, 128, true), true, 9, 4},
         {"dv 80 (partial column group)", shape(1, 2, 80, false), false, 3, 2},
+        // dk 64 and 128 take the rule kernel with the state column in registers, 16 and 80 the
+        // shared-memory one.
+        {"dk 64 tiled decode", shape(4, 8, 64, true), true, 1, 1},
+        {"dk 64 grouped window", shape(2, 4, 64, false), false, 6, 3},
+        {"dk 128, dv 80 (registers, partial column group)", shape(2, 4, 128, false, 80), false, 4, 2},
+
     };
     int failures = test_gated_attention_ops();
     for (const dn_case& c : cases) failures += test_delta_net(pool, c);

@@ -602,12 +602,15 @@ int router_topk_parity() {
     // ties: 1 every expert's row the same (every probability equal), 2 experts 2e and 2e + 1 the
     // same (pairs of equal probabilities among the picks). The last block routes in the block
     // form (route_topk_block) up to 256 experts and 31 picks, with its fallback on ties; 32 picks
-    // and 512 experts take the warp form.
-    struct cfg { dtype t; int n_expert, n_used; bool renorm; int ties; };
+    // and 512 experts take the warp form. shared_gate: a second matrix of one row in the launch
+    // (a shared expert's gate, mm_args::w2), whose block must not disturb the routing and whose
+    // output must be the plain matmul's.
+    struct cfg { dtype t; int n_expert, n_used; bool renorm; int ties; bool shared_gate = false; };
     const cfg cases[] = {{dtype::f32, 128, 8, true, 0},   {dtype::f32, 60, 4, false, 0},  {dtype::bf16, 128, 8, true, 0},
                          {dtype::f32, 128, 8, true, 1},   {dtype::f32, 128, 8, true, 2},  {dtype::f32, 256, 8, true, 0},
                          {dtype::f32, 256, 10, false, 2}, {dtype::f32, 128, 31, true, 0}, {dtype::f32, 40, 32, true, 0},
-                         {dtype::f32, 512, 10, true, 0}};
+                         {dtype::f32, 512, 10, true, 0}, {dtype::f32, 256, 8, true, 0, true},
+                         {dtype::f32, 512, 10, true, 0, true}, {dtype::bf16, 128, 8, true, 2, true}};
     for (const cfg& c : cases) {
         const int64_t n_in = 2048;
         const size_t row_bytes = static_cast<size_t>(n_in) * (c.t == dtype::f32 ? 4 : 2);
@@ -634,7 +637,14 @@ int router_topk_parity() {
         p.n_used = c.n_used;
         p.renormalize = c.renorm;
         uint8_t* dw = nullptr;
-        float *dx = nullptr, *dy[2] = {nullptr, nullptr}, *dwt[2] = {nullptr, nullptr};
+        float *dx = nullptr, *dy[2] = {nullptr, nullptr}, *dwt[2] = {nullptr, nullptr}, *dy2[2] = {nullptr, nullptr};
+        uint8_t* dw2 = nullptr;   // shared_gate: its row, a copy of expert 3's with the bytes of one word changed
+        if (c.shared_gate) {
+            std::vector<uint8_t> row(w.begin() + 3 * row_bytes, w.begin() + 4 * row_bytes);
+            row[5] ^= 0x11;
+            CK(cudaMalloc(&dw2, row_bytes));
+            CK(cudaMemcpy(dw2, row.data(), row_bytes, cudaMemcpyHostToDevice));
+        }
         int32_t* dids[2] = {nullptr, nullptr};
         unsigned* arrivals = nullptr;
         CK(cudaMalloc(&dw, w.size()));
@@ -646,10 +656,12 @@ int router_topk_parity() {
             CK(cudaMalloc(&dy[k], c.n_expert * 4));
             CK(cudaMalloc(&dwt[k], c.n_used * 4));
             CK(cudaMalloc(&dids[k], c.n_used * 4));
+            CK(cudaMalloc(&dy2[k], 4));
         }
         const std::string what = std::string("router_topk ") + std::string(name(c.t)) + " " + std::to_string(c.n_expert) +
                                  " top-" + std::to_string(c.n_used) +
-                                 (c.ties == 1 ? " ties" : c.ties == 2 ? " paired ties" : "");
+                                 (c.ties == 1 ? " ties" : c.ties == 2 ? " paired ties" : "") +
+                                 (c.shared_gate ? " + a shared expert's gate row" : "");
         bool same = true;
         for (int round = 0; round < 3; ++round) {
             const auto x = random_floats(static_cast<size_t>(n_in), 80 + round, 1.0f);
@@ -666,6 +678,16 @@ int router_topk_parity() {
                 a.n_rows = 1;
                 a.y = dy[k];
                 a.y_stride = c.n_expert;
+                if (c.shared_gate) {
+                    a.w2 = reinterpret_cast<const std::byte*>(dw2);
+                    a.n_out2 = 1;
+                    a.y2 = dy2[k];
+                    a.y2_stride = 1;
+                }
+                if (k == 0 && c.shared_gate && !cuda::router_one_launch(a, p, nullptr)) {
+                    std::printf("FAIL %s: the one-launch router did not take it\n", what.c_str());
+                    same = false;
+                }
                 cuda::router_topk(a, p, dids[k], dwt[k], k == 0 ? arrivals : nullptr, nullptr);
             }
             CK(cudaDeviceSynchronize());
@@ -681,6 +703,11 @@ int router_topk_parity() {
             }
             same = same && std::memcmp(y[0].data(), y[1].data(), y[0].size() * 4) == 0 && ids[0] == ids[1] &&
                    std::memcmp(wt[0].data(), wt[1].data(), wt[0].size() * 4) == 0;
+            if (c.shared_gate) {
+                float g[2];
+                for (int k = 0; k < 2; ++k) CK(cudaMemcpy(&g[k], dy2[k], 4, cudaMemcpyDeviceToHost));
+                same = same && f2u(g[0]) == f2u(g[1]) && g[0] == g[0];
+            }
         }
         unsigned left = 1;
         CK(cudaMemcpy(&left, arrivals, 4, cudaMemcpyDeviceToHost));
@@ -689,9 +716,11 @@ int router_topk_parity() {
                     left);
         f += same && left == 0 ? 0 : 1;
         cudaFree(dw);
+        cudaFree(dw2);
         cudaFree(dx);
         cudaFree(arrivals);
         for (int k = 0; k < 2; ++k) {
+            cudaFree(dy2[k]);
             cudaFree(dy[k]);
             cudaFree(dwt[k]);
             cudaFree(dids[k]);

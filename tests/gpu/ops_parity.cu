@@ -205,21 +205,52 @@ int test_attention(thread_pool& pool) {
                 CK(cudaMalloc(&dact, want.size()));
                 CK(cudaMemset(dact, 0xee, want.size()));
                 CK(cudaMemset(dout.p, 0, q.size() * 4));
-                int folded = 0;
-                for (int r = 0; r < c.rows; ++r) {
-                    const int32_t pos = c.pos0 + r;
-                    CK(cudaMemcpy(dpos, &pos, 4, cudaMemcpyHostToDevice));
-                    cuda::attention_act aq;
-                    aq.act = dact + r * rb;
-                    aq.width = width;
-                    folded += cuda::attention(p, dq.p + r * rf, dk.p, dv.p, 0, 1, dout.p + r * rf, nullptr, dpos, &sp, &aq);
-                }
+                // Each row alone in the split kernel with its blocks (and gate: [rows, n_head, 2 hd]);
+                // the launches that made them.
+                auto split_rows = [&](const float* gate) {
+                    int made = 0;
+                    for (int r = 0; r < c.rows; ++r) {
+                        const int32_t pos = c.pos0 + r;
+                        CK(cudaMemcpy(dpos, &pos, 4, cudaMemcpyHostToDevice));
+                        cuda::attention_act aq;
+                        aq.act = dact + r * rb;
+                        aq.width = width;
+                        aq.gate = gate ? gate + r * rf * 2 : nullptr;
+                        made += cuda::attention(p, dq.p + r * rf, dk.p, dv.p, 0, 1, dout.p + r * rf, nullptr, dpos, &sp, &aq);
+                    }
+                    return made;
+                };
+                const int folded = split_rows(nullptr);
                 if (folded != c.rows) {
                     std::printf("FAIL: %s: made in %d of %d launches\n", what.c_str(), folded, c.rows);
                     ++f;
                 }
                 f += report(what + " (floats)", cpu, dout.get());
                 f += report_bytes(what, want, dact);
+                // With the hybrids' output gate in the same launch (attention_act::gate): each output
+                // times the sigmoid of its gate half (output_gate's expression), then its blocks.
+                {
+                    const auto qg = rnd(static_cast<size_t>(c.rows) * rf * 2, 9, 3.0f);
+                    std::vector<float> gated(cpu.size());
+                    for (int r = 0; r < c.rows; ++r)
+                        for (int h = 0; h < c.n_head; ++h)
+                            for (int d = 0; d < c.hd; ++d) {
+                                const size_t i = r * rf + static_cast<size_t>(h) * c.hd + d;
+                                gated[i] = cpu[i] * kernels::sigmoid_f32(qg[r * rf * 2 + static_cast<size_t>(h) * 2 * c.hd + c.hd + d]);
+                            }
+                    std::vector<std::byte> want_g(want.size());
+                    for (int r = 0; r < c.rows; ++r)
+                        quant::quantize_act_row_ref(af, gated.data() + r * rf, rf_i, want_g.data() + r * rb);
+                    dvec dqg(qg);
+                    CK(cudaMemset(dact, 0xee, want.size()));
+                    const int gfolded = split_rows(dqg.p);
+                    if (gfolded != c.rows) {
+                        std::printf("FAIL: %s gated: made in %d of %d launches\n", what.c_str(), gfolded, c.rows);
+                        ++f;
+                    }
+                    f += report(what + " gated (floats)", gated, dout.get());
+                    f += report_bytes(what + " gated", want_g, dact);
+                }
                 // Without split records (the one-block kernel) and for the whole window at once
                 // (the window kernels) nothing is made: false, and the blocks left as they were.
                 CK(cudaMemset(dact, 0xee, want.size()));

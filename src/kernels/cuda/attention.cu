@@ -373,7 +373,7 @@ void launch_rows(const kernels::attention_params& p, const float* q, const float
 template <int U>
 void launch_split(const kernels::attention_params& p, const float* q, const float* kc, const float* vc, int32_t pos0,
                   const int32_t* pos_dev, const attention_split& split, int64_t lanes, float* out, std::byte* act,
-                  int act_width, int act_heads, cudaStream_t stream) {
+                  int act_width, int act_heads, const float* gate, cudaStream_t stream) {
     constexpr size_t dyn = sizeof(rows_chunk_buffers<U>);
     opt_in_shared(attention_split_kernel<U>, dyn, "split decode attention");
     launch(attention_split_kernel<U>, dim3(static_cast<unsigned>(p.n_kv_head), static_cast<unsigned>(lanes)),
@@ -386,7 +386,7 @@ void launch_split(const kernels::attention_params& p, const float* q, const floa
     const int heads_per_block = act ? act_heads : std::max(1, 8 / warps_per_head);
     const int64_t blocks = (p.n_head + heads_per_block - 1) / heads_per_block;
     launch(attention_merge_kernel, dim3(static_cast<unsigned>(blocks)), dim3(static_cast<unsigned>(heads_per_block * warps_per_head * 32)),
-           0, stream, p, split.records, split.max_chunks, pos0, pos_dev, heads_per_block, out, act, act_width);
+           0, stream, p, split.records, split.max_chunks, pos0, pos_dev, heads_per_block, out, act, act_width, gate);
 }
 
 }  // namespace
@@ -441,10 +441,11 @@ bool attention(const kernels::attention_params& p, const float* q, const float* 
         const int act_heads = attention_split_act_heads(p, width);
         const bool quantise = act_heads > 0;
         std::byte* act = quantise ? act_out->act : nullptr;
+        const float* gate = quantise ? act_out->gate : nullptr;   // applied with the blocks only (attention_act)
         if (p.head_dim <= k_rows_hd<4>)
-            launch_split<4>(p, q, kc, vc, pos0, pos_dev, *split, lanes, out, act, width, act_heads, s);
+            launch_split<4>(p, q, kc, vc, pos0, pos_dev, *split, lanes, out, act, width, act_heads, gate, s);
         else
-            launch_split<8>(p, q, kc, vc, pos0, pos_dev, *split, lanes, out, act, width, act_heads, s);
+            launch_split<8>(p, q, kc, vc, pos0, pos_dev, *split, lanes, out, act, width, act_heads, gate, s);
         return quantise;
     }
     // 4 dimensions a lane up to head_dim 128, 8 up to 256: fewer registers than the 16 of 512.

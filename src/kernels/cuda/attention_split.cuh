@@ -101,12 +101,15 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
 // heads of head_dim floats) the block also writes those heads' int8 activation blocks of the
 // output row (quantize_block_warp, as quantize_act_rows makes them from the same floats) for the
 // output projection, which then skips its quantiser launch (2.2 us, bench/gpu/step_trace, H200,
-// session 27).
+// session 27). With gate (the hybrids' query|gate row, [n_head, 2 * head_dim]), each output is
+// first multiplied by the sigmoid of its gate (output_gate_kernel's expression): the gated
+// attention's output gate in this launch too.
 constexpr int k_merge_group = 32;
 constexpr int k_merge_max_floats = kernels::k_max_head_dim;   // a block's heads' outputs (act)
 __global__ void __launch_bounds__(k_merge_max_floats)
     attention_merge_kernel(kernels::attention_params p, const float* rec, int64_t max_chunks, int32_t pos0,
-                           const int32_t* pos_dev, int heads_per_block, float* out, std::byte* act, int act_width) {
+                           const int32_t* pos_dev, int heads_per_block, float* out, std::byte* act, int act_width,
+                           const float* gate) {
     if (pos_dev) pos0 = *pos_dev;   // settled before the step's first launch
     __shared__ float heads[k_merge_max_floats];   // [heads_per_block, head_dim] the block's outputs (act)
     wait_prior_grids();   // the records: written by the launch before
@@ -175,7 +178,9 @@ __global__ void __launch_bounds__(k_merge_max_floats)
         for (int w = 0; w < k_merge_group; ++w) group_v[w] = next_v[w];
     }
     if (mine) {
-        const float r = __fdiv_rn(o[0], l);
+        float r = __fdiv_rn(o[0], l);
+        // The hybrids' output gate (output_gate_kernel's expression), before the activation blocks.
+        if (gate) r = __fmul_rn(r, kernels::sigmoid_f32(gate[static_cast<int64_t>(h) * 2 * hd + hd + d]));
         out[static_cast<int64_t>(h) * hd + d] = r;
         if (act) heads[hb * hd + d] = r;
     }

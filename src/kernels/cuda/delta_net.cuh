@@ -7,6 +7,9 @@
 #pragma once
 
 #include "kernels/cpu/delta_net.h"
+#include "quant/act.h"
+
+#include <cstddef>
 
 #include <cstdint>
 
@@ -43,6 +46,16 @@ struct dn_gates {
 // Limits: dk <= 320 (a block's columns of the state in 48 KB of shared memory).
 void delta_net_rule(const kernels::delta_net_shape& s, const float* qkv, const dn_gates& gates, float* state,
                     float* out, int64_t rows, const dn_checkpoints& ck, void* stream);
+
+// delta_net_rule, then delta_net_gated_norm of its output with z and w, into out ([rows,
+// n_v * dv]): one launch where the rule's register form takes the shape (dk 64 or 128, dv <= 256),
+// else those two launches; the same bits either way. With act (f q8_32 or q8_256: the output
+// projection's activation format), the same launch also writes the output rows' int8 activation
+// blocks (quantize_act_rows' bits) where whole blocks fit a few heads; returns whether it did
+// (else the caller quantises out itself).
+bool delta_net_rule_norm(const kernels::delta_net_shape& s, const float* qkv, const dn_gates& gates, float* state,
+                         const float* z, const float* w, float* out, int64_t rows, const dn_checkpoints& ck,
+                         quant::act_format f, std::byte* act, void* stream);
 
 // kernels::delta_net_gated_norm_row for n_rows rows: o, z, out [n_rows, n_v * dv] (out may
 // alias o); w [dv].

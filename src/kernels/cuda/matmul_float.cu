@@ -269,6 +269,9 @@ __global__ void __launch_bounds__(k_col_threads, 1)
                         int64_t y_stride, bool accumulate, int64_t n_cb1, const uint8_t* __restrict__ w2, int64_t n_out2,
                         float* __restrict__ y2, int64_t y2_stride, route_tail rt, bool stage_x, norm_in nrm) {
     extern __shared__ uint4 col_smem[];   // the weight row (row_bytes), then x (n_in floats) when staged
+    // The top-k reads the first matrix's row (the router's logits) whichever matrix this block's
+    // column is of: a second matrix (w2) is a shared expert's gate row in the same launch.
+    float* const y_route = y;
     const int64_t j = pick_matrix(n_cb1, w, n_out, y, y_stride, w2, n_out2, y2, y2_stride);   // arguments only
     // Rows are 16-byte aligned (the launch checks): whole words. The weights' words before the
     // wait for the kernel before (no kernel writes weights: launch.cuh), then x's (stage_x: the
@@ -366,9 +369,9 @@ __global__ void __launch_bounds__(k_col_threads, 1)
     }
     __syncthreads();
     if (last) trace_mark(4);   // the last block knows it is
-    if (last && route_block_form(rt.p)) route_topk_block<PL>(rt.p, y, rt.ids, rt.weights, s_exp, s_cand);
+    if (last && route_block_form(rt.p)) route_topk_block<PL>(rt.p, y_route, rt.ids, rt.weights, s_exp, s_cand);
     else if (last && threadIdx.x < 32)
-        route_topk_warp_pl<PL>(rt.p, y, rt.ids, rt.weights, static_cast<int>(threadIdx.x), s_exp);
+        route_topk_warp_pl<PL>(rt.p, y_route, rt.ids, rt.weights, static_cast<int>(threadIdx.x), s_exp);
     if (last) trace_mark(5);   // routed
 }
 
@@ -460,7 +463,9 @@ void launch_float_matmul(const mm_args& a, int64_t row_groups, cudaStream_t s) {
 
 bool router_fuses(const mm_args& a, const kernels::router_params& p, const router_norm* norm) {
     const bool is_float = a.type == dtype::f32 || a.type == dtype::f16 || a.type == dtype::bf16;
-    const bool fusable = is_float && a.n_rows == 1 && !a.ids && !a.w2 && !a.accumulate && a.n_out == p.n_expert &&
+    // A second matrix (a shared expert's gate row) is computed by blocks of its own; the top-k
+    // reads the first's.
+    const bool fusable = is_float && a.n_rows == 1 && !a.ids && !a.accumulate && a.n_out == p.n_expert &&
                          p.n_used >= 1 && p.n_used <= p.n_expert && p.n_expert <= 32 * k_route_per_lane && p.n_used <= 32;
     if (!fusable) return false;
     if (norm) {

@@ -92,8 +92,13 @@ int attention_split_act_heads(const kernels::attention_params& p, int width);
 struct attention_act {
     std::byte* act = nullptr;   // [act_row_bytes(format, n_head * head_dim)]: the row's blocks
     int width = 0;
+    // The hybrids' gated attention: the row's query|gate projection [n_head, 2 * head_dim]; where
+    // the blocks are written, the output was first multiplied by the sigmoid of its gate half
+    // (output_gate's bits); where they are not, neither was the gate applied.
+    const float* gate = nullptr;
 };
-// Returns true when act_out's blocks were written (the caller quantises otherwise).
+// Returns true when act_out's blocks were written (the caller quantises otherwise, and applies
+// act_out's gate).
 bool attention(const kernels::attention_params& p, const float* q, const float* kc, const float* vc, int32_t pos0,
                int64_t n_rows, float* out, void* stream, const int32_t* pos_dev = nullptr,
                const attention_split* split = nullptr, const attention_act* act_out = nullptr);
