@@ -4,6 +4,7 @@
 #pragma once
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/router.cuh"
 #include "kernels/math.h"
 
@@ -107,6 +108,9 @@ __device__ inline void warp_select_topk(const kernels::router_params& p, const f
 // ahead; a shuffle per term put its latency in the chain: 128 x ~30 cycles).
 // route_row_probabilities: v / sum written to x; returns whether one is NaN (any lane), after a
 // __syncwarp that makes them visible to lane 0.
+// In STEP_TRACE builds the top-k's phases are marked (launch.cuh's trace_mark, thread 0 only):
+// 6 the exponentials, 7 the sum (and, in the block form, the ranks), 8 the probabilities; the
+// router kernel's 4 (the last block knows it is) comes before them and its 5 after the picks.
 template <int PL>
 __device__ inline bool route_row_exponentials(const float* x, int n, int lane, float (&v)[PL]) {
     bool nan = false;
@@ -158,15 +162,18 @@ __device__ inline void route_topk_warp_pl(const kernels::router_params& p, float
         if (lane == 0) route_topk_row(n, p.n_used, p.renormalize, x, rid, rwt);
         return;
     }
+    trace_mark(6);   // the exponentials
 #pragma unroll
     for (int k = 0; k < PL; ++k)
         if (32 * k + lane < n) se[32 * k + lane] = v[k];
     __syncwarp();
     const float sum = route_row_sum(se, n);
+    trace_mark(7);   // the sum
     if (route_row_probabilities(v, n, sum, x, lane)) {
         if (lane == 0) route_select_row(n, p.n_used, p.renormalize, x, rid, rwt);
         return;
     }
+    trace_mark(8);   // the probabilities
     warp_select_topk<PL>(p, v, rid, rwt, lane);
 }
 
@@ -234,6 +241,7 @@ __device__ inline void route_topk_block(const kernels::router_params& p, float* 
         if (tid == 0) route_topk_row(n, p.n_used, p.renormalize, x, rid, rwt);
         return;
     }
+    trace_mark(6);   // the exponentials
     if (warp == 0) {
 #pragma unroll
         for (int k = 0; k < PL; ++k)
@@ -250,11 +258,13 @@ __device__ inline void route_topk_block(const kernels::router_params& p, float* 
         else route_rank_candidates<3>(se, n, n4, first, nc, cand);
     }
     __syncthreads();
+    trace_mark(7);   // the sum and the ranks
     if (warp != 0) return;
     if (route_row_probabilities(v, n, sum, x, lane)) {
         if (lane == 0) route_select_row(n, p.n_used, p.renormalize, x, rid, rwt);
         return;
     }
+    trace_mark(8);   // the probabilities
     // Lane k: candidate k (rank k over the exponentials) and its probability.
     const int cid = lane < nc ? cand[lane] : 0;
     const float pc = lane < nc && cid >= 0 ? se[cid] / sum : 0.0f;
