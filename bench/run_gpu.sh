@@ -515,12 +515,14 @@ if [ $placement_runs = 1 ]; then
   sluice_split=(-t "$threads" -p "$p_split" -n "$n" -r "$split_reps" --ctx "$decode_depths" --windows 0 --spec-windows 0 --json)
   llama_depths=$(tr ',' '\n' <<< "$decode_depths" | grep -vx 0 | paste -sd, -)
   # --spec-accept A: the budget runs also decode by oracle-tape windows of 1 and 4 rows at that
-  # acceptance (0.87 gives ~3.3 tokens a 4-row window, as an MTP head does), after 512 positions.
+  # acceptance (0.87 gives ~3.3 tokens a 4-row window, as an MTP head does), after 512 positions,
+  # and by windows the depth policy sizes (--spec-policy 5: up to the MTP head's 4 drafts), as a
+  # user's `sluice run --spec` does.
   # A list (0.87,0.6): the first in that run, each other in a run of its own (oracle runs only).
   accept_first=${spec_accept%%,*} accept_more=""
   [ "$spec_accept" != "$accept_first" ] && accept_more=${spec_accept#*,}
   [ -n "$spec_accept" ] && sluice_split=(-t "$threads" -p "$p_split" -n "$n" -r "$split_reps" --ctx "$decode_depths" --windows 0 \
-    --spec-windows 1,4 --accept "$accept_first" --spec-n "$n" --window-depth "$p" --json)
+    --spec-windows 1,4 --spec-policy 5 --accept "$accept_first" --spec-n "$n" --window-depth "$p" --json)
   # With less than 10 s each left beside the reserve the pair is skipped, not run to a timeout
   # (session 31: --budget 150 gave both runs 1 s, and two rc=124 lines said nothing useful).
   if [ $whole_runs = 1 ] && [ "$(cap 60 170)" -lt 10 ]; then
@@ -577,7 +579,7 @@ if [ $placement_runs = 1 ]; then
     for a in ${accept_more//,/ }; do
       [ $(left) -gt 60 ] || break
       sluice_run "sluice GPU --vram-budget $b, accept $a" "sluice_gpu_${b}_a$a.json" three-lane "$(cap 60 $(( left * 40 - 40 )))" \
-        "$sluice_gpu" -t "$threads" -p 0 -n 0 --ctx 0 --windows 0 --spec-windows 1,4 --accept "$a" --spec-n "$n" \
+        "$sluice_gpu" -t "$threads" -p 0 -n 0 --ctx 0 --windows 0 --spec-windows 1,4 --spec-policy 5 --accept "$a" --spec-n "$n" \
         --window-depth "$p" --json --gpu 0 --vram-budget "$b"
     done
     if [ -n "$long_prompt" ]; then

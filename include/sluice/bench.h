@@ -48,6 +48,10 @@ struct bench_options {
     std::vector<int> spec_windows{1, 2, 4, 8, 16};  // windows of the oracle runs; empty: none
     int spec_n = 0;                     // tokens per oracle run; 0: n_gen
     int spec_reps = 1;                  // repetitions of each oracle run
+    // > 1: one more oracle run (and one with the MTP head) whose windows, up to this many rows,
+    // the depth policy sizes as `sluice run --spec` does, calibrated once before it, untimed;
+    // 0: none. The MTP head's run keeps the engine's cap of 4 drafts.
+    int spec_policy = 0;
     uint64_t seed = 1;                  // prompt tokens and the oracle's coin
     bool probe_bandwidth = true;        // measure RAM (and GPU) bandwidth at start
     double bandwidth_gb_s = 0.0;        // > 0: use this instead of the RAM probe (tests, what-ifs)
@@ -89,7 +93,8 @@ struct bench_result {
     double accept = 0.0;            // the tape's per-draft probability
     double acceptance = 0.0;        // drafts kept / drafts proposed (a rejected draft wastes the rest)
     double tokens_per_step = 0.0;   // measured tokens per window
-    double expected_tokens_per_step = 0.0;  // 1 + a + ... + a^(T-1)
+    double expected_tokens_per_step = 0.0;  // 1 + a + ... + a^(T-1) (0 for a policy's windows)
+    double rows_mean = 0.0;         // rows per window: T, or the mean of the depth policy's choices
     bool same_tokens = true;        // token_sha equal to serial decoding's
 };
 

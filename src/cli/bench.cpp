@@ -101,6 +101,10 @@ void add_bench_command(CLI::App& app) {
         ->default_str("1,2,4,8,16");
     cmd->add_option("--spec-n", a->o.spec_n, "Tokens per oracle run (default: -n)");
     cmd->add_option("--spec-reps", a->o.spec_reps, "Repetitions of each oracle run")->default_str("1");
+    cmd->add_option("--spec-policy", a->o.spec_policy,
+                    "Oracle runs: one more whose windows (up to this many rows, 2..16) the depth policy sizes, "
+                    "as `sluice run --spec` does (0: none)")
+        ->default_str("0");
     cmd->add_option("--seed", a->o.seed, "Seed of the prompt tokens and the oracle's coin")->default_str("1");
     cmd->add_option("--bandwidth", a->o.bandwidth_gb_s, "Ceilings from this GB/s instead of the measured RAM read");
     cmd->add_option("--probe-mb", a->probe_mb, "RAM probe buffer in MiB (default: 4x the last-level cache, >= 512)");

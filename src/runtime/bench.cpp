@@ -16,7 +16,7 @@
 #include "runtime/sampler.h"
 #include "sluice/inspect.h"
 #include "models/hybrid_mtp.h"
-#include "spec/drafter.h"
+#include "runtime/bench_oracle.h"
 #include "spec/mtp_drafter.h"
 #include "spec/session_target.h"
 #include "spec/verifier.h"
@@ -36,6 +36,7 @@
 #include <cmath>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -49,63 +50,6 @@ double seconds_since(clock_type::time_point t0) {
     return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-// Proposes the model's own greedy continuation (the tape), each draft replaced by a wrong token
-// with probability 1 - accept: the verifier keeps a draft exactly when it equals the tape, so the
-// acceptance is what the coin says. The tape is indexed by position: the context's length minus
-// the prompt's is the number of tokens generated so far.
-class oracle_drafter final : public drafter {
-public:
-    oracle_drafter(std::span<const int32_t> tape, size_t prompt_len, double accept, int32_t n_vocab, uint64_t seed)
-        : tape_(tape), prompt_len_(prompt_len), accept_(accept), n_vocab_(n_vocab), seed_(seed), rng_(seed) {}
-
-    std::string_view name() const override { return "oracle"; }
-    void reset() override { rng_.seed(seed_); }
-
-    int32_t propose(std::span<const int32_t> context, int32_t max_n, std::span<int32_t> out) override {
-        ++stats_.calls;
-        const size_t k = context.size() - prompt_len_;  // tokens generated so far
-        int32_t n = 0;
-        std::uniform_real_distribution<double> coin(0.0, 1.0);
-        for (; n < max_n && k + size_t(n) < tape_.size(); ++n) {
-            int32_t t = tape_[k + size_t(n)];
-            if (coin(rng_) >= accept_ && n_vocab_ > 1)  // any other id: the verifier's pick is the tape's token
-                t = int32_t((int64_t(t) + 1 + int64_t(rng_() % uint64_t(n_vocab_ - 1))) % n_vocab_);
-            out[size_t(n)] = t;
-        }
-        if (n == 0) ++stats_.empty;
-        return n;
-    }
-
-private:
-    std::span<const int32_t> tape_;
-    size_t prompt_len_;
-    double accept_;
-    int32_t n_vocab_;
-    uint64_t seed_;
-    std::mt19937_64 rng_;
-};
-
-// The oracle's drafts at the MTP head's cost: the head folds in every committed row and proposes
-// as in a real run (spec/mtp_drafter.h), then the oracle's tokens replace its proposals. So the
-// acceptance is the oracle's and the time includes drafting: what a run whose MTP head is
-// accepted at that rate would cost (a synthetic model's random head drafts nothing worth keeping).
-class mtp_paced_oracle final : public drafter {
-public:
-    mtp_paced_oracle(mtp_drafter& head, oracle_drafter& oracle) : head_(head), oracle_(oracle) {}
-    std::string_view name() const override { return "oracle at the MTP head's cost"; }
-    void reset() override { oracle_.reset(); }
-    int32_t propose(std::span<const int32_t> context, int32_t max_n, std::span<int32_t> out) override {
-        ++stats_.calls;
-        std::array<int32_t, 16> paid{};
-        head_.propose(context, std::min<int32_t>(max_n, int32_t(paid.size())), paid);
-        return oracle_.propose(context, max_n, out);
-    }
-
-private:
-    mtp_drafter& head_;
-    oracle_drafter& oracle_;
-};
-
 void validate(const bench_options& o) {
     auto in = [](int v, int lo, int hi) { return v >= lo && v <= hi; };
     if (o.n_threads < 0) fail("bench: -t/--threads: expected >= 0, got {}", o.n_threads);
@@ -116,6 +60,10 @@ void validate(const bench_options& o) {
         if (!in(d, 0, 1 << 22)) fail("bench: --ctx: expected depths 0..4194304, got {}", d);
     if (!in(o.repetitions, 1, 1000)) fail("bench: -r/--repetitions: expected 1..1000, got {}", o.repetitions);
     if (!in(o.spec_reps, 1, 1000)) fail("bench: --spec-reps: expected 1..1000, got {}", o.spec_reps);
+    if (o.spec_policy != 0 && !in(o.spec_policy, 2, 16))
+        fail("bench: --spec-policy: expected 2..16 rows (0: none), got {}", o.spec_policy);
+    if (o.spec_policy > 1 && o.spec_policy > (o.chunk > 0 ? o.chunk : k_cpu_prefill_rows))
+        fail("bench: --spec-policy: {} rows do not fit --chunk ({})", o.spec_policy, o.chunk);
     if (!in(o.chunk, 0, 4096)) fail("bench: --chunk: expected 1..4096 rows (0: the backend's default), got {}", o.chunk);
     // Every backend's default is at least 512 rows (default_prefill_rows).
     const int chunk = o.chunk > 0 ? o.chunk : k_cpu_prefill_rows;
@@ -217,7 +165,7 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
     const std::vector<int>& windows = o.windows;
     const int window_depth = o.window_depth >= 0 ? o.window_depth : depths.empty() ? 0 : depths.front();
     const int spec_n = o.spec_n > 0 ? o.spec_n : o.n_gen;
-    const bool any_windows = !windows.empty() || (!o.spec_windows.empty() && spec_n > 0);
+    const bool any_windows = !windows.empty() || ((!o.spec_windows.empty() || o.spec_policy > 1) && spec_n > 0);
 
     // Positions the cache must hold: the deepest prompt plus what is decoded after it.
     int longest = 1;
@@ -424,8 +372,8 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
         r.swaps = int64_t(after.swaps - before.swaps);
     };
     // Serial greedy decoding of n tokens after a prompt of `len` tokens (the cache holds len - 1).
-    auto decode_serial = [&](int len, int n, drafter* d, int window) {
-        speculative_decoder dec(target, greedy, d, nullptr);
+    auto decode_serial = [&](int len, int n, drafter* d, int window, depth_policy* policy = nullptr) {
+        speculative_decoder dec(target, greedy, d, policy);
         decode_options opt;
         opt.max_tokens = n;
         opt.max_window = window;
@@ -496,21 +444,39 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
     }
 
     // Oracle-tape speculative decoding at window_depth: the tape is serial greedy decoding's
-    // output, and every run must reproduce it (drafted = serial).
-    if (!o.spec_windows.empty() && spec_n > 0) {
+    // output, and every run must reproduce it (drafted = serial). Each window size, then
+    // (--spec-policy) windows the depth policy sizes.
+    struct spec_run {
+        int rows;     // T, or the policy's largest window
+        bool policy;  // the depth policy picks each window's drafts
+    };
+    std::vector<spec_run> spec_runs;
+    for (int t : o.spec_windows) spec_runs.push_back({t, false});
+    if (o.spec_policy > 1) spec_runs.push_back({o.spec_policy, true});
+    if (!spec_runs.empty() && spec_n > 0) {
         fill_to(wlen - 1);
         const decode_result tape = decode_serial(wlen, spec_n, nullptr, 1);
         back_to(wlen - 1);
-        // Each window size with the oracle's drafts, then (models that carry an MTP head) again
-        // with the head paying for its drafts.
+        // The policy's window costs, measured once here (untimed, nothing committed) as an engine
+        // measures them at start; each run starts from a copy, so every repetition starts alike.
+        std::optional<depth_policy> calibrated;
+        if (o.spec_policy > 1) {
+            depth_policy_params pp;
+            pp.max_rows = o.spec_policy;
+            calibrated.emplace(pp);
+            std::vector<float> scratch(size_t(o.spec_policy) * size_t(n_vocab));   // [rows, n_vocab]
+            calibrated->calibrate(target, scratch, span_of(0, size_t(wlen)).back(), 5, o.spec_policy);
+        }
+        // Each run with the oracle's drafts, then (models that carry an MTP head) again with the
+        // head paying for its drafts.
         std::unique_ptr<mtp_head> head;
         if (has_mtp_head(*net)) head = make_mtp_head(*net, s.pool(), n_ctx, chunk, nullptr);
         // One timed run of windows of t rows; the caller goes back to wlen - 1 positions.
-        auto oracle_run = [&](int t, uint64_t seed) {
+        auto oracle_run = [&](int t, uint64_t seed, depth_policy* policy) {
             oracle_drafter od(tape.tokens, size_t(wlen), o.accept, n_vocab, seed);
-            return decode_serial(wlen, spec_n, t > 1 ? &od : nullptr, t);
+            return decode_serial(wlen, spec_n, t > 1 ? &od : nullptr, t, policy);
         };
-        auto mtp_paced_run = [&](int t, uint64_t seed, double& secs) {
+        auto mtp_paced_run = [&](int t, uint64_t seed, depth_policy* policy, double& secs) {
             // The head sees every prompt row: the prompt again, through the drafter (untimed).
             s.truncate(0);
             mtp_drafter_params mp;
@@ -519,7 +485,7 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
             md.prefill(span_of(0, size_t(wlen - 1)));
             oracle_drafter od(tape.tokens, size_t(wlen), o.accept, n_vocab, seed);
             mtp_paced_oracle pd(md, od);
-            speculative_decoder dec(md.target(), greedy, &pd, nullptr);
+            speculative_decoder dec(md.target(), greedy, &pd, policy);
             decode_options opt;
             opt.max_tokens = spec_n;
             opt.max_window = t;
@@ -532,23 +498,28 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
         };
         for (const bool paced : {false, true}) {
             if (paced && !head) break;
-            for (int t : o.spec_windows) {
+            for (const spec_run& run : spec_runs) {
+                // The MTP head drafts 4 at most, as `sluice run --spec mtp` caps it.
+                const int t = paced && run.policy ? std::min(run.rows, 5) : run.rows;
                 if (paced && t < 2) continue;
                 bench_result r;
-                r.test = fmt::format("{} {}@d{}", paced ? "spec+mtp" : "spec", t, window_depth);
+                r.test = fmt::format("{} {}{}@d{}", paced ? "spec+mtp" : "spec", run.policy ? "policy " : "", t, window_depth);
                 r.kind = "spec";
                 r.n_gen = spec_n;
                 r.depth = window_depth;
                 r.rows = t;
                 r.accept = o.accept;
-                int64_t steps = 0, emitted = 0, proposed = 0, kept = 0;
+                int64_t steps = 0, emitted = 0, proposed = 0, kept = 0, rows = 0;
                 // Paced runs also prefill the prompt again (untimed): their lookups are not the test's.
                 const cache_counts before = counts_now();
                 for (int i = 0; i < o.spec_reps; ++i) {
                     const uint64_t seed = o.seed * 1000003u + uint64_t(t) * 1009u + uint64_t(i);
+                    std::optional<depth_policy> policy;
+                    if (run.policy) policy = calibrated;
+                    depth_policy* pol = policy ? &*policy : nullptr;
                     double secs = 0;
                     const auto t0 = clock_type::now();
-                    decode_result res = paced ? mtp_paced_run(t, seed, secs) : oracle_run(t, seed);
+                    decode_result res = paced ? mtp_paced_run(t, seed, pol, secs) : oracle_run(t, seed, pol);
                     r.seconds.push_back(paced ? secs : seconds_since(t0));
                     back_to(wlen - 1);
                     r.same_tokens = r.same_tokens && res.token_sha == tape.token_sha;
@@ -556,20 +527,24 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
                     emitted += res.stats.tokens;
                     proposed += res.stats.drafts_proposed;
                     kept += res.stats.drafts_accepted;
+                    rows += res.stats.rows_total;
                 }
                 if (!paced) set_cache_figures(r, before, counts_now());
                 finish(r, spec_n);
                 r.reps = o.spec_reps;
                 r.tokens_per_step = steps > 0 ? double(emitted) / double(steps) : 0.0;
+                r.rows_mean = steps > 0 ? double(rows) / double(steps) : 0.0;
                 r.acceptance = proposed > 0 ? double(kept) / double(proposed) : 0.0;
-                r.expected_tokens_per_step = expected_window_tokens(t > 1 ? o.accept : 0.0, t);
-                // A window reads forward_bytes(T, ~mid-run depth) and yields tokens_per_step tokens.
-                const double window_bytes = forward_bytes(tm, t, wlen - 1 + spec_n / 2);
-                const double window_ops = forward_ops(cm, t, wlen - 1 + spec_n / 2);
+                r.expected_tokens_per_step = run.policy ? 0.0 : expected_window_tokens(t > 1 ? o.accept : 0.0, t);
+                // A window reads forward_bytes(rows, ~mid-run depth) and yields tokens_per_step tokens.
+                const int window_rows = std::max(1, int(std::lround(r.rows_mean)));
+                const double window_bytes = forward_bytes(tm, window_rows, wlen - 1 + spec_n / 2);
+                const double window_ops = forward_ops(cm, window_rows, wlen - 1 + spec_n / 2);
                 set_ceiling(r, rep.bandwidth_gb_s, r.tokens_per_step > 0 ? window_bytes / r.tokens_per_step : 0.0,
                             rep.peak_ops_s, r.tokens_per_step > 0 ? window_ops / r.tokens_per_step : 0.0);
-                say(fmt::format("{}: {:.2f} tok/s, {:.2f} tokens per window{}{}", r.test, r.tok_s, r.tokens_per_step,
-                                paced ? " (the MTP head drafting)" : "", r.same_tokens ? "" : ", TOKENS DIFFER FROM SERIAL"));
+                say(fmt::format("{}: {:.2f} tok/s, {:.2f} tokens per window of {:.2f} rows{}{}", r.test, r.tok_s,
+                                r.tokens_per_step, r.rows_mean, paced ? " (the MTP head drafting)" : "",
+                                r.same_tokens ? "" : ", TOKENS DIFFER FROM SERIAL"));
                 rep.results.push_back(std::move(r));
             }
         }
@@ -682,8 +657,8 @@ std::string format_bench_text(const bench_report& r) {
         std::string extra;
         if (x.kind == "window") extra = "rows/s; ms per forward";
         if (x.kind == "spec")
-            extra = fmt::format("accept {:.2f}: {:.2f} tokens/window (expected {:.2f}), acceptance {:.3f}, {}", x.accept,
-                                x.tokens_per_step, x.expected_tokens_per_step, x.acceptance,
+            extra = fmt::format("accept {:.2f}: {:.2f} tokens/window of {:.2f} rows (expected {:.2f}), acceptance {:.3f}, {}",
+                                x.accept, x.tokens_per_step, x.rows_mean, x.expected_tokens_per_step, x.acceptance,
                                 x.same_tokens ? "tokens = serial" : "TOKENS DIFFER FROM SERIAL");
         const std::string ceil = x.ceiling_tok_s > 0 ? fmt::format("{:.1f}", x.ceiling_tok_s) : "-";
         const std::string frac = x.ceiling_tok_s > 0 ? fmt::format("{:.1f}%", 100.0 * x.ceiling_fraction) : "-";
@@ -733,6 +708,7 @@ std::string format_bench_json(const bench_report& r) {
             j["acceptance"] = x.acceptance;
             j["tokens_per_step"] = x.tokens_per_step;
             j["expected_tokens_per_step"] = x.expected_tokens_per_step;
+            j["rows_mean"] = x.rows_mean;
             j["same_tokens"] = x.same_tokens;
         }
         results.push_back(std::move(j));

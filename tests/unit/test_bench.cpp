@@ -156,15 +156,21 @@ TEST(bench_run, oracle_tape_sets_the_acceptance_and_keeps_serial_tokens) {
     EXPECT_DOUBLE_EQ(r.results[0].expected_tokens_per_step, 1.0);
 }
 
-TEST(bench_run, mtp_paced_oracle_runs_keep_the_oracles_acceptance_and_serial_tokens) {
-    // A hybrid file with an MTP block: each window size runs again with the head drafting (its
-    // proposals paid for, then replaced by the oracle's).
+// Oracle runs only, after 8 positions, on a hybrid file with an MTP block.
+bench_options mtp_oracle_options() {
     bench_options o = tiny_options();
     o.model_path = std::filesystem::path(SLUICE_SOURCE_DIR) / "tests/golden/fixtures/qwen35moe_e4_k2_mtp/converted-F32.gguf";
     o.n_prompt.clear();
     o.n_gen = 0;
     o.depths = {8};
     o.windows.clear();
+    return o;
+}
+
+TEST(bench_run, mtp_paced_oracle_runs_keep_the_oracles_acceptance_and_serial_tokens) {
+    // A hybrid file with an MTP block: each window size runs again with the head drafting (its
+    // proposals paid for, then replaced by the oracle's).
+    bench_options o = mtp_oracle_options();
     o.spec_windows = {1, 4};
     o.spec_n = 12;
     o.accept = 1.0;
@@ -179,6 +185,33 @@ TEST(bench_run, mtp_paced_oracle_runs_keep_the_oracles_acceptance_and_serial_tok
     EXPECT_DOUBLE_EQ(paced.acceptance, 1.0);
     EXPECT_DOUBLE_EQ(paced.tokens_per_step, 4.0);
     EXPECT_GT(paced.tok_s, 0.0);
+}
+
+TEST(bench_run, policy_sized_windows_keep_serial_tokens) {
+    // --spec-policy: windows up to 6 rows sized by the depth policy, with the oracle's drafts and
+    // again with the MTP head paying for them (capped at its 4 drafts). Which depths it picks
+    // depends on the window costs it measures, so only what holds at any depth is checked.
+    bench_options o = mtp_oracle_options();
+    o.spec_windows = {1};
+    o.spec_policy = 6;
+    o.spec_n = 16;
+    for (double accept : {1.0, 0.0}) {
+        o.accept = accept;
+        const bench_report r = run_bench(o);
+        std::vector<std::string> names;
+        for (const auto& x : r.results) names.push_back(x.test);
+        EXPECT_EQ(names, (std::vector<std::string>{"spec 1@d8", "spec policy 6@d8", "spec+mtp policy 5@d8"}));
+        for (const auto& x : r.results) {
+            EXPECT_TRUE(x.same_tokens) << x.test;
+            EXPECT_GE(x.rows_mean, 1.0) << x.test;
+            EXPECT_LE(x.rows_mean, double(x.rows)) << x.test;
+            EXPECT_GE(x.tokens_per_step, 1.0) << x.test;
+            EXPECT_LE(x.tokens_per_step, x.rows_mean) << x.test;
+            if (accept == 1.0) EXPECT_DOUBLE_EQ(x.tokens_per_step, x.rows_mean) << x.test;   // every draft kept
+        }
+    }
+    o.spec_policy = 17;
+    EXPECT_THROW(run_bench(o), std::exception);
 }
 
 TEST(bench_run, bad_options_are_rejected_with_the_flag_name) {
