@@ -335,11 +335,15 @@ dmat cuda_model::upload_mat(const tensor_view& t) {
     // One upload per tensor: a tied LM head shares token_embd's copy.
     if (auto it = uploaded_.find(&t); it != uploaded_.end()) return it->second;
     auto* p = static_cast<std::byte*>(dalloc(t.nbytes));
-    if (defer_uploads_) pending_uploads_.push_back({p, t.data, t.nbytes});
-    else ck(cudaMemcpy(p, t.data, t.nbytes, cudaMemcpyHostToDevice), "upload");
+    copy_up(p, t);
     const dmat m = slot_mat(t, p);
     uploaded_[&t] = m;
     return m;
+}
+
+void cuda_model::copy_up(std::byte* dst, const tensor_view& t) {
+    if (defer_uploads_) pending_uploads_.push_back({dst, t.data, t.nbytes});
+    else ck(cudaMemcpy(dst, t.data, t.nbytes, cudaMemcpyHostToDevice), "upload");
 }
 
 bool cuda_model::fits_as_expert(const tensor_view& bank, const tensor_view& extra) {
@@ -350,10 +354,8 @@ bool cuda_model::fits_as_expert(const tensor_view& bank, const tensor_view& extr
 void cuda_model::upload_bank_with(const tensor_view& bank, const tensor_view& extra, dmat& bank_out, dmat& extra_out) {
     if (!fits_as_expert(bank, extra)) fail("cuda model: '{}' does not fit as one more expert of '{}'", extra.name, bank.name);
     auto* p = static_cast<std::byte*>(dalloc(bank.nbytes + extra.nbytes));
-    for (const auto& [dst, t] : {std::pair{p, &bank}, std::pair{p + bank.nbytes, &extra}}) {
-        if (defer_uploads_) pending_uploads_.push_back({dst, t->data, t->nbytes});
-        else ck(cudaMemcpy(dst, t->data, t->nbytes, cudaMemcpyHostToDevice), "upload");
-    }
+    copy_up(p, bank);
+    copy_up(p + bank.nbytes, extra);
     bank_out = slot_mat(bank, p);
     extra_out = slot_mat(extra, p + bank.nbytes);
     uploaded_[&bank] = bank_out;

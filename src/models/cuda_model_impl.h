@@ -180,6 +180,8 @@ private:
     // Allocates t's device copy; the bytes are copied at once, or, while the constructor binds
     // the weights (pending_uploads_ open), by flush_uploads.
     dmat upload_mat(const tensor_view& t);
+    // t's bytes to dst: now, or at the batched copy when uploads are deferred (defer_uploads_).
+    void copy_up(std::byte* dst, const tensor_view& t);
     // Whether `extra` (a shared expert's matrix) has the type and per-expert shape of `bank`'s
     // experts, so that it can follow them as one more.
     static bool fits_as_expert(const tensor_view& bank, const tensor_view& extra);
@@ -330,6 +332,8 @@ private:
     // The gated shared expert's product and gate logit (none without sh_inp) into shexp_
     // [n, n_embd] and shgate_ [n, 1], from xn_; the combine adds them.
     void shared_expert(const dlayer& l, int64_t n);
+    // The shared expert's sigmoid gate input [n, 1] into shgate_, unless the router's launch made it.
+    void shared_gate_value(const dlayer& l, int64_t n);
     // The shared expert's gate logit is computed by the router's launch (a second matrix of the
     // same float format and width: one more column block) rather than by a launch of its own.
     static bool gate_in_router(const dlayer& l) { return l.sh_inp.data && pairable_plain(l.router, l.sh_inp); }

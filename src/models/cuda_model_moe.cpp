@@ -135,8 +135,7 @@ void cuda_model::moe_block(const dlayer& l, int il, int64_t n) {
     } else if (sh_as_pair) {
         all_experts(l, n, g_act, ids_sh_, static_cast<int>(K) + 1);   // the shared expert's row: ey_ row K
         shared_done = true;
-        // Its gate value, where the router's launch could not take the row (formats differ).
-        if (!gate_in_router(l)) mm(l.sh_inp, xn_, n, shgate_, false);   // [1, 1]
+        shared_gate_value(l, n);
     } else {
         all_experts(l, n, g_act);
     }
@@ -192,7 +191,12 @@ void cuda_model::shared_expert(const dlayer& l, int64_t n) {
     mm(l.sh_gate, xn_, n, gate_, false);
     mm(l.sh_up, xn_, n, up_, l.sh_up.type == l.sh_gate.type);
     swiglu_down(l.sh_down, n, shexp_);   // [n, E]
-    if (!gate_in_router(l)) mm(l.sh_inp, xn_, n, shgate_, false);     // [n, 1]
+    shared_gate_value(l, n);
+}
+
+void cuda_model::shared_gate_value(const dlayer& l, int64_t n) {
+    // Where the router's launch could not take the gate row (formats differ): its own matmul.
+    if (l.sh_inp && !gate_in_router(l)) mm(l.sh_inp, xn_, n, shgate_, false);   // [n, 1]
 }
 
 }  // namespace sluice::cuda_impl
