@@ -419,7 +419,8 @@ def report(args):
                              f"{fmt_frac(r['tok_s'], r['ceiling_tok_s'])} | |")
             elif r["kind"] == "spec":
                 extra.append(f"| {name} | {r['test']} | {r['tok_s']:.2f} tok/s | {r['tokens_per_step']:.2f} "
-                             f"tokens/window (accept {r['accept']}) | {fmt_frac(r['tok_s'], r['ceiling_tok_s'])} | "
+                             f"tokens/window of {r.get('rows_mean', r['rows']):.2f} rows (accept {r['accept']}) | "
+                             f"{fmt_frac(r['tok_s'], r['ceiling_tok_s'])} | "
                              f"{'tokens = serial' if r['same_tokens'] else 'TOKENS DIFFER'} |")
             elif r["kind"] == "decode" and r["depth"] > 0:
                 extra.append(f"| {name} | {r['test']} | {r['mean_s'] * 1e3:.0f} ms | {r['tok_s']:.2f} tok/s | "

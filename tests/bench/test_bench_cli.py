@@ -14,7 +14,7 @@ pytest.importorskip("gguf")
 import make_synthetic  # noqa: E402
 
 FAST = ["-t", "2", "-p", "48", "-n", "6", "-r", "2", "--ctx", "0,16", "--chunk", "16", "--windows", "1,2,4",
-        "--spec-windows", "1,4", "--spec-n", "8", "--probe-mb", "64"]
+        "--spec-windows", "1,4", "--spec-policy", "4", "--spec-n", "8", "--probe-mb", "64"]
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,8 @@ def report(sluice_bin, tiny_model):
 
 def test_bench_json_reports_every_test_with_its_ceiling(report, tiny_model):
     tests = [r["test"] for r in report["results"]]
-    assert tests == ["pp48", "tg6@d0", "tg6@d16", "win 1@d0", "win 2@d0", "win 4@d0", "spec 1@d0", "spec 4@d0"]
+    assert tests == ["pp48", "tg6@d0", "tg6@d16", "win 1@d0", "win 2@d0", "win 4@d0", "spec 1@d0", "spec 4@d0",
+                     "spec policy 4@d0"]
     assert report["model"]["path"] == str(tiny_model)
     assert report["threads"] == 2
     # The RAM probe ran: a bandwidth, and every result has a positive ceiling and its fraction.
@@ -273,7 +274,7 @@ def test_bench_runs_a_hybrid_model(sluice_bin, tmp_path):
     tests = [r["test"] for r in rep["results"]]
     # The synthetic file carries an MTP block: the oracle's window runs again with the head drafting.
     assert tests == ["pp48", "tg6@d0", "tg6@d16", "win 1@d0", "win 2@d0", "win 4@d0", "spec 1@d0", "spec 4@d0",
-                     "spec+mtp 4@d0"]
+                     "spec policy 4@d0", "spec+mtp 4@d0", "spec+mtp policy 4@d0"]
     assert all(r["same_tokens"] for r in rep["results"] if r["kind"] == "spec")
 
 
