@@ -26,8 +26,9 @@
 #   their real layer count unless --layers), --vram-budgets LIST (default 0,2G,4G,8G: each against
 #   the llama.cpp -ncmoe whose VRAM experts fit it, bench/ncmoe_for_budget.py), --split-prompts
 #   LIST (the budget runs' prompt lengths, default 512,4096), --spec-accept A (the budget runs
-#   also decode by oracle-tape windows of 1 and 4 rows at acceptance A (a list: one run each), and, for a file with an MTP
-#   head, the same windows with the head drafting: sluice bench's spec+mtp rows), --split-reps N
+#   also decode by oracle-tape windows of 1 and 4 rows and by windows the depth policy sizes (up to 5 rows) at
+#   acceptance A (a list: one run each), and, for a file with an MTP head, the same windows with the head drafting:
+#   sluice bench's spec+mtp rows), --split-reps N
 #   (repetitions of the budget runs, default 2: 1 leaves time for a 32K prompt), --no-whole (skip
 #   the whole-model-in-VRAM pair of the placement runs), --long-prompt N (after every budget's
 #   runs, a prefill of N tokens alone for each engine, once: a run that runs out of time loses
@@ -545,6 +546,8 @@ if [ $placement_runs = 1 ]; then
   # past a 43 s cap in session 15).
   model_gb=$(( $(stat -c %s "$model" 2>/dev/null || echo 0) / 1000000000 ))
   llama_cap=$(( 30 + model_gb + ptoks * split_reps / 300 )) sluice_cap=$(( 90 + ptoks * split_reps / 1000 ))
+  # --spec-accept adds the oracle runs and the depth policy's calibration (~30 forwards) to it.
+  [ -n "$spec_accept" ] && sluice_cap=$(( sluice_cap + 40 ))
   # --profile-text: the routing profile the budget runs' caches start from (a stale one goes
   # first, so no run ranks by a profile this call did not make).
   [ $mode = dry ] || rm -f "$model.profile.bin"
@@ -578,7 +581,7 @@ if [ $placement_runs = 1 ]; then
     fi
     for a in ${accept_more//,/ }; do
       [ $(left) -gt 60 ] || break
-      sluice_run "sluice GPU --vram-budget $b, accept $a" "sluice_gpu_${b}_a$a.json" three-lane "$(cap 60 $(( left * 40 - 40 )))" \
+      sluice_run "sluice GPU --vram-budget $b, accept $a" "sluice_gpu_${b}_a$a.json" three-lane "$(cap 90 $(( left * 40 - 40 )))" \
         "$sluice_gpu" -t "$threads" -p 0 -n 0 --ctx 0 --windows 0 --spec-windows 1,4 --spec-policy 5 --accept "$a" --spec-n "$n" \
         --window-depth "$p" --json --gpu 0 --vram-budget "$b"
     done

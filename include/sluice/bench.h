@@ -94,7 +94,7 @@ struct bench_result {
     double acceptance = 0.0;        // drafts kept / drafts proposed (a rejected draft wastes the rest)
     double tokens_per_step = 0.0;   // measured tokens per window
     double expected_tokens_per_step = 0.0;  // 1 + a + ... + a^(T-1) (0 for a policy's windows)
-    double rows_mean = 0.0;         // rows per window: T, or the mean of the depth policy's choices
+    double rows_mean = 0.0;         // rows per window over the run (at most T; a policy's: its choices)
     bool same_tokens = true;        // token_sha equal to serial decoding's
 };
 

@@ -17,7 +17,6 @@
 #include "sluice/inspect.h"
 #include "models/hybrid_mtp.h"
 #include "runtime/bench_oracle.h"
-#include "spec/mtp_drafter.h"
 #include "spec/session_target.h"
 #include "spec/verifier.h"
 
@@ -44,6 +43,8 @@ namespace sluice {
 
 namespace {
 
+using bench_oracle::mtp_paced_oracle;
+using bench_oracle::oracle_drafter;
 using clock_type = std::chrono::steady_clock;
 
 double seconds_since(clock_type::time_point t0) {
@@ -60,10 +61,6 @@ void validate(const bench_options& o) {
         if (!in(d, 0, 1 << 22)) fail("bench: --ctx: expected depths 0..4194304, got {}", d);
     if (!in(o.repetitions, 1, 1000)) fail("bench: -r/--repetitions: expected 1..1000, got {}", o.repetitions);
     if (!in(o.spec_reps, 1, 1000)) fail("bench: --spec-reps: expected 1..1000, got {}", o.spec_reps);
-    if (o.spec_policy != 0 && !in(o.spec_policy, 2, 16))
-        fail("bench: --spec-policy: expected 2..16 rows (0: none), got {}", o.spec_policy);
-    if (o.spec_policy > 1 && o.spec_policy > (o.chunk > 0 ? o.chunk : k_cpu_prefill_rows))
-        fail("bench: --spec-policy: {} rows do not fit --chunk ({})", o.spec_policy, o.chunk);
     if (!in(o.chunk, 0, 4096)) fail("bench: --chunk: expected 1..4096 rows (0: the backend's default), got {}", o.chunk);
     // Every backend's default is at least 512 rows (default_prefill_rows).
     const int chunk = o.chunk > 0 ? o.chunk : k_cpu_prefill_rows;
@@ -73,6 +70,8 @@ void validate(const bench_options& o) {
     for (int t : o.spec_windows)
         if (!in(t, 1, 16) || t > chunk)
             fail("bench: --spec-windows: expected 1..16 rows and at most --chunk ({}), got {}", chunk, t);
+    if (o.spec_policy != 0 && (!in(o.spec_policy, 2, 16) || o.spec_policy > chunk))
+        fail("bench: --spec-policy: expected 2..16 rows and at most --chunk ({}) (0: none), got {}", chunk, o.spec_policy);
     if (o.gpu < -1) fail("bench: --gpu: expected a device index >= 0, got {}", o.gpu);
     // The same bound as the depths: window_depth + spec_n sizes the context (an int).
     if (!in(o.window_depth, -1, 1 << 22))
@@ -165,7 +164,7 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
     const std::vector<int>& windows = o.windows;
     const int window_depth = o.window_depth >= 0 ? o.window_depth : depths.empty() ? 0 : depths.front();
     const int spec_n = o.spec_n > 0 ? o.spec_n : o.n_gen;
-    const bool any_windows = !windows.empty() || ((!o.spec_windows.empty() || o.spec_policy > 1) && spec_n > 0);
+    const bool any_windows = !windows.empty() || ((!o.spec_windows.empty() || o.spec_policy != 0) && spec_n > 0);
 
     // Positions the cache must hold: the deepest prompt plus what is decoded after it.
     int longest = 1;
@@ -452,21 +451,30 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
     };
     std::vector<spec_run> spec_runs;
     for (int t : o.spec_windows) spec_runs.push_back({t, false});
-    if (o.spec_policy > 1) spec_runs.push_back({o.spec_policy, true});
+    if (o.spec_policy != 0) spec_runs.push_back({o.spec_policy, true});
     if (!spec_runs.empty() && spec_n > 0) {
         fill_to(wlen - 1);
         const decode_result tape = decode_serial(wlen, spec_n, nullptr, 1);
         back_to(wlen - 1);
-        // The policy's window costs, measured once here (untimed, nothing committed) as an engine
-        // measures them at start; each run starts from a copy, so every repetition starts alike.
+        // The policy's window costs, measured once before the first policy run (untimed, nothing
+        // committed; after the fixed windows' runs, whose expert cache it would otherwise move) as
+        // an engine measures them at start. Each run starts from a copy sized to its window, so
+        // every repetition starts alike.
         std::optional<depth_policy> calibrated;
-        if (o.spec_policy > 1) {
+        auto policy_for = [&](int rows) {
+            if (!calibrated) {
+                depth_policy_params pp;
+                pp.max_rows = o.spec_policy;
+                calibrated.emplace(pp);
+                std::vector<float> scratch(size_t(o.spec_policy) * size_t(n_vocab));   // [rows, n_vocab]
+                calibrated->calibrate(target, scratch, span_of(0, size_t(wlen)).back(), 5, n_ctx - target.n_past());
+            }
             depth_policy_params pp;
-            pp.max_rows = o.spec_policy;
-            calibrated.emplace(pp);
-            std::vector<float> scratch(size_t(o.spec_policy) * size_t(n_vocab));   // [rows, n_vocab]
-            calibrated->calibrate(target, scratch, span_of(0, size_t(wlen)).back(), 5, o.spec_policy);
-        }
+            pp.max_rows = rows;
+            depth_policy policy(pp);
+            policy.adopt_costs(*calibrated);
+            return policy;
+        };
         // Each run with the oracle's drafts, then (models that carry an MTP head) again with the
         // head paying for its drafts.
         std::unique_ptr<mtp_head> head;
@@ -499,8 +507,9 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
         for (const bool paced : {false, true}) {
             if (paced && !head) break;
             for (const spec_run& run : spec_runs) {
-                // The MTP head drafts 4 at most, as `sluice run --spec mtp` caps it.
-                const int t = paced && run.policy ? std::min(run.rows, 5) : run.rows;
+                // The policy's windows with the MTP head: 4 drafts at most, as `sluice run --spec
+                // mtp` caps them (k_mtp_max_drafts).
+                const int t = paced && run.policy ? std::min(run.rows, k_mtp_max_drafts + 1) : run.rows;
                 if (paced && t < 2) continue;
                 bench_result r;
                 r.test = fmt::format("{} {}{}@d{}", paced ? "spec+mtp" : "spec", run.policy ? "policy " : "", t, window_depth);
@@ -509,13 +518,14 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
                 r.depth = window_depth;
                 r.rows = t;
                 r.accept = o.accept;
-                int64_t steps = 0, emitted = 0, proposed = 0, kept = 0, rows = 0;
+                int64_t steps = 0, emitted = 0, proposed = 0, kept = 0;
+                std::array<int64_t, 17> windows_of{};   // [rows] windows of that many rows, all repetitions
                 // Paced runs also prefill the prompt again (untimed): their lookups are not the test's.
                 const cache_counts before = counts_now();
                 for (int i = 0; i < o.spec_reps; ++i) {
-                    const uint64_t seed = o.seed * 1000003u + uint64_t(t) * 1009u + uint64_t(i);
+                    const uint64_t seed = o.seed * 1000003u + uint64_t(t) * 1009u + uint64_t(i) + (run.policy ? 7919u : 0u);
                     std::optional<depth_policy> policy;
-                    if (run.policy) policy = calibrated;
+                    if (run.policy) policy = policy_for(t);
                     depth_policy* pol = policy ? &*policy : nullptr;
                     double secs = 0;
                     const auto t0 = clock_type::now();
@@ -527,21 +537,29 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
                     emitted += res.stats.tokens;
                     proposed += res.stats.drafts_proposed;
                     kept += res.stats.drafts_accepted;
-                    rows += res.stats.rows_total;
+                    // proposed_at[d]: the windows of at least d + 2 rows.
+                    const auto& at = res.stats.proposed_at;
+                    windows_of[1] += res.stats.steps - at[0];
+                    for (size_t k = 2; k <= 16; ++k) windows_of[k] += at[k - 2] - (k <= 15 ? at[k - 1] : 0);
                 }
                 if (!paced) set_cache_figures(r, before, counts_now());
                 finish(r, spec_n);
                 r.reps = o.spec_reps;
                 r.tokens_per_step = steps > 0 ? double(emitted) / double(steps) : 0.0;
-                r.rows_mean = steps > 0 ? double(rows) / double(steps) : 0.0;
                 r.acceptance = proposed > 0 ? double(kept) / double(proposed) : 0.0;
                 r.expected_tokens_per_step = run.policy ? 0.0 : expected_window_tokens(t > 1 ? o.accept : 0.0, t);
-                // A window reads forward_bytes(rows, ~mid-run depth) and yields tokens_per_step tokens.
-                const int window_rows = std::max(1, int(std::lround(r.rows_mean)));
-                const double window_bytes = forward_bytes(tm, window_rows, wlen - 1 + spec_n / 2);
-                const double window_ops = forward_ops(cm, window_rows, wlen - 1 + spec_n / 2);
-                set_ceiling(r, rep.bandwidth_gb_s, r.tokens_per_step > 0 ? window_bytes / r.tokens_per_step : 0.0,
-                            rep.peak_ops_s, r.tokens_per_step > 0 ? window_ops / r.tokens_per_step : 0.0);
+                // Each window of k rows reads forward_bytes(k, ~mid-run depth); the run's windows
+                // yield `emitted` tokens.
+                double all_bytes = 0.0, all_ops = 0.0, all_rows = 0.0;
+                for (size_t k = 1; k <= 16; ++k) {
+                    if (windows_of[k] == 0) continue;
+                    all_bytes += double(windows_of[k]) * forward_bytes(tm, int(k), wlen - 1 + spec_n / 2);
+                    all_ops += double(windows_of[k]) * forward_ops(cm, int(k), wlen - 1 + spec_n / 2);
+                    all_rows += double(windows_of[k]) * double(k);
+                }
+                r.rows_mean = steps > 0 ? all_rows / double(steps) : 0.0;
+                set_ceiling(r, rep.bandwidth_gb_s, emitted > 0 ? all_bytes / double(emitted) : 0.0, rep.peak_ops_s,
+                            emitted > 0 ? all_ops / double(emitted) : 0.0);
                 say(fmt::format("{}: {:.2f} tok/s, {:.2f} tokens per window of {:.2f} rows{}{}", r.test, r.tok_s,
                                 r.tokens_per_step, r.rows_mean, paced ? " (the MTP head drafting)" : "",
                                 r.same_tokens ? "" : ", TOKENS DIFFER FROM SERIAL"));
@@ -651,19 +669,21 @@ std::string format_bench_text(const bench_report& r) {
     else
         s += fmt::format("           {}\n", r.peak_source);
     s += "\n";
-    s += fmt::format("{:<16} {:>18} {:>10} {:>11} {:>9} {:>8} {:>11} {:>11}  {}\n", "test", "tok/s", "ms", "ceiling",
+    s += fmt::format("{:<22} {:>18} {:>10} {:>11} {:>9} {:>8} {:>11} {:>11}  {}\n", "test", "tok/s", "ms", "ceiling",
                      "of ceil", "bound", "memory", "compute", "");
     for (const auto& x : r.results) {
         std::string extra;
         if (x.kind == "window") extra = "rows/s; ms per forward";
         if (x.kind == "spec")
-            extra = fmt::format("accept {:.2f}: {:.2f} tokens/window of {:.2f} rows (expected {:.2f}), acceptance {:.3f}, {}",
-                                x.accept, x.tokens_per_step, x.rows_mean, x.expected_tokens_per_step, x.acceptance,
+            extra = fmt::format("accept {:.2f}: {:.2f} tokens/window of {:.2f} rows (expected {}), acceptance {:.3f}, {}",
+                                x.accept, x.tokens_per_step, x.rows_mean,
+                                x.expected_tokens_per_step > 0 ? fmt::format("{:.2f}", x.expected_tokens_per_step) : "-",
+                                x.acceptance,
                                 x.same_tokens ? "tokens = serial" : "TOKENS DIFFER FROM SERIAL");
         const std::string ceil = x.ceiling_tok_s > 0 ? fmt::format("{:.1f}", x.ceiling_tok_s) : "-";
         const std::string frac = x.ceiling_tok_s > 0 ? fmt::format("{:.1f}%", 100.0 * x.ceiling_fraction) : "-";
         auto bound = [](double v) { return v > 0 ? fmt::format("{:.1f}", v) : std::string("-"); };
-        s += fmt::format("{:<16} {:>9.2f} ± {:<6.2f} {:>10.2f} {:>11} {:>9} {:>8} {:>11} {:>11}  {}\n", x.test, x.tok_s,
+        s += fmt::format("{:<22} {:>9.2f} ± {:<6.2f} {:>10.2f} {:>11} {:>9} {:>8} {:>11} {:>11}  {}\n", x.test, x.tok_s,
                          x.stddev_tok_s, x.mean_s * 1e3, ceil, frac, x.ceiling_bound,
                          bound(x.memory_ceiling_tok_s), bound(x.compute_ceiling_tok_s), extra);
     }
@@ -707,7 +727,7 @@ std::string format_bench_json(const bench_report& r) {
             j["accept"] = x.accept;
             j["acceptance"] = x.acceptance;
             j["tokens_per_step"] = x.tokens_per_step;
-            j["expected_tokens_per_step"] = x.expected_tokens_per_step;
+            j["expected_tokens_per_step"] = or_null(x.expected_tokens_per_step);
             j["rows_mean"] = x.rows_mean;
             j["same_tokens"] = x.same_tokens;
         }

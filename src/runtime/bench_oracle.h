@@ -13,7 +13,7 @@
 #include <span>
 #include <string_view>
 
-namespace sluice {
+namespace sluice::bench_oracle {
 
 // Proposes the model's own greedy continuation (the tape), each draft replaced by a wrong token
 // with probability 1 - accept: the verifier keeps a draft exactly when it equals the tape, so the
@@ -72,4 +72,4 @@ private:
     oracle_drafter& oracle_;
 };
 
-}  // namespace sluice
+}  // namespace sluice::bench_oracle

@@ -191,7 +191,7 @@ generate_stats engine::generate(std::string_view prompt, const generate_params& 
                  "(use --spec for prompt lookup, or --draft-model)",
                  arch, arch);
         mtp_drafter_params mp;
-        mp.max_draft = std::clamp(p.max_window - 1, 1, 4);   // the MTP layer chains well for a few drafts
+        mp.max_draft = std::clamp(p.max_window - 1, 1, k_mtp_max_drafts);
         auto d = std::make_unique<mtp_drafter>(s, *head, sp, mp);
         mtp = d.get();
         drafts = std::move(d);

@@ -377,7 +377,7 @@ bool serving_engine::impl::admit(request_state& r) {
             // chunk is folded in by pieces).
             r.head = make_mtp_head(*target.net, *pool, r.n_prompt + r.max_tokens + k_max_window, k_max_window, draft_rows);
             mtp_drafter_params mp;
-            mp.max_draft = std::clamp(p.max_window - 1, 1, 4);   // as `sluice run --spec mtp`
+            mp.max_draft = std::clamp(p.max_window - 1, 1, k_mtp_max_drafts);   // as `sluice run --spec mtp`
             auto d = std::make_unique<mtp_drafter>(*r.head, sp, mp);
             if (r.result.cached_tokens > 0) {
                 try {

@@ -35,8 +35,12 @@
 
 namespace sluice {
 
+// The drafts a window takes from the MTP head at most in `sluice run --spec mtp` and the server:
+// the layer chains well for a few drafts.
+constexpr int32_t k_mtp_max_drafts = 4;
+
 struct mtp_drafter_params {
-    int32_t max_draft = 4;   // the most drafts one propose() makes (the head's chain: 1..15)
+    int32_t max_draft = k_mtp_max_drafts;   // the most drafts one propose() makes (the head's chain: 1..15)
 };
 
 class mtp_drafter final : public drafter {

@@ -70,7 +70,10 @@ decode_result speculative_decoder::generate(std::span<const int32_t> prompt, con
     const std::span<const int32_t> prompt_rows = prompt.subspan(size_t(np0), to_prefill);
     const bool prefilled = to_prefill == 0 || target_.prefill_without_logits(prompt_rows);
     const size_t chunk_rows = prefilled ? 0 : std::min(size_t(opt.prefill_chunk), to_prefill);
-    const size_t buf_rows = std::max(size_t(std::max(opt.max_window, policy_ ? 16 : 1)), chunk_rows);
+    // A policy calibrated here times windows of up to 16 rows in the same buffer; a calibrated one
+    // needs only max_window rows (a bench's timed run allocates no more than its windows use).
+    const bool calibrating = policy_ && opt.calibrate_policy && !policy_->calibrated() && opt.max_window > 1;
+    const size_t buf_rows = std::max(size_t(std::max(opt.max_window, calibrating ? 16 : 1)), chunk_rows);
     std::vector<float> logits(buf_rows * size_t(nv));   // [rows, n_vocab]
     std::vector<int32_t> window(size_t(opt.max_window));  // [T] pending token + drafts
     std::vector<int32_t> drafts(16);                      // [<= 15] the drafter's proposal
@@ -88,8 +91,7 @@ decode_result speculative_decoder::generate(std::span<const int32_t> prompt, con
     }
     if (policy_) {
         policy_->reset_request();
-        if (opt.calibrate_policy && !policy_->calibrated() && opt.max_window > 1)
-            policy_->calibrate(target_, logits, context.back());
+        if (calibrating) policy_->calibrate(target_, logits, context.back());
     }
 
     token_sha sha;

@@ -3,7 +3,12 @@
 #include "sluice/bench.h"
 
 #include "core/thread_pool.h"
+#include "runtime/bench_oracle.h"
 #include "runtime/roofline.h"
+#include "runtime/sampler.h"
+#include "spec/depth_policy.h"
+#include "spec/toy_target.h"
+#include "spec/verifier.h"
 #include "sluice/inspect.h"
 
 #include <gtest/gtest.h>
@@ -212,6 +217,44 @@ TEST(bench_run, policy_sized_windows_keep_serial_tokens) {
     }
     o.spec_policy = 17;
     EXPECT_THROW(run_bench(o), std::exception);
+    o.spec_policy = 1;
+    EXPECT_THROW(run_bench(o), std::exception);
+    o.spec_policy = 6;
+    o.chunk = 4;   // a window of 6 rows cannot fit
+    EXPECT_THROW(run_bench(o), std::exception);
+    // Policy runs alone (no fixed windows): the tape is still made and the runs keep its tokens.
+    o = mtp_oracle_options();
+    o.spec_windows.clear();
+    o.spec_policy = 4;
+    o.spec_n = 8;
+    const bench_report r = run_bench(o);
+    ASSERT_EQ(r.results.size(), 2u);
+    for (const auto& x : r.results) EXPECT_TRUE(x.same_tokens) << x.test;
+}
+
+TEST(bench_oracle, a_policy_with_flat_costs_drafts_the_oracles_tape_and_keeps_serial_tokens) {
+    // What --spec-policy's runs do, on a toy target whose window costs are set rather than timed:
+    // with flat costs and every draft right, the policy drafts deep windows; the tokens are serial's.
+    const std::vector<int32_t> prompt{3, 1, 4, 1, 5, 9, 2, 6};
+    decode_options opt;
+    opt.max_tokens = 40;
+    opt.max_window = 6;
+    opt.calibrate_policy = false;
+    toy_target serial_target(toy_params{});
+    keyed_sampler greedy(toy_params{}.n_vocab, sampling_params::greedy());
+    const decode_result serial = speculative_decoder(serial_target, greedy).generate(prompt, opt);
+    for (double accept : {1.0, 0.5}) {
+        depth_policy_params pp;
+        pp.max_rows = 6;
+        depth_policy flat(pp);
+        for (int32_t r = 1; r <= 16; ++r) flat.set_cost(r, 1.0);
+        bench_oracle::oracle_drafter od(serial.tokens, prompt.size(), accept, toy_params{}.n_vocab, 7);
+        toy_target target(toy_params{});
+        const decode_result res = speculative_decoder(target, greedy, &od, &flat).generate(prompt, opt);
+        EXPECT_EQ(res.token_sha, serial.token_sha) << accept;
+        EXPECT_EQ(res.stats.rows_max, 6) << accept;
+        if (accept == 1.0) EXPECT_LE(res.stats.steps, 8);   // 40 tokens in windows of 6
+    }
 }
 
 TEST(bench_run, bad_options_are_rejected_with_the_flag_name) {
@@ -255,7 +298,8 @@ TEST(bench_json, shape_has_every_field_record_py_reads) {
                               "tok_s", "stddev_tok_s", "bytes_per_token", "ceiling_tok_s", "ceiling_fraction"})
             EXPECT_TRUE(x.contains(k)) << k;
         if (x.at("kind") == "spec") {
-            for (const char* k : {"accept", "acceptance", "tokens_per_step", "expected_tokens_per_step", "same_tokens"})
+            for (const char* k : {"accept", "acceptance", "tokens_per_step", "expected_tokens_per_step", "rows_mean",
+                                  "same_tokens"})
                 EXPECT_TRUE(x.contains(k)) << k;
         }
     }
