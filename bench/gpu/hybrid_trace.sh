@@ -13,7 +13,10 @@
 # HT_NCU_COUNT (default 24: layer 0, a DeltaNet layer, and its MoE block) launches of a 35B decode
 # step. $OUT gets summary.txt, decode.log, parity.log, trace_35b.log, trace_80b.log (and
 # ncu_summary.txt, ncu_top.txt).
-# HT_NCU=1 costs ~2.5 minutes more. With .peers/old-tree carried (bench/gpu/ab.sh
+# HT_NCU=1 costs ~2.5 minutes more. HT_WINDOWS="4 8": step_trace also traces verify windows of
+# those rows on each file after HT_WINDOW_DEPTHS (default "512") positions
+# (trace_<shape>_w<rows>_d<depth>.log); HT_30B=1 adds the 8-layer Qwen3-30B-A3B
+# file (decode_bench and traces as the others). With .peers/old-tree carried (bench/gpu/ab.sh
 # --prepare BASE), the base is built beside the tree and decode_bench runs on both builds (base
 # first). The GPU parity tests (delta_net, ops, matmul without its timings, placement, mtp, and
 # model on the golden fixtures) run on the tree in any case (parity.log).
@@ -26,10 +29,12 @@ t0=$(date +%s)
 say() { echo "== $* (+$(( $(date +%s) - t0 )) s)" | tee -a "$O/summary.txt"; }
 f35=/tmp/q36-8-sluice.gguf
 f80=/tmp/qn-8-sluice.gguf
+f30=/tmp/q30-8-sluice.gguf
 say "machine: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(nproc) cores; tree $(git rev-parse --short HEAD 2>/dev/null)+$(git status --short 2>/dev/null | wc -l) changed"
 (
   shapes="qwen3.6-35b-a3b:$f35"
   [ "${HT_80B:-1}" = 1 ] && shapes="$shapes qwen3-next-80b-a3b:$f80"   # HT_80B=0: the 35B file only
+  [ "${HT_30B:-0}" = 1 ] && shapes="$shapes qwen3-30b-a3b:$f30"
   for s in $shapes; do
     s=${s/:/ }
     set -- $s
@@ -56,9 +61,9 @@ for t in delta_net_parity ops_parity "matmul_parity --no-bench" placement_parity
   timeout 150 /tmp/ht-plain/$t >> "$O/parity.log" 2>&1; echo "rc=$?" >> "$O/parity.log"
 done
 grep -E "^####|rc=|^FAIL|PASS: |FAIL: |differ" "$O/parity.log" >> "$O/summary.txt"
-say "trace build and files: $(ls -la $f35 $f80 2>&1 | awk '{print $5}' | tr '\n' ' ')"
+say "trace build and files: $(ls -la $f35 $f80 $f30 2>&1 | awk '{print $5}' | tr '\n' ' ')"
 tail -n 3 /tmp/ht-trace.log /tmp/ht-plain.log /tmp/ht-synth.log /tmp/ht-base.log >> "$O/summary.txt"
-for f in $f35 $f80; do
+for f in $f35 $f80 $f30; do
   [ -s "$f" ] || continue
   for b in $base /tmp/ht-plain; do
     echo "#### $b decode_bench $f 512 128" >> "$O/decode.log"
@@ -70,8 +75,17 @@ grep -E "^####|decode \(|prefill:" "$O/decode.log" >> "$O/summary.txt"
 if [ "$trace" = 1 ]; then
   timeout 90 /tmp/ht-trace/step_trace $f35 512 32 400 > "$O/trace_35b.log" 2>&1
   timeout 90 /tmp/ht-trace/step_trace $f80 512 32 400 > "$O/trace_80b.log" 2>&1
+  [ -s $f30 ] && timeout 90 /tmp/ht-trace/step_trace $f30 512 32 400 > "$O/trace_30b.log" 2>&1
+  for w in ${HT_WINDOWS:-}; do
+    for d in ${HT_WINDOW_DEPTHS:-512}; do
+      for sf in 35b:$f35 80b:$f80 30b:$f30; do
+        [ -s "${sf#*:}" ] && timeout 90 /tmp/ht-trace/step_trace "${sf#*:}" $d 16 400 "$w" \
+          > "$O/trace_${sf%%:*}_w${w}_d$d.log" 2>&1
+      done
+    done
+  done
   say "traces done"
-  grep -h "a step" "$O"/trace_*.log >> "$O/summary.txt"
+  for t in "$O"/trace_*.log; do echo "$(basename $t): $(grep -h "a step" $t | tr '\n' ' ')" >> "$O/summary.txt"; done
 fi
 if [ "${HT_NCU:-0}" = 1 ]; then
   OUT=/tmp/ht-ncu NCU_FILE=$f35 NCU_BUILD=0 BUILD_DIR=/tmp/ht-plain NCU_KERNELS='regex:.' \

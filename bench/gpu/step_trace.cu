@@ -1,5 +1,5 @@
-// step_trace MODEL [N_PROMPT] [N_STEPS] [N_SHOWN]: how long each kernel of a decode step takes as it runs
-// in the step's CUDA graph with programmatic dependent launch, where a profiler (ncu) would
+// step_trace MODEL [N_PROMPT] [N_STEPS] [N_SHOWN] [N_ROWS]: how long each kernel of a decode step takes as
+// it runs in the step's CUDA graph with programmatic dependent launch, where a profiler (ncu) would
 // serialise the kernels and time each alone. Needs a build with STEP_TRACE=1
 // (bench/gpu/build.sh): block (0, 0) of every kernel then records when it entered
 // wait_prior_grids and when the wait returned (launch.cuh). A kernel's wait returns once the
@@ -10,6 +10,10 @@
 // launch shape. Kernels that call trace_mark (launch.cuh) add, under their row, each mark's mean
 // time after their wait's return: the phases of a kernel as it runs in the step. The step's
 // tokens are greedy, as in decode_bench.
+// N_ROWS > 1: each step is a verify window of that many rows instead (every row's logits wanted,
+// rolled back after), launched as the engine launches windows (no graph: a kernel's time then
+// includes any wait for the host's launch); the host's wall time a window, from the forward's
+// call to its logits in host memory, is printed beside the GPU's span.
 #include "models/cuda_model.h"
 
 #include "decode_common.h"
@@ -23,6 +27,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -43,11 +48,12 @@ int main(int argc, char** argv) {
     return 2;
 #else
     if (argc < 2) {
-        std::fprintf(stderr, "usage: step_trace MODEL [N_PROMPT] [N_STEPS] [N_SHOWN]\n");
+        std::fprintf(stderr, "usage: step_trace MODEL [N_PROMPT] [N_STEPS] [N_SHOWN] [N_ROWS]\n");
         return 2;
     }
     const int n_prompt = argc > 2 ? std::atoi(argv[2]) : 512;
     const int n_steps = argc > 3 ? std::atoi(argv[3]) : 32;
+    const int n_rows = argc > 5 ? std::max(1, std::min(16, std::atoi(argv[5]))) : 1;
     try {
         if (!cuda_available()) {
             std::printf("SKIP: no CUDA device\n");
@@ -55,12 +61,12 @@ int main(int argc, char** argv) {
         }
         auto mf = model_file::open(argv[1]);
         load_options o;
-        o.n_ctx = n_prompt + n_steps + 64;
+        o.n_ctx = n_prompt + n_steps + 64 + n_rows;
         auto m = load_model_cuda(*mf, o, 0);
         const model_hparams& hp = m->hparams();
         thread_pool pool(1);
         forward_scratch s = m->make_scratch(n_prompt > 16 ? n_prompt : 16, pool);
-        s.last_row_logits_only = true;
+        s.last_row_logits_only = n_rows == 1;
         std::vector<float> logits(static_cast<size_t>(hp.n_vocab) * 16);
         const std::vector<token_id> prompt = gpu_bench::synthetic_prompt(n_prompt, hp.n_vocab);
         kv_cache kv(m->kv_shape_for(o.n_ctx));
@@ -68,6 +74,7 @@ int main(int argc, char** argv) {
         set_cuda_graphs(*m, true);
         set_cuda_programmatic_launch(*m, true);
         token_id next = gpu_bench::argmax(logits.data(), hp.n_vocab);
+        const token_id first = next;
         // Two untimed steps (the graph's capture, then one replay), rolled back.
         for (int i = 0; i < 2; ++i) m->forward(std::span<const token_id>(&next, 1), n_prompt, kv, s, logits.data());
         kv.truncate(n_prompt);
@@ -81,9 +88,31 @@ int main(int argc, char** argv) {
             cudaMemcpy(dev, &host, sizeof host, cudaMemcpyHostToDevice) != cudaSuccess)
             throw std::runtime_error("step_trace: device allocation failed");
         std::vector<unsigned> per_step;   // records after each step
+        std::vector<token_id> window(static_cast<size_t>(n_rows));
+        double wall_s = 0.0;               // host time of the forwards, logits included
+        if (n_rows > 1) {                  // one untimed window first (its buffers' first use)
+            std::fill(window.begin(), window.end(), first);
+            m->forward(window, n_prompt, kv, s, logits.data());
+            kv.truncate(n_prompt);
+            for (int r = 1; r < n_rows; ++r)
+                window[static_cast<size_t>(r)] = gpu_bench::argmax(logits.data() + static_cast<size_t>(r - 1) * hp.n_vocab, hp.n_vocab);
+        }
         cuda::set_step_trace(dev);
         for (int i = 0; i < n_steps; ++i) {
-            m->forward(std::span<const token_id>(&next, 1), n_prompt + i, kv, s, logits.data());
+            const auto t0 = std::chrono::steady_clock::now();
+            if (n_rows == 1) {
+                m->forward(std::span<const token_id>(&next, 1), n_prompt + i, kv, s, logits.data());
+            } else {
+                // The window right after the prompt, rolled back each step: the same rows every
+                // step (tokens after the first are the argmax of the row before, as drafts the
+                // target accepts would be).
+                window[0] = first;
+                m->forward(window, n_prompt, kv, s, logits.data());
+                kv.truncate(n_prompt);
+                for (int r = 1; r < n_rows; ++r)
+                    window[static_cast<size_t>(r)] = gpu_bench::argmax(logits.data() + static_cast<size_t>(r - 1) * hp.n_vocab, hp.n_vocab);
+            }
+            wall_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             next = gpu_bench::argmax(logits.data(), hp.n_vocab);
             cuda::step_trace now;
             cudaMemcpy(&now, dev, sizeof now, cudaMemcpyDeviceToHost);
@@ -135,6 +164,8 @@ int main(int argc, char** argv) {
                     hp.n_layer, K, n_steps, n_prompt);
         std::printf("first kernel's wait to last kernel's wait: %.1f us a step (the last kernel's own time not included)\n",
                     span * ns);
+        std::printf("rows a step %d; the host's wall time a step (forward called to logits in host memory): %.1f us\n",
+                    n_rows, 1e6 * wall_s / n_steps);
         const cuda::step_trace_record* r0 = waits[0].data();
         auto row = [&](unsigned k) {
             std::printf("%5u  grid %6u x %3u  block %4u   %8.2f us   waited early %7.2f us\n", k, r0[k].grid_x, r0[k].grid_y,

@@ -54,6 +54,8 @@ struct bench_options {
     int spec_policy = 0;
     uint64_t seed = 1;                  // prompt tokens and the oracle's coin
     bool probe_bandwidth = true;        // measure RAM (and GPU) bandwidth at start
+    bool warmup = true;                 // one untimed decode token before each depth's timed runs
+                                        // (llama-bench's warm-up); `--no-warmup` turns it off
     double bandwidth_gb_s = 0.0;        // > 0: use this instead of the RAM probe (tests, what-ifs)
     uint64_t probe_bytes = 0;           // RAM probe buffer; 0: 4x the last-level cache, >= 512 MiB
     int gpu = -1;                       // >= 0: the whole model on this CUDA device (bench_gpu_built() only);
@@ -105,6 +107,7 @@ struct bench_report {
     std::string backend;        // "cpu" or "cuda:N"
     int threads = 0;
     int chunk = 0;
+    bool warmup = true;         // bench_options::warmup
     uint64_t file_bytes = 0;
     // NUMA (runtime/numa_setup.h): the nodes the threads are spread over, the threads of each,
     // whether the nodes are simulated, and the decision in words (with the expert placement).

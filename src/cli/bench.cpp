@@ -24,6 +24,7 @@ struct bench_args {
     bench_options o;
     bool json = false;
     bool no_probe = false;
+    bool no_warmup = false;
     bool quiet = false;
     uint64_t probe_mb = 0;
     std::string vram_budget;
@@ -57,6 +58,7 @@ void run(bench_args a) {
     a.o.windows = zero_is_none(a.o.windows);
     a.o.spec_windows = zero_is_none(a.o.spec_windows);
     a.o.probe_bandwidth = !a.no_probe;
+    a.o.warmup = !a.no_warmup;
     a.o.probe_bytes = a.probe_mb << 20;
     const bench_report r = run_bench(a.o, [&](std::string_view line) {
         if (!a.quiet) fmt::print(stderr, "bench: {}\n", line);
@@ -109,6 +111,8 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--bandwidth", a->o.bandwidth_gb_s, "Ceilings from this GB/s instead of the measured RAM read");
     cmd->add_option("--probe-mb", a->probe_mb, "RAM probe buffer in MiB (default: 4x the last-level cache, >= 512)");
     cmd->add_flag("--no-probe", a->no_probe, "Measure no bandwidth (no ceilings unless --bandwidth)");
+    cmd->add_flag("--no-warmup", a->no_warmup,
+                  "No untimed decode token before each depth's timed decode runs (llama-bench's --no-warmup)");
     // Always parsed, so that a build without CUDA says so instead of "unexpected argument"; listed
     // in --help only where it works (bench/run_gpu.sh detects a CUDA build by it).
     auto* gpu = cmd->add_option("--gpu", a->o.gpu,

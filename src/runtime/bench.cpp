@@ -208,6 +208,7 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
     rep.backend = o.gpu >= 0 ? fmt::format("cuda:{}", o.gpu) : "cpu";
     rep.threads = o.n_threads > 0 ? o.n_threads : usable_cpus();
     rep.chunk = chunk;
+    rep.warmup = o.warmup;
     rep.file_bytes = ir.total_bytes;
 
     traffic_model tm;
@@ -396,6 +397,13 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
             r.depth = d;
             r.rows = 1;
             fill_to(len - 1);
+            // One untimed token first, as llama-bench warms up before its timed runs: the first
+            // step at a depth captures the decode step's graphs (a split model's: three segments a
+            // split layer) and touches its buffers, which the first repetition would otherwise pay.
+            if (o.warmup) {
+                decode_serial(len, 1, nullptr, 1);
+                back_to(len - 1);
+            }
             const cache_counts before = counts_now();
             for (int i = 0; i < o.repetitions; ++i) {
                 const auto t0 = clock_type::now();
@@ -749,6 +757,7 @@ std::string format_bench_json(const bench_report& r) {
              {"simulated", r.numa_simulated},
              {"description", r.numa}}},
            {"chunk", r.chunk},
+           {"decode_warmup", r.warmup},
            {"bandwidth",
             {{"ram_read_gb_s", or_null(r.ram_read_gb_s)},
              {"ram_probe_bytes", r.ram_probe_bytes},

@@ -42,6 +42,7 @@ def test_bench_json_reports_every_test_with_its_ceiling(report, tiny_model):
                      "spec policy 4@d0"]
     assert report["model"]["path"] == str(tiny_model)
     assert report["threads"] == 2
+    assert report["decode_warmup"] is True   # one untimed decode token a depth, as llama-bench warms up
     # The RAM probe ran: a bandwidth, and every result has a positive ceiling and its fraction.
     bw = report["roofline"]["bandwidth_gb_s"]
     assert bw == report["bandwidth"]["ram_read_gb_s"] and bw > 0.1
@@ -95,6 +96,14 @@ def test_placement_figures_are_absent_not_zero(report, sluice_bin, tiny_model):
     if report["bandwidth"]["gpu"] is None:  # a CPU-only build, or no device: said in words
         assert f"GPU: {report['bandwidth']['gpu_note']}" in text
         assert report["bandwidth"]["gpu_note"].startswith("no GPU")
+
+
+def test_no_warmup_times_the_same_decode_tests_and_says_so(sluice_bin, tiny_model):
+    rep = json.loads(bench(sluice_bin, tiny_model, "-t", "2", "-p", "0", "-n", "6", "-r", "2", "--ctx", "0,16",
+                           "--windows", "0", "--spec-windows", "0", "--no-probe", "--no-warmup", "--json").stdout)
+    assert rep["decode_warmup"] is False
+    assert [r["test"] for r in rep["results"]] == ["tg6@d0", "tg6@d16"]
+    assert all(len(r["seconds"]) == 2 and r["tok_s"] > 0 for r in rep["results"])
 
 
 def test_bad_flags_fail_with_the_flag_named(sluice_bin, tiny_model):
