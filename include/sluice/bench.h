@@ -48,7 +48,7 @@ struct bench_options {
     std::vector<int> spec_windows{1, 2, 4, 8, 16};  // windows of the oracle runs; empty: none
     int spec_n = 0;                     // tokens per oracle run; 0: n_gen
     int spec_reps = 1;                  // repetitions of each oracle run
-    // > 1: one more oracle run (and one with the MTP head) whose windows, up to this many rows,
+    // 2..16: one more oracle run (and one with the MTP head) whose windows, up to this many rows,
     // the depth policy sizes as `sluice run --spec` does, calibrated once before it, untimed;
     // 0: none. The MTP head's run keeps the engine's cap of 4 drafts.
     int spec_policy = 0;

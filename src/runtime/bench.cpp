@@ -545,10 +545,7 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
                     emitted += res.stats.tokens;
                     proposed += res.stats.drafts_proposed;
                     kept += res.stats.drafts_accepted;
-                    // proposed_at[d]: the windows of at least d + 2 rows.
-                    const auto& at = res.stats.proposed_at;
-                    windows_of[1] += res.stats.steps - at[0];
-                    for (size_t k = 2; k <= 16; ++k) windows_of[k] += at[k - 2] - (k <= 15 ? at[k - 1] : 0);
+                    for (size_t k = 1; k <= 16; ++k) windows_of[k] += res.stats.windows_of_rows[k];
                 }
                 if (!paced) set_cache_figures(r, before, counts_now());
                 finish(r, spec_n);

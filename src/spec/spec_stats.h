@@ -35,10 +35,13 @@ struct spec_stats {
     // Acceptance per draft depth: [d] counts the windows whose draft d+1 was proposed, and of
     // those the ones that kept it (the drafts before it were all kept, by the verify rule).
     std::array<int64_t, 15> proposed_at{}, accepted_at{};
+    // [r]: the windows of r rows (1..16; wider ones, which no verifier makes, counted at 16).
+    std::array<int64_t, 17> windows_of_rows{};
 
     void add_window(int32_t rows, int32_t proposed, int32_t accepted, int32_t emitted) {
         rows_min = steps == 0 ? rows : std::min(rows_min, rows);
         rows_max = std::max(rows_max, rows);
+        ++windows_of_rows[size_t(std::clamp<int32_t>(rows, 1, 16))];
         ++steps;
         rows_total += rows;
         drafts_proposed += proposed;

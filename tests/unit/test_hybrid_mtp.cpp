@@ -367,6 +367,11 @@ TEST(spec_stats, acceptance_per_depth) {
     EXPECT_EQ(st.accepted_at[2], 0);
     EXPECT_EQ(st.proposed_at[3], 0);
     EXPECT_DOUBLE_EQ(st.acceptance_at(2), 0.5);
+    // Windows by their rows (the bench sums each size's cost from these).
+    EXPECT_EQ(st.windows_of_rows[1], 1);
+    EXPECT_EQ(st.windows_of_rows[3], 1);
+    EXPECT_EQ(st.windows_of_rows[4], 1);
+    EXPECT_EQ(st.windows_of_rows[2] + st.windows_of_rows[5] + st.windows_of_rows[16], 0);
     EXPECT_NE(st.summary().find("acceptance by depth 1: 1.000 (2/2), 2: 0.500 (1/2), 3: 0.000 (0/1)"),
               std::string::npos)
         << st.summary();
