@@ -19,8 +19,10 @@
 
 #include <cuda_profiler_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <exception>
 #include <string>
@@ -147,8 +149,8 @@ int main(int argc, char** argv) {
         // the one before it ends, waiting for it at its first instruction): the tokens must agree.
         // Off again afterwards; a failure to launch is reported, different tokens fail the run
         // (PDL is the default on sm_90).
-        double t_pdl = -1.0;
-        bool pdl_equal = false;
+        double t_pdl = -1.0, t_win_graph = -1.0;
+        bool pdl_equal = false, win_graph_equal = false;
         std::string pdl_error;
         s.last_row_logits_only = true;
         try {
@@ -167,6 +169,36 @@ int main(int argc, char** argv) {
             }
             t_pdl = now_s() - t0;
             pdl_equal = out_pdl == out[0];
+            // The verify window as the engine runs it (graphs + programmatic launch): captured at
+            // its first position and (a plain cache) replayed one position later, each mode from
+            // the same cache contents; every logit's bits against the same windows launched
+            // without graphs. A hybrid's recurrent state rolls back over one window only: one
+            // position there.
+            s.last_row_logits_only = false;
+            const int positions = recurrent ? 1 : 2;
+            const int32_t wq = kv.n_pos() - (recurrent ? 0 : 2);
+            const size_t wfloats = win.size() * static_cast<size_t>(hp.n_vocab);
+            std::vector<float> graphed(2 * wfloats, 0.0f), eager(2 * wfloats, 0.0f);
+            for (int mode = 0; mode < 2; ++mode) {
+                set_cuda_graphs(*m, mode == 0);
+                kv.truncate(wq);
+                for (int k = 0; k < positions; ++k) {
+                    m->forward(win, wq + k, kv, s, logits.data());   // the window at wq + 1 keeps row wq of the one before
+                    kv.truncate(wq + (k == 0 && positions == 2 ? 1 : 0));
+                    std::copy_n(logits.data(), wfloats, (mode == 0 ? graphed : eager).begin() + k * wfloats);
+                }
+                kv.truncate(wq);
+                if (mode == 0) {   // timed: replays at wq
+                    t0 = now_s();
+                    for (int i = 0; i < reps; ++i) {
+                        m->forward(win, wq, kv, s, logits.data());
+                        kv.truncate(wq);
+                    }
+                    t_win_graph = (now_s() - t0) / reps;
+                }
+            }
+            win_graph_equal = std::memcmp(graphed.data(), eager.data(), graphed.size() * sizeof(float)) == 0;
+            s.last_row_logits_only = true;
             set_cuda_programmatic_launch(*m, false);
         } catch (const std::exception& e) {
             pdl_error = e.what();
@@ -180,14 +212,20 @@ int main(int argc, char** argv) {
                         n_gen, t_pdl, n_gen / t_pdl, 1e3 * t_pdl / n_gen, pdl_equal ? "identical" : "DIFFER");
         else
             std::printf("decode (graphs + programmatic launch): FAILED: %s\n", pdl_error.c_str());
+        if (t_win_graph > 0.0)
+            std::printf("verify window of 8 rows (graphs + programmatic launch): %.2f ms; logits at two positions %s\n",
+                        1e3 * t_win_graph, win_graph_equal ? "identical to the windows without graphs" : "DIFFER");
         std::printf("{\"arch\": \"%s\", \"layers\": %d, \"n_prompt\": %d, \"prefill_tok_s\": %.1f, \"decode_tok_s\": %.1f, "
                     "\"decode_tok_s_no_graphs\": %.1f, \"decode_tok_s_pdl\": %.1f, \"pdl_tokens_equal\": %s, "
-                    "\"window8_ms\": %.3f, \"load_s\": %.2f, \"graph_tokens_equal\": %s}\n",
+                    "\"window8_ms\": %.3f, \"window8_graph_ms\": %.3f, \"window_graph_logits_equal\": %s, "
+                    "\"load_s\": %.2f, \"graph_tokens_equal\": %s}\n",
                     hp.arch.c_str(), hp.n_layer, n_prompt, n_prompt / t_prefill, n_gen / t_decode[0], n_gen / t_decode[1],
-                    t_pdl > 0.0 ? n_gen / t_pdl : 0.0, pdl_equal ? "true" : "false", 1e3 * t_win, t_load,
+                    t_pdl > 0.0 ? n_gen / t_pdl : 0.0, pdl_equal ? "true" : "false", 1e3 * t_win, 1e3 * t_win_graph,
+                    win_graph_equal ? "true" : "false", t_load,
                     out[0] == out[1] ? "true" : "false");
         if (out[0] != out[1]) return 1;
         if (t_pdl > 0.0 && !pdl_equal) return 1;
+        if (t_win_graph > 0.0 && !win_graph_equal) return 1;
     } catch (const std::exception& e) {
         std::printf("FAIL: %s\n", e.what());
         return 1;

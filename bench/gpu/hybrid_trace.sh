@@ -15,7 +15,8 @@
 # ncu_summary.txt, ncu_top.txt).
 # HT_NCU=1 costs ~2.5 minutes more. HT_WINDOWS="4 8": step_trace also traces verify windows of
 # those rows on each file after HT_WINDOW_DEPTHS (default "512") positions
-# (trace_<shape>_w<rows>_d<depth>.log); HT_30B=1 adds the 8-layer Qwen3-30B-A3B
+# (trace_<shape>_w<rows>_d<depth>.log); HT_PROMPTS="512 4096": decode_bench after each prompt
+# length (default 512); HT_30B=1 adds the 8-layer Qwen3-30B-A3B
 # file (decode_bench and traces as the others). With .peers/old-tree carried (bench/gpu/ab.sh
 # --prepare BASE), the base is built beside the tree and decode_bench runs on both builds (base
 # first). The GPU parity tests (delta_net, ops, matmul without its timings, placement, mtp, and
@@ -65,13 +66,15 @@ say "trace build and files: $(ls -la $f35 $f80 $f30 2>&1 | awk '{print $5}' | tr
 tail -n 3 /tmp/ht-trace.log /tmp/ht-plain.log /tmp/ht-synth.log /tmp/ht-base.log >> "$O/summary.txt"
 for f in $f35 $f80 $f30; do
   [ -s "$f" ] || continue
-  for b in $base /tmp/ht-plain; do
-    echo "#### $b decode_bench $f 512 128" >> "$O/decode.log"
-    timeout 120 $b/decode_bench "$f" 512 128 >> "$O/decode.log" 2>&1
+  for np in ${HT_PROMPTS:-512}; do
+    for b in $base /tmp/ht-plain; do
+      echo "#### $b decode_bench $f $np 128" >> "$O/decode.log"
+      timeout 120 $b/decode_bench "$f" $np 128 >> "$O/decode.log" 2>&1
+    done
   done
 done
 say "decode_bench done"
-grep -E "^####|decode \(|prefill:" "$O/decode.log" >> "$O/summary.txt"
+grep -E "^####|decode \(|prefill:|verify window" "$O/decode.log" >> "$O/summary.txt"
 if [ "$trace" = 1 ]; then
   timeout 90 /tmp/ht-trace/step_trace $f35 512 32 400 > "$O/trace_35b.log" 2>&1
   timeout 90 /tmp/ht-trace/step_trace $f80 512 32 400 > "$O/trace_80b.log" 2>&1

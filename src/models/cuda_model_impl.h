@@ -1,6 +1,7 @@
 // The CUDA model's class, private to src/models (the interface is models/cuda_model.h), shared
-// by its source files: cuda_model.cpp (loading, per-forward buffers, the forward, its attention
-// and dense blocks, graphs), cuda_model_moe.cpp (the MoE block: routing, then the routed experts
+// by its source files: cuda_model.cpp (loading, per-forward buffers, the forward, its dense
+// block, graphs), cuda_model_attention.cpp (the attention block, its RoPE table and split
+// attention records), cuda_model_moe.cpp (the MoE block: routing, then the routed experts
 // all in VRAM, split between the lanes of cuda_expert_lanes.h, or streamed), cuda_model_kv.cpp
 // (the device copies of the KV caches), cuda_model_hybrid.cpp (the hybrid Qwen MoEs' DeltaNet
 // layers and recurrent state) and cuda_model_mtp.cpp (their MTP head). CUDA builds only.
@@ -225,8 +226,17 @@ private:
         float* kv;
         int n_ctx;
         int32_t n_logits;
-        bool operator==(const graph_key& o) const { return kv == o.kv && n_ctx == o.n_ctx && n_logits == o.n_logits; }
+        int64_t rows = 1;   // a decode step's one row, or a verify window's rows
+        bool operator==(const graph_key& o) const {
+            return kv == o.kv && n_ctx == o.n_ctx && n_logits == o.n_logits && rows == o.rows;
+        }
     };
+    // Graphs kept (decode steps and verify windows of 2..16 rows, per cache): past this many the
+    // cache is cleared and capture starts again.
+    static constexpr size_t k_graphs_max = 64;
+    // Whether a forward of the model in VRAM runs as a captured graph: one segment of one row (a
+    // decode step) or of 2..k_split_max_rows rows that all want logits (a verify window).
+    bool graphs_apply(std::span<const batch_segment> batch, int64_t n) const;
 
     // Everything from the embedding copy to the LM head's logits (left in logits_). pos_dev:
     // nullptr for host positions (each segment's pos0), or the device copy of segment 0's pos0
@@ -399,6 +409,10 @@ private:
     std::shared_ptr<release_queue> released_ = std::make_shared<release_queue>();
     float* rope_ = nullptr;   // [rope_pos_, n_rot]
     cuda::attention_split attn_split_;   // decode attention's chunk records for the longest cache
+    // Rows of split attention records (ensure_attention_split): a verify window's widest
+    // (cuda::k_split_max_rows) within 64 MiB, outside the --vram-budget as the KV cache is (16
+    // rows up to 7,936 positions for 32 heads of 128, 34.6 MB at 4,096; 3 at 32,768).
+    static constexpr size_t k_split_records_bytes = size_t{64} << 20;
     std::vector<float*> kv_bufs_;        // [segments] each segment's device KV, refilled every forward (no allocation once grown)
     int32_t rope_pos_ = 0;
     // Scratch for max_rows_ rows (see ensure_scratch for shapes).

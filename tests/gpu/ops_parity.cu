@@ -108,14 +108,17 @@ int test_attention(thread_pool& pool) {
     // (G 34, even and past 32: the one-row kernel), 32/1 (G 32: every query slot of the block),
     // 9/3 at head_dim 72 (one query a warp, scalar K reads), 6/2 at head_dim 130 (one query a
     // warp at 8 a lane, K and V staged float by float), and 37 rows of 16/2 heads of 256 (the
-    // last tile of 4 rows partial).
+    // last tile of 4 rows partial). Verify windows through the split pair at depth: 4 rows of the
+    // 30B shape's 32/4 at 4,090 positions, 8 of the hybrids' 16/2 heads of 256 at 3,000, and 9
+    // rows of 32/4 across a chunk boundary at 31.
     const cfg cfgs[] = {{8, 2, 128, 299, 1},   {8, 2, 128, 250, 16},  {8, 2, 128, 0, 300},   {4, 4, 64, 77, 5},
                         {6, 3, 80, 40, 3},     {32, 4, 128, 1000, 1}, {8, 2, 128, 600, 4, true},
                         {32, 4, 128, 37, 100}, {9, 3, 64, 5, 70},     {4, 2, 72, 3, 50},     {16, 1, 128, 20, 33},
                         {40, 2, 128, 0, 20},   {8, 2, 128, 600, 40, true}, {32, 4, 128, 5000, 1}, {9, 3, 64, 2100, 2},
                         {16, 2, 256, 0, 100},  {16, 2, 256, 700, 40, true}, {16, 2, 256, 3000, 1}, {4, 2, 200, 50, 30},
                         {12, 4, 256, 10, 40},  {34, 2, 64, 0, 20},   {68, 2, 64, 0, 20},     {32, 1, 64, 3, 20},
-                        {9, 3, 72, 5, 30},     {6, 2, 130, 4, 25},   {16, 2, 256, 500, 37}};
+                        {9, 3, 72, 5, 30},     {6, 2, 130, 4, 25},   {16, 2, 256, 500, 37},
+                        {32, 4, 128, 4090, 4}, {16, 2, 256, 3000, 8}, {32, 4, 128, 31, 9}};
     for (const cfg& c : cfgs) {
         kernels::attention_params p;
         p.n_head = c.n_head;
@@ -158,6 +161,52 @@ int test_attention(thread_pool& pool) {
             CK(cudaMalloc(&sp.records, static_cast<size_t>(c.n_head * max_chunks * cuda::attention_split_record_floats(c.hd)) * 4));
             int32_t* dpos = nullptr;
             CK(cudaMalloc(&dpos, 4));
+            // A verify window through the split pair at once, in records of exactly rows_held rows
+            // filled with NaN first (a row that read another's records, or a group that read past
+            // its own, would show), the position from the host or from device memory: groups of
+            // rows_held rows, the last partial. True when the activation blocks were made.
+            const bool window = c.rows > 1 && c.rows <= cuda::k_split_max_rows;
+            auto split_window = [&](int64_t rows_held, bool from_device, const cuda::attention_act* aq) {
+                cuda::attention_split ws;
+                ws.max_chunks = max_chunks;
+                ws.max_rows = rows_held;
+                const size_t bytes = static_cast<size_t>(rows_held * c.n_head * max_chunks * cuda::attention_split_record_floats(c.hd)) * 4;
+                CK(cudaMalloc(&ws.records, bytes));
+                CK(cudaMemset(ws.records, 0xff, bytes));
+                CK(cudaMemcpy(dpos, &c.pos0, 4, cudaMemcpyHostToDevice));
+                const bool made = cuda::attention(p, dq.p, dk.p, dv.p, from_device ? 0 : c.pos0, c.rows, dout.p, nullptr,
+                                                  from_device ? dpos : nullptr, &ws, aq);
+                CK(cudaDeviceSynchronize());
+                cudaFree(ws.records);
+                return made;
+            };
+            const std::vector<int64_t> rows_held_cases = window ? std::vector<int64_t>{c.rows, 3, 1} : std::vector<int64_t>{};
+            for (const int64_t rows_held : rows_held_cases) {
+                if (rows_held == 3 && c.rows <= 3) continue;
+                for (const bool from_device : {false, true}) {
+                    CK(cudaMemset(dout.p, 0, q.size() * 4));
+                    split_window(rows_held, from_device, nullptr);
+                    f += report(name + " split window, records of " + std::to_string(rows_held) + " rows" +
+                                    (from_device ? ", position on the device" : ""),
+                                cpu, dout.get());
+                }
+            }
+            if (window && max_chunks == need && (c.pos0 + kernels::k_attn_chunk) / kernels::k_attn_chunk < need) {
+                // Records one chunk short of the window's last row (its first row fits): refused on
+                // the host with the position named, nothing launched.
+                cuda::attention_split shortfall = sp;
+                shortfall.max_chunks = need - 1;
+                bool refused = false;
+                try {
+                    cuda::attention(p, dq.p, dk.p, dv.p, c.pos0, c.rows, dout.p, nullptr, nullptr, &shortfall);
+                } catch (const std::exception& e) {
+                    refused = std::string(e.what()).find("needs more than the split records") != std::string::npos;
+                }
+                if (!refused) {
+                    std::printf("FAIL: %s: a window past its records' chunks was not refused\n", name.c_str());
+                    ++f;
+                }
+            }
             for (int from_device = 0; from_device < 2; ++from_device) {
                 CK(cudaMemset(dout.p, 0, q.size() * 4));
                 for (int r = 0; r < c.rows; ++r) {
@@ -250,18 +299,42 @@ int test_attention(thread_pool& pool) {
                     }
                     f += report(what + " gated (floats)", gated, dout.get());
                     f += report_bytes(what + " gated", want_g, dact);
+                    // A verify window at once (records of all its rows, of 3: groups, and of 1), with
+                    // and without the gate, the position from the host and from the device: every
+                    // row's blocks and floats as each row alone made.
+                    for (const int64_t rows_held : rows_held_cases) {
+                        if (rows_held == 3 && c.rows <= 3) continue;
+                        for (const bool with_gate : {false, true})
+                            for (const bool from_device : {false, true}) {
+                                const std::string wn = what + " window, records of " + std::to_string(rows_held) +
+                                                       " rows" + (with_gate ? " gated" : "") +
+                                                       (from_device ? ", position on the device" : "");
+                                CK(cudaMemset(dact, 0xee, want.size()));
+                                CK(cudaMemset(dout.p, 0, q.size() * 4));
+                                cuda::attention_act aq;
+                                aq.act = dact;
+                                aq.width = width;
+                                aq.gate = with_gate ? dqg.p : nullptr;
+                                if (!split_window(rows_held, from_device, &aq)) {
+                                    std::printf("FAIL: %s: not made\n", wn.c_str());
+                                    ++f;
+                                }
+                                f += report(wn + " (floats)", with_gate ? gated : cpu, dout.get());
+                                f += report_bytes(wn, with_gate ? want_g : want, dact);
+                            }
+                    }
                 }
-                // Without split records (the one-block kernel) and for the whole window at once
-                // (the window kernels) nothing is made: false, and the blocks left as they were.
+                // Without split records (the one-block kernel) and for a prefill chunk (more than 16
+                // rows: the rows kernel) nothing is made: false, and the blocks left as they were.
                 CK(cudaMemset(dact, 0xee, want.size()));
                 cuda::attention_act aq;
                 aq.act = dact;
                 aq.width = width;
                 const bool alone = cuda::attention(p, dq.p, dk.p, dv.p, c.pos0, 1, dout.p, nullptr, nullptr, nullptr, &aq);
-                const bool window = c.rows > 1 && cuda::attention(p, dq.p, dk.p, dv.p, c.pos0, c.rows, dout.p, nullptr,
+                const bool chunk = c.rows > 16 && cuda::attention(p, dq.p, dk.p, dv.p, c.pos0, c.rows, dout.p, nullptr,
                                                                   nullptr, &sp, &aq);
-                if (alone || window) {
-                    std::printf("FAIL: %s: made outside the split kernel (%s)\n", what.c_str(), alone ? "no records" : "a window");
+                if (alone || chunk) {
+                    std::printf("FAIL: %s: made outside the split kernel (%s)\n", what.c_str(), alone ? "no records" : "a prefill chunk");
                     ++f;
                 }
                 f += report_bytes(what + ", none outside the split kernel",

@@ -2,9 +2,11 @@
 // per (row, head) the KV positions in chunks of k_attn_chunk, each chunk's scores (16-lane dot,
 // scale), its max, exponentials, exp sum and weighted V sum, merged into a running (max, sum,
 // output) in chunk order with the CPU's expressions; exp from kernels/math.h, every float
-// operation rounded on its own. Two kernels with the same bits: attention_kernel (a decode step
-// or a verify window: a block per (row, head), chunks side by side) and attention_rows_kernel
-// (a prefill chunk: a block per (KV head, rows), K and V staged once for its queries).
+// operation rounded on its own. Kernels with the same bits: the split pair (attention_split.cuh:
+// a decode step or a verify window given split records, chunks over every SM, then their merge),
+// attention_kernel (the same rows without records: a block per (row, head), chunks side by side)
+// and attention_rows_kernel (a prefill chunk: a block per (KV head, rows), K and V staged once
+// for its queries).
 #include "kernels/cuda/ops.cuh"
 
 #include "core/error.h"
@@ -370,23 +372,32 @@ void launch_rows(const kernels::attention_params& p, const float* q, const float
         launch_rows<U, 1>(p, q, kc, vc, pos0, n_rows, out, stream);
 }
 
+// The split kernel and its merge for n_rows rows (q, out, act and gate: the window's first row's),
+// in groups of the records' max_rows rows: a launch pair per group, the records reused (the stream
+// orders the groups).
 template <int U>
 void launch_split(const kernels::attention_params& p, const float* q, const float* kc, const float* vc, int32_t pos0,
-                  const int32_t* pos_dev, const attention_split& split, int64_t lanes, float* out, std::byte* act,
-                  int act_width, int act_heads, const float* gate, cudaStream_t stream) {
+                  const int32_t* pos_dev, const attention_split& split, int64_t lanes, int64_t n_rows, float* out,
+                  std::byte* act, int act_width, int act_heads, const float* gate, cudaStream_t stream) {
     constexpr size_t dyn = sizeof(rows_chunk_buffers<U>);
-    opt_in_shared(attention_split_kernel<U>, dyn, "split decode attention");
-    launch(attention_split_kernel<U>, dim3(static_cast<unsigned>(p.n_kv_head), static_cast<unsigned>(lanes)),
-           dim3(static_cast<unsigned>(p.n_head / p.n_kv_head * 32)), dyn, stream, p, q, kc, vc, pos0, pos_dev,
-           split.records, split.max_chunks);
+    const auto kernel = n_rows == 1 ? attention_split_kernel<U, false> : attention_split_kernel<U, true>;
+    opt_in_shared(kernel, dyn, "split decode attention");
     // Heads a merge block: those of whole activation blocks where act is made (act_heads, from
     // attention_split_act_heads: >= 1 whenever act is set), else 256 threads' worth (eight warps
     // of 32 dimensions).
     const int warps_per_head = (p.head_dim + 31) / 32;
     const int heads_per_block = act ? act_heads : std::max(1, 8 / warps_per_head);
     const int64_t blocks = (p.n_head + heads_per_block - 1) / heads_per_block;
-    launch(attention_merge_kernel, dim3(static_cast<unsigned>(blocks)), dim3(static_cast<unsigned>(heads_per_block * warps_per_head * 32)),
-           0, stream, p, split.records, split.max_chunks, pos0, pos_dev, heads_per_block, out, act, act_width, gate);
+    const int64_t group = std::max<int64_t>(1, split.max_rows);
+    for (int64_t row0 = 0; row0 < n_rows; row0 += group) {
+        const auto rows = static_cast<unsigned>(std::min(group, n_rows - row0));
+        launch(kernel, dim3(static_cast<unsigned>(p.n_kv_head), static_cast<unsigned>(lanes), rows),
+               dim3(static_cast<unsigned>(p.n_head / p.n_kv_head * 32)), dyn, stream, p, q, kc, vc, pos0, pos_dev,
+               split.records, split.max_chunks, static_cast<int>(row0));
+        launch(attention_merge_kernel, dim3(static_cast<unsigned>(blocks), rows),
+               dim3(static_cast<unsigned>(heads_per_block * warps_per_head * 32)), 0, stream, p, split.records,
+               split.max_chunks, pos0, pos_dev, heads_per_block, out, act, act_width, gate, static_cast<int>(row0));
+    }
 }
 
 }  // namespace
@@ -418,8 +429,9 @@ bool attention(const kernels::attention_params& p, const float* q, const float* 
     if (total > 0x7fffffff) fail("cuda: attention: {} (row, head) pairs exceed one launch", total);
     // Many rows (a prefill chunk): the rows kernel, K and V staged once per block for up to 32
     // queries (16 where G is odd); same bits (see there). It takes head_dim <= 256 and at most 16
-    // query heads a KV head, or 32 where G is even; a decode step or a verify window (<= 16 rows) keeps the chunk-parallel kernel, whose
-    // one block per (row, head) finishes a single row sooner. Head dims up to 128 (the MoE
+    // query heads a KV head, or 32 where G is even; a decode step or a verify window (<= 16 rows)
+    // keeps the split pair or the chunk-parallel kernel, whose blocks finish a single row sooner.
+    // Head dims up to 128 (the MoE
     // families, SmolLM2) keep 4 output dimensions a lane, up to 256 (the hybrids' gated attention)
     // 8: before session 18 a head of 256 took the one-block-per-(row, head) kernel, and the
     // 35B shape's 32K prefill ran at a quarter of its 2K rate (bench/RESULTS.md, session 17).
@@ -432,20 +444,30 @@ bool attention(const kernels::attention_params& p, const float* q, const float* 
             launch_rows<8>(p, q, kc, vc, pos0, n_rows, out, s);
         return false;
     }
-    // A decode step with the split records: all SMs (see attention_split_kernel).
-    const int64_t lanes = split && n_rows == 1 ? attention_split_blocks(p, split->max_chunks) : 0;
+    // A decode step or a verify window (up to k_split_max_rows rows) with the split records: all
+    // SMs (see attention_split_kernel). A window took the one-block kernel before session 44,
+    // whose blocks each walk every position (one row of the 30B shape's 32/4 heads at 4,096
+    // positions: 114.6 us against 20.6 for the split pair, kernel_bench, H100, session 43).
+    static_assert(k_split_max_rows <= k_rows_min, "a window the split pair takes is not a prefill chunk");
+    int64_t lanes = split && n_rows <= k_split_max_rows ? attention_split_blocks(p, split->max_chunks) : 0;
+    // A window at a position the host knows: no more lanes than its last row has chunks (the
+    // others would exit at once; the chunks a lane takes change no bit). A decode step keeps the
+    // lanes of its records, as its graphs replay at any position.
+    if (lanes > 0 && n_rows > 1 && !pos_dev)
+        lanes = std::min<int64_t>(lanes, (pos0 + n_rows - 1 + kernels::k_attn_chunk) / kernels::k_attn_chunk);
     if (lanes > 0) {
-        if (!pos_dev && (pos0 + kernels::k_attn_chunk) / kernels::k_attn_chunk > split->max_chunks)
-            fail("cuda: attention: position {} needs more than the split records' {} chunks", pos0, split->max_chunks);
+        if (!pos_dev && (pos0 + n_rows - 1 + kernels::k_attn_chunk) / kernels::k_attn_chunk > split->max_chunks)
+            fail("cuda: attention: position {} needs more than the split records' {} chunks", pos0 + n_rows - 1,
+                 split->max_chunks);
         const int width = act_out && act_out->act ? act_out->width : 0;
         const int act_heads = attention_split_act_heads(p, width);
         const bool quantise = act_heads > 0;
         std::byte* act = quantise ? act_out->act : nullptr;
         const float* gate = quantise ? act_out->gate : nullptr;   // applied with the blocks only (attention_act)
         if (p.head_dim <= k_rows_hd<4>)
-            launch_split<4>(p, q, kc, vc, pos0, pos_dev, *split, lanes, out, act, width, act_heads, gate, s);
+            launch_split<4>(p, q, kc, vc, pos0, pos_dev, *split, lanes, n_rows, out, act, width, act_heads, gate, s);
         else
-            launch_split<8>(p, q, kc, vc, pos0, pos_dev, *split, lanes, out, act, width, act_heads, gate, s);
+            launch_split<8>(p, q, kc, vc, pos0, pos_dev, *split, lanes, n_rows, out, act, width, act_heads, gate, s);
         return quantise;
     }
     // 4 dimensions a lane up to head_dim 128, 8 up to 256: fewer registers than the 16 of 512.

@@ -6,8 +6,9 @@
 namespace sluice::cuda {
 namespace {
 
-// A decode step (one row) split over the GPU in two launches.
-// 1. attention_split_kernel: one block per (KV head, chunk lane s), grid (n_kv_head, S); the
+// A decode step (one row) split over the GPU in two launches; a verify window's rows take the same
+// two launches with a grid dimension more (a row each: its position, query, records and output).
+// 1. attention_split_kernel: one block per (KV head, chunk lane s), grid (n_kv_head, S, rows); the
 // block's G = n_head / n_kv_head warps are the query heads sharing the KV head. Block s takes
 // chunks s, s + S, s + 2S, ...: it stages each chunk's K and V rows in shared memory once for its
 // G queries (as attention_rows_kernel), and each warp computes its head's chunk (chunk_scores,
@@ -32,16 +33,28 @@ namespace {
 // 2,000 instructions a warp per chunk (an estimate from those figures) against ~500 loads and
 // operations (the PTX has a bounds check and a branch before each of chunk_v_sums' loads, and
 // stage_chunk divides by the run-time width).
-//   rec: [n_head, max_chunks, attention_split_record_floats(head_dim)] (max, exp sum, 2 floats of
+//   rec: [rows, n_head, max_chunks, attention_split_record_floats(head_dim)] (max, exp sum, 2 floats of
 //   padding, V sum from float 4 = k_split_rec_v: each record's V sums start 16-byte aligned; the
 //   accesses are scalar, so the padding only aligns them).
 //   The chunk's K and V rows (rows_chunk_buffers<U>) are dynamic shared memory: 66 KB at U = 8.
-template <int U>
+//   WINDOW: the form for a verify window's rows (blockIdx.z); a decode step's launch keeps the
+//   one-row form, whose 43 registers (U = 4) the row's offsets would raise to 54 (sm_90, ptxas),
+//   5 blocks an SM to 4 (session 37 measured such a rise as a loss).
+template <int U, bool WINDOW>
 __global__ void __launch_bounds__(k_rows_warps * 32)
     attention_split_kernel(kernels::attention_params p, const float* q, const float* kc, const float* vc, int32_t pos0,
-                           const int32_t* pos_dev, float* rec, int64_t max_chunks) {
+                           const int32_t* pos_dev, float* rec, int64_t max_chunks, int row0) {
     // The position: copied in before the step's first launch (pos_dev), so settled here.
     if (pos_dev) pos0 = *pos_dev;
+    // A window's row (blockIdx.z of this launch's rows, from row0 of the window): its query, its
+    // position and its own records. pos0 stays the window's first position: the rows before it
+    // are the ones earlier forwards wrote.
+    int row = 0;
+    if constexpr (WINDOW) {
+        row = row0 + static_cast<int>(blockIdx.z);
+        q += static_cast<int64_t>(row) * p.n_head * p.head_dim;
+        rec += static_cast<int64_t>(blockIdx.z) * p.n_head * max_chunks * attention_split_record_floats(p.head_dim);
+    }
     extern __shared__ float4 split_dyn[];
     rows_chunk_buffers<U>& chunk = *reinterpret_cast<rows_chunk_buffers<U>*>(split_dyn);   // this KV head's chunk rows
     __shared__ __align__(16) float sq[k_rows_warps][k_rows_hd<U>];   // [warps, head_dim] each warp's query
@@ -52,7 +65,7 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
     const int64_t kv_stride = static_cast<int64_t>(p.n_kv_head) * hd;
     const int64_t rs = attention_split_record_floats(hd);   // floats per record
     float* hrec = rec + static_cast<int64_t>(h) * max_chunks * rs;
-    const int64_t n_kv = static_cast<int64_t>(pos0) + 1;
+    const int64_t n_kv = static_cast<int64_t>(pos0) + row + 1;
     const int64_t n_chunks = (n_kv + kernels::k_attn_chunk - 1) / kernels::k_attn_chunk;
     if (n_chunks > max_chunks) __trap();   // the caller sizes rec for its cache: never
     if (blockIdx.y >= n_chunks) return;    // a lane with no chunk at this position
@@ -109,8 +122,14 @@ constexpr int k_merge_max_floats = kernels::k_max_head_dim;   // a block's heads
 __global__ void __launch_bounds__(k_merge_max_floats)
     attention_merge_kernel(kernels::attention_params p, const float* rec, int64_t max_chunks, int32_t pos0,
                            const int32_t* pos_dev, int heads_per_block, float* out, std::byte* act, int act_width,
-                           const float* gate) {
+                           const float* gate, int row0) {
     if (pos_dev) pos0 = *pos_dev;   // settled before the step's first launch
+    // The window's row blockIdx.y of this launch (see attention_split_kernel): its records, its
+    // output row, its gate row and its activation blocks.
+    const int row = row0 + static_cast<int>(blockIdx.y);
+    rec += static_cast<int64_t>(blockIdx.y) * p.n_head * max_chunks * attention_split_record_floats(p.head_dim);
+    out += static_cast<int64_t>(row) * p.n_head * p.head_dim;
+    if (gate) gate += static_cast<int64_t>(row) * p.n_head * 2 * p.head_dim;
     __shared__ float heads[k_merge_max_floats];   // [heads_per_block, head_dim] the block's outputs (act)
     wait_prior_grids();   // the records: written by the launch before
     const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x & 31);
@@ -121,7 +140,7 @@ __global__ void __launch_bounds__(k_merge_max_floats)
     const int d = (warp % warps_per_head) * 32 + lane;
     const int64_t rs = attention_split_record_floats(hd);
     const float* hrec = rec + static_cast<int64_t>(h < p.n_head ? h : 0) * max_chunks * rs;
-    const int64_t n_chunks = (static_cast<int64_t>(pos0) + kernels::k_attn_chunk) / kernels::k_attn_chunk;
+    const int64_t n_chunks = (static_cast<int64_t>(pos0) + row + kernels::k_attn_chunk) / kernels::k_attn_chunk;
     const bool mine = h < p.n_head && d < hd;
     // Records read from L2 (__ldcg: written by the launch before, on other SMs). The V sums by a
     // pointer stepped a record at a time and a 32-bit bound: the 64-bit index, bound and address
@@ -188,8 +207,9 @@ __global__ void __launch_bounds__(k_merge_max_floats)
     __syncthreads();
     const int blocks = heads_per_block * hd / act_width;   // activation blocks of the block's heads
     const int n_warps = static_cast<int>(blockDim.x / 32);
+    const int64_t row_blocks = static_cast<int64_t>(p.n_head) * hd / act_width;   // the output row's
     for (int b = warp; b < blocks; b += n_warps) {
-        const int64_t gb = static_cast<int64_t>(blockIdx.x) * blocks + b;
+        const int64_t gb = row * row_blocks + static_cast<int64_t>(blockIdx.x) * blocks + b;
         if (act_width == 256) {
             quant::act_block256* dst = reinterpret_cast<quant::act_block256*>(act) + gb;
             quantize_block_warp<256>(heads + b * 256, &dst->d, dst->q, dst->bsums);

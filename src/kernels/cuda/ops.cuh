@@ -67,14 +67,18 @@ void kv_store(const float* k, const float* v, float* kc, float* vc, int32_t pos0
 // kernels::attention: chunks of k_attn_chunk KV positions in order, each softmaxed against its
 // own max and merged online, the same operations in the same order.
 //   q: [n_rows, n_head, head_dim]; kc, vc: [n_ctx, n_kv_head, head_dim]; out: [n_rows, n_head, head_dim]
-// A decode step (n_rows 1) given `split` runs over every SM: blocks per (KV head, chunk lane)
-// write each chunk's (max, exp sum, V sum) to split->records and a second launch merges each
-// head's chunks in chunk order: the same bits (head_dim <= 256, <= 16 query heads a KV head;
-// otherwise, and for windows, the one-block-per-head kernel).
+// A decode step or a verify window (n_rows <= 16) given `split` runs over every SM: blocks per
+// (KV head, chunk lane, row) write each chunk's (max, exp sum, V sum) to split->records and a
+// second launch merges each head's chunks in chunk order: the same bits (head_dim <= 256, <= 16
+// query heads a KV head; otherwise, and for prefill chunks, the one-block-per-head or rows
+// kernel). A window of more rows than the records hold runs as groups of max_rows rows.
 struct attention_split {
-    float* records = nullptr;      // [n_head, max_chunks, attention_split_record_floats(head_dim)]
+    float* records = nullptr;      // [max_rows, n_head, max_chunks, attention_split_record_floats(head_dim)]
     int64_t max_chunks = 0;        // chunks of k_attn_chunk positions the records hold per head
+    int64_t max_rows = 1;          // rows the records hold (a launch pair's rows)
 };
+// The widest window the split pair takes (wider: prefill chunks, the rows kernel).
+inline constexpr int64_t k_split_max_rows = 16;
 // Floats of one chunk's record: its max and exp sum, two unused, then its V sum, padded so every
 // record starts on a 16-byte boundary.
 SLUICE_HD constexpr int64_t attention_split_record_floats(int head_dim) { return 4 + (static_cast<int64_t>(head_dim) + 3) / 4 * 4; }
@@ -85,14 +89,14 @@ int64_t attention_split_blocks(const kernels::attention_params& p, int64_t max_c
 // width, 1 where width divides head_dim; 0 where blocks would straddle two merge blocks (or
 // width is neither): then the output projection quantises its input itself.
 int attention_split_act_heads(const kernels::attention_params& p, int width);
-// The output row's int8 activation blocks (the output projection's input), made by the split
-// attention's merge launch where it runs (one row with split records) and its blocks' heads hold
+// The output rows' int8 activation blocks (the output projection's input), made by the split
+// attention's merge launch where it runs (rows with split records) and its blocks' heads hold
 // whole blocks of width floats (32 or 256: act_format q8_32 or q8_256; attention_split_act_heads);
 // null act: none.
 struct attention_act {
-    std::byte* act = nullptr;   // [act_row_bytes(format, n_head * head_dim)]: the row's blocks
+    std::byte* act = nullptr;   // [n_rows, act_row_bytes(format, n_head * head_dim)]: the rows' blocks
     int width = 0;
-    // The hybrids' gated attention: the row's query|gate projection [n_head, 2 * head_dim]; where
+    // The hybrids' gated attention: the rows' query|gate projection [n_rows, n_head, 2 * head_dim]; where
     // the blocks are written, the output was first multiplied by the sigmoid of its gate half
     // (output_gate's bits); where they are not, neither was the gate applied.
     const float* gate = nullptr;
