@@ -33,9 +33,10 @@ bool cuda_model_supports(const std::string& arch);
 // its use with this model, and a new cache at a freed one's address inherits nothing valid
 // beyond kv.n_pos(), which forward_batch's contract already requires). The host K/V arrays of
 // the kv_cache are not written; n_pos is. f must outlive the model (embedding rows are read
-// from it on the host). graphs: run each decode step (one sequence, one row) as a captured CUDA
-// graph (one per cache), replayed with the position in device memory: the same kernels with the
-// same arguments, so the same bits, with one launch instead of ~20 per layer. Throws "not built
+// from it on the host). graphs: run each decode step (one sequence, one row) and each verify window
+// (2..16 rows, logits for all) as captured CUDA graphs (one per cache and row count; a split
+// model's cut where the host works), replayed with the position in device memory: the same
+// kernels with the same arguments, so the same bits, with one launch instead of ~20 per layer. Throws "not built
 // with CUDA" in a CPU-only build.
 std::unique_ptr<model> load_model_cuda(const model_file& f, const load_options& o, int device, bool graphs = true);
 

@@ -1,5 +1,5 @@
-// A split model's decode step as CUDA graphs (cuda_model_impl.h: split_graph): captured on the
-// step's first run for a (cache, logits) key, cut where the host works (the plan, the PCIe
+// A split model's decode step and verify windows as CUDA graphs (cuda_model_impl.h:
+// split_graph): captured on the first run for a (cache, logits, rows) key, cut where the host works (the plan, the PCIe
 // copies, the CPU lane), and replayed from then on with the same host work between segments.
 // The graphs launch what the uncaptured step launches, with the same arguments, so the bits are
 // the same (tests/gpu/placement_parity decodes through them against the CPU model).
@@ -13,17 +13,20 @@
 namespace sluice::cuda_impl {
 
 bool cuda_model::split_graphs_apply(std::span<const batch_segment> batch, int64_t n) const {
-    // One row of one sequence (a decode step): its launches do not depend on the routing (each
-    // lane's matmuls skip the other lanes' pairs on the device). A streaming forward (prefill)
-    // never has one row.
-    return graphs_ && lanes_ && !lanes_->streaming() && batch.size() == 1 && n == 1;
+    // One sequence's decode step, or its verify window of up to k_split_max_rows rows that all
+    // want logits: the launches depend on the rows only, not on the routing (each lane's matmuls
+    // skip the other lanes' pairs on the device; a grouped launch reads its tile count from the
+    // device), and the position comes from device memory, so one set of graphs per row count
+    // serves every position. A streaming forward (a prefill chunk) stays uncaptured.
+    return graphs_ && lanes_ && !lanes_->streaming() && batch.size() == 1 &&
+           (n == 1 || (n <= cuda::k_split_max_rows && batch[0].n_logits == n));
 }
 
 void cuda_model::enqueue_split_step(std::span<const batch_segment> batch, const std::vector<float*>& kv_bufs, int64_t n) {
-    const graph_key key{kv_bufs[0], batch[0].kv->shape().n_ctx, batch[0].n_logits};
+    const graph_key key{kv_bufs[0], batch[0].kv->shape().n_ctx, batch[0].n_logits, n};
     for (const split_graph& g : split_graphs_)
         if (g.key == key) return replay_split(g);
-    if (split_graphs_.size() >= 16) clear_graphs();
+    if (split_graphs_.size() >= k_split_graphs_max) clear_graphs();
     split_graph g{key, {}};
     segment_out_ = &g.segments;
     try {
@@ -94,6 +97,7 @@ void cuda_model::captured_split_layer(const dlayer& l, int il, int64_t n, bool g
 
 void cuda_model::replay_split(const split_graph& g) {
     // The same host work, in the same order, as captured_split_layer between its cuts.
+    const int64_t n = g.key.rows;
     const bool staged = lanes_->staging().n_slots > 0;
     const size_t want = 1 + lanes_->split_layers().size() * (staged ? 3 : 2);
     if (g.segments.size() != want) fail("cuda model: a split decode step of {} graph segments, expected {}", g.segments.size(), want);
@@ -103,14 +107,14 @@ void cuda_model::replay_split(const split_graph& g) {
     for (int il : split) {
         lanes_->gpu_begin(il);
         ck(cudaGraphLaunch(g.segments[k++], stream_), "cudaGraphLaunch");   // hits
-        lanes_->plan_window(il, 1);
+        lanes_->plan_window(il, n);
         if (staged) {
             lanes_->staged_begin();
             ck(cudaGraphLaunch(g.segments[k++], stream_), "cudaGraphLaunch");
             lanes_->staged_end();
         }
         lanes_->gpu_end(il);
-        lanes_->run_cpu(1, *pool_, il);
+        lanes_->run_cpu(n, *pool_, il);
         lanes_->between_begin();
         ck(cudaGraphLaunch(g.segments[k++], stream_), "cudaGraphLaunch");   // tail
         if (il != split.back()) lanes_->between_end();   // the last tail ends with the logits

@@ -246,7 +246,7 @@ private:
     cudaGraphExec_t capture(std::span<const batch_segment> batch, const std::vector<float*>& kv_bufs, int64_t n,
                             const graph_key& key);
 
-    // ---- a split model's decode step as graphs (cuda_model_graphs.cpp) ----------------------
+    // ---- a split model's decode step and verify windows as graphs (cuda_model_graphs.cpp) ---
     // The host sits inside every split layer (the routed ids come to it, it plans, its CPU lane
     // computes), so the step is cut there into segments, each captured once and replayed:
     //   head: the embedding .. the first split layer's router;
@@ -257,8 +257,11 @@ private:
     //   joined, the combine .. the next split layer's router, or the logits).
     // Replaying saves the host's launches on the step's serial path (~175 us of them per split
     // layer of the 80B shape, session 16's split_decode_bench).
+    // Split graphs kept: a decode step and windows of 2..16 rows for two caches (a target and
+    // its MTP head's, or two requests') before the cache is cleared and capture starts again.
+    static constexpr size_t k_split_graphs_max = 2 * cuda::k_split_max_rows;
     struct split_graph {
-        graph_key key;
+        graph_key key;   // key.rows: the rows of the step or window
         std::vector<cudaGraphExec_t> segments;   // in the order above
     };
     bool split_graphs_apply(std::span<const batch_segment> batch, int64_t n) const;

@@ -5,7 +5,9 @@
 //   layer (it runs as in the all-GPU model, the others split), half of the experts (ranked by a
 //   skewed synthetic routing profile), and everything (the all-GPU model);
 // for each: a 12-token prompt as one window (the grouped GPU matmul skipping the CPU's pairs,
-// the CPU lane deduplicating a window), then 16 greedy steps (the CPU's pick fed to every model).
+// the CPU lane deduplicating a window), then 16 greedy steps (the CPU's pick fed to every model),
+// then verify windows of 4, 7, 4 and 7 rows with every row's logits (each size twice: the second
+// replays the graphs the first captured, split or whole).
 // Each split budget runs with the cost model's PCIe split and with PCIe shares 0, 0.5 and 1
 // forced (misses copied into staging slots and computed by the GPU), with the adaptive cache on
 // (a half-life of 2 forwards, so that 17 forwards swap) and, at the forced shares, off: the
@@ -66,6 +68,16 @@ struct trace {
     double decode_s = 0;   // the greedy steps after the first (one row each)
 };
 
+// The verify windows after the greedy steps (their tokens the prompt's first ones).
+constexpr int k_windows[] = {4, 7, 4, 7};
+constexpr int k_n_windows = static_cast<int>(sizeof k_windows / sizeof k_windows[0]);
+constexpr int window_rows() {
+    int r = 0;
+    for (const int w : k_windows) r += w;
+    return r;
+}
+constexpr int k_window_rows = window_rows();   // 12 + 16 + 22 positions within the cache's 64
+
 // picks_in: the CPU model's picks (fed to every model, so a difference cannot cascade); empty for
 // the CPU model itself.
 trace run(model& m, thread_pool& pool, const std::vector<token_id>& prompt, int steps, const std::vector<int>& picks_in) {
@@ -73,7 +85,7 @@ trace run(model& m, thread_pool& pool, const std::vector<token_id>& prompt, int 
     forward_scratch s = m.make_scratch(16, pool);
     kv_cache kv(m.kv_shape_for(64));
     trace t;
-    t.logits.resize((prompt.size() + static_cast<size_t>(steps)) * static_cast<size_t>(V));
+    t.logits.resize((prompt.size() + static_cast<size_t>(steps + k_window_rows)) * static_cast<size_t>(V));
     m.forward(prompt, 0, kv, s, t.logits.data());
     auto t0 = std::chrono::steady_clock::now();
     token_id next = argmax(t.logits.data() + (prompt.size() - 1) * V, V);
@@ -88,6 +100,13 @@ trace run(model& m, thread_pool& pool, const std::vector<token_id>& prompt, int 
         if (!picks_in.empty()) next = picks_in[static_cast<size_t>(k) + 1];
     }
     t.decode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    int32_t pos = static_cast<int32_t>(prompt.size()) + steps;
+    for (const int w : k_windows) {
+        float* out = t.logits.data() + static_cast<size_t>(pos) * V;
+        m.forward(std::span<const token_id>(prompt.data(), static_cast<size_t>(w)), pos, kv, s, out);
+        for (int r = 0; r < w; ++r) t.picks.push_back(argmax(out + static_cast<size_t>(r) * V, V));
+        pos += w;
+    }
     return t;
 }
 
@@ -244,11 +263,11 @@ int run_file(const fs::path& path, thread_pool& pool) {
                 // some exactly when a split layer holds residents. A forced share: PCIe misses
                 // exactly when it is above 0 and the lane is open (a float model has none, and
                 // says why); a share below 1 leaves CPU misses.
-                // Streaming forced: every forward (the prompt and 16 steps) streams every split
+                // Streaming forced: every forward (the prompt, 16 steps, 4 windows) streams every split
                 // layer, none asks the host; forced shares never stream. The cost model's runs may
                 // stream the prompt window; its other forwards are planned.
                 const int split_layers = hp.n_layer - info.whole_layers;
-                const uint64_t forwards = 1 + static_cast<uint64_t>(steps);
+                const uint64_t forwards = 1 + static_cast<uint64_t>(steps + k_n_windows);
                 const bool split_residents = info.resident > info.whole_layers * hp.n_expert;
                 if (share == k_stream && info.prefill_stream) {
                     placed = placed && info.split && m->layer_plans == 0 &&
