@@ -10,20 +10,21 @@
 // (row i's logits pick the serial token at its position) and takes as long as the curve says a
 // window of its rows takes (a spin, so the policy's own timings agree with the curve). The
 // modelled speedup is serial's tokens x cost(1) over the sum of the windows' costs; the decoded
-// tokens must equal serial's. Prints one line per prompt; asserts nothing else.
+// tokens must equal serial's (exit 1 otherwise). Prints one line per prompt; asserts nothing else.
 #include <sluice/engine.h>
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+#include "io/side_file.h"
 #include "runtime/sampler.h"
 #include "spec/depth_policy.h"
 #include "spec/ngram_drafter.h"
@@ -56,7 +57,7 @@ public:
         }
     }
     void commit(int32_t n) override {
-        if (n < 0 || n > rows_) throw std::runtime_error("tape target: commit past the window");
+        if (n < 0 || n > rows_) fail("tape target: commit: {} rows, but the last forward had {}", n, rows_);
         n_past_ += n;
         rows_ = 0;
     }
@@ -91,17 +92,7 @@ private:
     int32_t proposed_ = 0;
 };
 
-std::string read_file(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) throw std::runtime_error("spec_replay: cannot read " + path);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
-
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
     if (argc < 4) {
         std::fprintf(stderr, "usage: spec_replay MODEL COSTS PROMPT_FILE[:chat]...  (COSTS: rows=ms,...)\n");
         return 2;
@@ -111,7 +102,7 @@ int main(int argc, char** argv) {
         const size_t c = rest.find(',');
         const std::string pair = rest.substr(0, c);
         const size_t eq = pair.find('=');
-        if (eq == std::string::npos) throw std::runtime_error("spec_replay: COSTS: expected rows=ms, got " + pair);
+        if (eq == std::string::npos) fail("COSTS: expected rows=ms, got {}", pair);
         curve.set_cost(std::stoi(pair.substr(0, eq)), std::stod(pair.substr(eq + 1)) * 1e-3);
         rest = c == std::string::npos ? "" : rest.substr(c + 1);
     }
@@ -121,6 +112,7 @@ int main(int argc, char** argv) {
     auto eng = engine::open(eo);
     double sum_log = 0;
     int n_prompts = 0;
+    bool all_equal = true;
     for (int a = 3; a < argc; ++a) {
         std::string file = argv[a];
         const bool chat = file.size() > 5 && file.substr(file.size() - 5) == ":chat";
@@ -129,7 +121,7 @@ int main(int argc, char** argv) {
         gp.n_predict = 200;
         gp.temperature = 0.0f;
         gp.chat = chat;
-        const generate_stats serial = eng->generate(read_file(file), gp, nullptr);
+        const generate_stats serial = eng->generate(read_side_file(file, "prompt file"), gp, nullptr);
         std::vector<int32_t> tape = serial.prompt_tokens;
         tape.insert(tape.end(), serial.tokens.begin(), serial.tokens.end());
         int32_t n_vocab = 0;
@@ -151,11 +143,23 @@ int main(int argc, char** argv) {
         const double serial_s = double(serial.n_decoded) * curve.cost(1);
         const double speedup = serial_s / drafted_s;
         sum_log += std::log(speedup);
+        all_equal = all_equal && r.tokens == serial.tokens;
         ++n_prompts;
         fmt::print("{:<40} {:4} tokens  {:4} windows  rows mean {:.2f}  modelled speedup {:.3f}x  {}\n", file,
                    serial.n_decoded, r.stats.steps, r.stats.rows_mean(), speedup,
                    r.tokens == serial.tokens ? "tokens equal" : "TOKENS DIFFER");
     }
     fmt::print("geometric mean {:.3f}x over {} prompts\n", std::exp(sum_log / n_prompts), n_prompts);
-    return 0;
+    return all_equal ? 0 : 1;   // drafted must equal serial (E1)
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        return run(argc, argv);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "spec_replay: %s\n", e.what());
+        return 1;
+    }
 }
