@@ -273,9 +273,12 @@ int gpu_parity(dtype t, int64_t n_in) {
 // block and to the launches' strides). sm_count: mm_args::sm_count, the card the launch shapes
 // are sized for; 28 (a small gaming card) gives the one-wave kernel 112 blocks, each walking
 // ~5 of the plain row's column blocks, and sends the 40 expert pairs to the many-wave kernel.
-int row_stream_parity(dtype t, int64_t n_in, int sm_count = 132) {
+// n_pairs: the expert launches' pairs; 96 and 128 are a 12- and a 16-row verify window's of the
+// 30B shape (8 experts a row), whose one-wave grids give each block 5 and 4 pairs' worth of
+// column blocks (a decode step's 8 pairs: 66).
+int row_stream_parity(dtype t, int64_t n_in, int sm_count = 132, int n_pairs = 40) {
     const int64_t n_plain = 4500, n_exp_out = 1500, n_distinct = 61;
-    const int n_exp = 3, n_pairs = 40, n_act = n_pairs / 2;
+    const int n_exp = 3, n_act = n_pairs / 2;
     const size_t wrb = *bytes_for(t, n_in), arb = quant::act_row_bytes(quant::act_format_for(t), n_in);
     const auto base = make_weights(t, n_in, n_distinct, 31);
     const auto a = make_act(t, n_in, n_act, 32);
@@ -768,6 +771,10 @@ int main(int argc, char** argv) {
             failures += row_stream_parity(t, info(t).block_elems == 32 ? 256 : 512);
             // Launch shapes sized for a 28-SM card (mm_args::sm_count): other grids, the same bits.
             failures += row_stream_parity(t, 2048, 28);
+            // A wide verify window's ungrouped experts (96 and 128 pairs: one-wave grids of 5 and 4
+            // blocks a pair).
+            if (t == dtype::q4_k || t == dtype::q6_k || t == dtype::q8_0)
+                failures += row_stream_parity(t, 2048, 132, 96) + row_stream_parity(t, 768, 132, 128);
         }
     }
     failures += mixed_parity(dtype::q6_k) + mixed_parity(dtype::q4_k) + router_topk_parity() + norm_router_parity();

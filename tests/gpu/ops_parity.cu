@@ -109,8 +109,11 @@ int test_attention(thread_pool& pool) {
     // 9/3 at head_dim 72 (one query a warp, scalar K reads), 6/2 at head_dim 130 (one query a
     // warp at 8 a lane, K and V staged float by float), and 37 rows of 16/2 heads of 256 (the
     // last tile of 4 rows partial). Verify windows through the split pair at depth: 4 rows of the
-    // 30B shape's 32/4 at 4,090 positions, 8 of the hybrids' 16/2 heads of 256 at 3,000, and 9
-    // rows of 32/4 across a chunk boundary at 31.
+    // 30B shape's 32/4 at 4,090 positions, 8 of the hybrids' 16/2 heads of 256 at 3,000, 9 rows
+    // of 32/4 across a chunk boundary at 31, and 16 rows whose last ones reach a chunk that begins
+    // 13 and 14 positions after the window's first (32/4 at 51, 16/2 of 256 at 1,010): that
+    // chunk's lane has no rows to stage before the wait (a count that went negative until
+    // session 46 and overwrote the warps' queries).
     const cfg cfgs[] = {{8, 2, 128, 299, 1},   {8, 2, 128, 250, 16},  {8, 2, 128, 0, 300},   {4, 4, 64, 77, 5},
                         {6, 3, 80, 40, 3},     {32, 4, 128, 1000, 1}, {8, 2, 128, 600, 4, true},
                         {32, 4, 128, 37, 100}, {9, 3, 64, 5, 70},     {4, 2, 72, 3, 50},     {16, 1, 128, 20, 33},
@@ -118,7 +121,8 @@ int test_attention(thread_pool& pool) {
                         {16, 2, 256, 0, 100},  {16, 2, 256, 700, 40, true}, {16, 2, 256, 3000, 1}, {4, 2, 200, 50, 30},
                         {12, 4, 256, 10, 40},  {34, 2, 64, 0, 20},   {68, 2, 64, 0, 20},     {32, 1, 64, 3, 20},
                         {9, 3, 72, 5, 30},     {6, 2, 130, 4, 25},   {16, 2, 256, 500, 37},
-                        {32, 4, 128, 4090, 4}, {16, 2, 256, 3000, 8}, {32, 4, 128, 31, 9}};
+                        {32, 4, 128, 4090, 4}, {16, 2, 256, 3000, 8}, {32, 4, 128, 31, 9},   {32, 4, 128, 51, 16},
+                        {16, 2, 256, 1010, 16}};
     for (const cfg& c : cfgs) {
         kernels::attention_params p;
         p.n_head = c.n_head;

@@ -6,11 +6,17 @@
 //   skewed synthetic routing profile), and everything (the all-GPU model);
 // for each: a 12-token prompt as one window (the grouped GPU matmul skipping the CPU's pairs,
 // the CPU lane deduplicating a window), then 16 greedy steps (the CPU's pick fed to every model),
-// then verify windows of 4, 7, 4 and 7 rows with every row's logits (each size twice: the second
-// replays the graphs the first captured, split or whole).
+// then verify windows of 4, 7, 12 and 16 rows with every row's logits, each size twice (the second
+// replays the graphs the first captured, split or whole). The first 16-row window starts at
+// position 51 and reaches the chunk at 64 (k_attn_chunk 32): a lane whose chunk begins after the
+// window's first position, which the split attention kernel mishandled until session 46 (the
+// 30B shape's windows of 12 and more rows then differed from serial decoding). The all-GPU model
+// runs twice, with graphs and without, so a difference names its side. PLACEMENT_PROMPT=N (a
+// longer prompt, in windows of 16) and PLACEMENT_N_CTX=N (a longer cache) move the windows deeper.
+// Usage beyond the default: PLACEMENT_SHARES, PLACEMENT_BUDGETS (below).
 // Each split budget runs with the cost model's PCIe split and with PCIe shares 0, 0.5 and 1
 // forced (misses copied into staging slots and computed by the GPU), with the adaptive cache on
-// (a half-life of 2 forwards, so that 17 forwards swap) and, at the forced shares, off: the
+// (a half-life of 2 forwards, so that its 25 forwards swap) and, at the forced shares, off: the
 // bits never change (part 4's E3 test).
 // It also checks that each budget placed what it should (resident experts, hit/miss counts).
 // Exit 0 when every model and budget is bit-identical, 1 otherwise, 77 (skipped) without a GPU.
@@ -33,6 +39,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -61,6 +68,10 @@ size_t differing(const std::vector<float>& a, const std::vector<float>& b) {
     return d;
 }
 
+// Which rows of a run's logits differ from the reference's, by forward: the prompt window, the
+// greedy steps, and each verify window (its rows that differ, and the largest difference).
+void print_differing_rows(const std::vector<float>& ref, const std::vector<float>& got, int V, int n_prompt, int steps);
+
 // One model's run: the prompt window's logits, then each greedy step's, and the picks.
 struct trace {
     std::vector<float> logits;
@@ -68,25 +79,38 @@ struct trace {
     double decode_s = 0;   // the greedy steps after the first (one row each)
 };
 
-// The verify windows after the greedy steps (their tokens the prompt's first ones).
-constexpr int k_windows[] = {4, 7, 4, 7};
+// The verify windows after the greedy steps (their tokens the prompt's formula's first ones).
+constexpr int k_windows[] = {4, 7, 12, 16, 4, 7, 12, 16};
 constexpr int k_n_windows = static_cast<int>(sizeof k_windows / sizeof k_windows[0]);
 constexpr int window_rows() {
     int r = 0;
     for (const int w : k_windows) r += w;
     return r;
 }
-constexpr int k_window_rows = window_rows();   // 12 + 16 + 22 positions within the cache's 64
+constexpr int k_window_rows = window_rows();   // 12 + 16 + 78 positions within the cache's 128
+// The cache's positions: PLACEMENT_N_CTX (default 128). A long cache (4096) sizes the split
+// attention's records for many chunks, so a wide window's rows run in groups of launches.
+int cache_positions() {
+    const char* e = std::getenv("PLACEMENT_N_CTX");
+    const char* pe = std::getenv("PLACEMENT_PROMPT");
+    const int prompt = pe && *pe ? std::atoi(pe) : 12;
+    return std::max({e && *e ? std::atoi(e) : 128, 128, prompt + 16 + k_window_rows});
+}
 
 // picks_in: the CPU model's picks (fed to every model, so a difference cannot cascade); empty for
 // the CPU model itself.
 trace run(model& m, thread_pool& pool, const std::vector<token_id>& prompt, int steps, const std::vector<int>& picks_in) {
     const int V = m.hparams().n_vocab;
     forward_scratch s = m.make_scratch(16, pool);
-    kv_cache kv(m.kv_shape_for(64));
+    kv_cache kv(m.kv_shape_for(cache_positions()));
     trace t;
     t.logits.resize((prompt.size() + static_cast<size_t>(steps + k_window_rows)) * static_cast<size_t>(V));
-    m.forward(prompt, 0, kv, s, t.logits.data());
+    // The prompt in windows of at most 16 rows (the scratch's): one window for the default 12.
+    for (size_t p0 = 0; p0 < prompt.size(); p0 += 16) {
+        const size_t rows = std::min<size_t>(16, prompt.size() - p0);
+        m.forward(std::span<const token_id>(prompt.data() + p0, rows), static_cast<int32_t>(p0), kv, s,
+                  t.logits.data() + p0 * static_cast<size_t>(V));
+    }
     auto t0 = std::chrono::steady_clock::now();
     token_id next = argmax(t.logits.data() + (prompt.size() - 1) * V, V);
     t.picks.push_back(next);
@@ -103,11 +127,41 @@ trace run(model& m, thread_pool& pool, const std::vector<token_id>& prompt, int 
     int32_t pos = static_cast<int32_t>(prompt.size()) + steps;
     for (const int w : k_windows) {
         float* out = t.logits.data() + static_cast<size_t>(pos) * V;
-        m.forward(std::span<const token_id>(prompt.data(), static_cast<size_t>(w)), pos, kv, s, out);
+        std::vector<token_id> tokens(static_cast<size_t>(w));   // the prompt's tokens, continued past its end
+        for (int i = 0; i < w; ++i) tokens[static_cast<size_t>(i)] = static_cast<token_id>((i * 7919 + 13) % V);
+        m.forward(tokens, pos, kv, s, out);
         for (int r = 0; r < w; ++r) t.picks.push_back(argmax(out + static_cast<size_t>(r) * V, V));
         pos += w;
     }
     return t;
+}
+
+void print_differing_rows(const std::vector<float>& ref, const std::vector<float>& got, int V, int n_prompt, int steps) {
+    auto row_differs = [&](int r, float& worst) {
+        int n = 0;
+        for (int i = 0; i < V; ++i) {
+            const size_t k = static_cast<size_t>(r) * V + i;
+            if (std::memcmp(&ref[k], &got[k], 4) != 0) {
+                ++n;
+                worst = std::max(worst, std::fabs(ref[k] - got[k]));
+            }
+        }
+        return n;
+    };
+    auto report = [&](const char* what, int first, int rows) {
+        std::string bad;
+        float worst = 0;
+        for (int r = 0; r < rows; ++r)
+            if (row_differs(first + r, worst) > 0) bad += " " + std::to_string(r);
+        if (!bad.empty()) std::printf("  %s (%d rows): rows differing:%s (largest difference %g)\n", what, rows, bad.c_str(), worst);
+    };
+    report("prompt window", 0, n_prompt);
+    report("greedy steps", n_prompt, steps);
+    int pos = n_prompt + steps;
+    for (const int w : k_windows) {
+        report(("window of " + std::to_string(w)).c_str(), pos, w);
+        pos += w;
+    }
 }
 
 // The phases a split load reported: each of its steps (the weights, the resident experts, the
@@ -138,7 +192,7 @@ int check_load_phases(const std::vector<std::string>& phases, bool pinned) {
 int run_file(const fs::path& path, thread_pool& pool) {
     auto mf = model_file::open(path);
     load_options o;
-    o.n_ctx = 64;
+    o.n_ctx = cache_positions();
     auto cpu = load_model(*mf, o);
     const model_hparams& hp = cpu->hparams();
     const std::string label = (path.parent_path().filename() / path.filename()).string();
@@ -146,7 +200,10 @@ int run_file(const fs::path& path, thread_pool& pool) {
         std::printf("SKIP %-40s %-9s no routed experts\n", label.c_str(), hp.arch.c_str());
         return 0;
     }
-    std::vector<token_id> prompt(12);
+    // PLACEMENT_PROMPT=N: a prompt of N tokens (default 12), so the steps and windows after it
+    // attend over that many positions (the split attention's chunks; the cache grows to fit).
+    const char* pe = std::getenv("PLACEMENT_PROMPT");
+    std::vector<token_id> prompt(static_cast<size_t>(pe && *pe ? std::max(12, std::atoi(pe)) : 12));
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<token_id>((i * 7919 + 13) % static_cast<size_t>(hp.n_vocab));
     const int steps = 16;
     const trace ref = run(*cpu, pool, prompt, steps, {});
@@ -176,6 +233,7 @@ int run_file(const fs::path& path, thread_pool& pool) {
         uint64_t bytes;
         bool profile;
         int want_resident;   // -1: not checked
+        bool graphs = true;  // decode steps and windows as CUDA graphs (set_cuda_graphs)
     };
     std::vector<budget> budgets = {
         {"0", 0, false, 0},
@@ -198,6 +256,7 @@ int run_file(const fs::path& path, thread_pool& pool) {
         for (const std::string& n : names) budgets.push_back({n.c_str(), placement::parse_size(n), false, -1});
     }
     budgets.push_back({"everything", UINT64_MAX, false, hp.n_layer * hp.n_expert});
+    budgets.push_back({"all, no graphs", UINT64_MAX, false, hp.n_layer * hp.n_expert, false});
     // PLACEMENT_SHARES=cost,0,0.5,1,stream (default): each split budget once per PCIe share (cost:
     // the cost model's split and its prefill-streaming cut-over; a number: that share of each
     // layer's misses forced over PCIe, no streaming; stream: every forward streams its split
@@ -236,6 +295,7 @@ int run_file(const fs::path& path, thread_pool& pool) {
             const bool check_progress = b.profile && share == shares.front() && adapt;
             if (check_progress) p.progress = &prog;
             auto gpu = load_model_cuda(*mf, o, 0, p);
+            if (!b.graphs) set_cuda_graphs(*gpu, false);
             if (check_progress) {
                 const cuda_placement_info pi = cuda_placement_of(*gpu);
                 failures += check_load_phases(phases, pi.pcie_lane || pi.adaptive_cache);
@@ -263,11 +323,11 @@ int run_file(const fs::path& path, thread_pool& pool) {
                 // some exactly when a split layer holds residents. A forced share: PCIe misses
                 // exactly when it is above 0 and the lane is open (a float model has none, and
                 // says why); a share below 1 leaves CPU misses.
-                // Streaming forced: every forward (the prompt, 16 steps, 4 windows) streams every split
+                // Streaming forced: every forward (the prompt's, 16 steps, 8 windows) streams every split
                 // layer, none asks the host; forced shares never stream. The cost model's runs may
                 // stream the prompt window; its other forwards are planned.
                 const int split_layers = hp.n_layer - info.whole_layers;
-                const uint64_t forwards = 1 + static_cast<uint64_t>(steps + k_n_windows);
+                const uint64_t forwards = (prompt.size() + 15) / 16 + static_cast<uint64_t>(steps + k_n_windows);   // the prompt in windows of 16
                 const bool split_residents = info.resident > info.whole_layers * hp.n_expert;
                 if (share == k_stream && info.prefill_stream) {
                     placed = placed && info.split && m->layer_plans == 0 &&
@@ -291,7 +351,7 @@ int run_file(const fs::path& path, thread_pool& pool) {
                 placed = placed && (info.pcie_lane || !info.pcie_note.empty()) &&
                          info.pcie_note.find("cudaHostRegister") == std::string::npos;
                 // The adaptive cache: on wherever asked for and a split layer holds residents, and
-                // then it swapped where windows were planned (17 forwards at a half-life of 2; a
+                // then it swapped where windows were planned (25 forwards at a half-life of 2; a
                 // streamed layer counts no lookups); off, never a swap.
                 const bool adaptable = adapt && split_residents;
                 placed = placed && info.adaptive_cache == adaptable && (info.adaptive_cache || !info.adaptive_note.empty());
@@ -316,6 +376,7 @@ int run_file(const fs::path& path, thread_pool& pool) {
                 placed = placed && !info.split && b.bytes >= all_bytes;   // a budget holding every expert: no split
             }
             const bool ok = d == 0 && placed && picks_equal == static_cast<int>(ref.picks.size());
+            if (d != 0) print_differing_rows(ref.logits, t.logits, hp.n_vocab, static_cast<int>(prompt.size()), steps);
             failures += ok ? 0 : 1;
             char share_name[32];
             if (share == k_stream) std::snprintf(share_name, sizeof share_name, "streamed");

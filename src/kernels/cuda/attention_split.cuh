@@ -76,9 +76,14 @@ __global__ void __launch_bounds__(k_rows_warps * 32)
     };
     auto k_rows = [&](int64_t c) { return kc + c * kernels::k_attn_chunk * kv_stride + static_cast<int64_t>(kvh) * hd; };
     auto v_rows = [&](int64_t c) { return vc + c * kernels::k_attn_chunk * kv_stride + static_cast<int64_t>(kvh) * hd; };
-    // The first chunk's rows before the position, staged before the wait (above).
+    // The first chunk's rows before the position, staged before the wait (above). None where the
+    // chunk begins after the window's first position (a window's later row reaching a chunk the
+    // cache had not begun): until session 46 the count went negative there and stage_chunk then
+    // wrote rows before its buffer, over the warps' queries (the 30B shape's 16-row windows
+    // differed from serial decoding, placement_parity at a 12-token prompt).
     const int64_t first_row = static_cast<int64_t>(blockIdx.y) * kernels::k_attn_chunk;
-    const int early_rows = static_cast<int>(pos0 - first_row < rows_of(blockIdx.y) ? pos0 - first_row : rows_of(blockIdx.y));
+    const int64_t before = pos0 - first_row < 0 ? 0 : pos0 - first_row;
+    const int early_rows = static_cast<int>(before < rows_of(blockIdx.y) ? before : rows_of(blockIdx.y));
     if (early_rows > 0) stage_chunk<U>(k_rows(blockIdx.y), v_rows(blockIdx.y), kv_stride, 0, early_rows, hd, chunk);
     wait_prior_grids();   // see launch.cuh
     for (int d = lane; d < hd; d += 32) sq[warp][d] = q[static_cast<int64_t>(h) * hd + d];
