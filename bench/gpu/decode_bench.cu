@@ -2,8 +2,9 @@
 // load time, prefill tok/s (the prompt as one window), decode tok/s (batch 1, greedy, no
 // drafting) with the decode step as a CUDA graph, without, and as a graph with programmatic
 // dependent launch (PDL: the library's default on sm_90; the first three figures are taken with
-// it off), whether the decodes gave the same tokens (exit 1 when not), and the time of a verify
-// window of 8 rows. Prints one line per figure and a
+// it off), whether the decodes gave the same tokens (exit 1 when not), the time of a verify
+// window of 8 rows, and (E1 at depth) whether a 16-row window 20 positions past the prompt
+// equals its 16 serial steps bit for bit (exit 1 when not). Prints one line per figure and a
 // JSON line at the end (for bench/RESULTS.md).
 // DECODE_BENCH_PROFILE=prefill|decode|window brackets that phase (the timed prefill, the first
 // step decoded without graphs, the first window) with cudaProfilerStart/Stop, for
@@ -47,6 +48,55 @@ struct profile_scope {
     }
 };
 
+// E1 at depth, as the engine runs windows (graphs + PDL): k_wide_lead serial steps after the
+// prompt, then k_wide_rows more whose logits are kept; back to the prompt + k_wide_lead, the
+// same tokens as one window. The window's first position is k_wide_lead past the prompt, so
+// its later rows reach a chunk of the split attention that begins after that position (the
+// lane whose rows-to-stage count went negative before session 46). Returns the rows whose
+// logits equal their serial step's, bit for bit.
+constexpr int k_wide_rows = 16, k_wide_lead = 20;
+int wide_chunk(int n_prompt) {   // the first chunk start inside the window (k_attn_chunk 32)
+    const int p0 = n_prompt + k_wide_lead;
+    return (p0 / 32 + 1) * 32;
+}
+
+template <class BackToPrompt>
+int wide_window_rows_equal(model& m, kv_cache& kv, forward_scratch& s, std::vector<float>& logits, token_id first,
+                           int n_prompt, BackToPrompt back_to_prompt) {
+    const int V = m.hparams().n_vocab;
+    const size_t row = static_cast<size_t>(V);
+    std::vector<token_id> inputs;   // every step's input token: the lead's, then the window's
+    std::vector<float> serial(static_cast<size_t>(k_wide_rows) * row);
+    // The prompt again (a recurrent cache) must leave its last row's logits only: logits holds
+    // 16 rows.
+    s.last_row_logits_only = true;
+    back_to_prompt();
+    token_id next = first;
+    for (int i = 0; i < k_wide_lead + k_wide_rows; ++i) {
+        inputs.push_back(next);
+        m.forward(std::span<const token_id>(&next, 1), n_prompt + i, kv, s, logits.data());
+        if (i >= k_wide_lead) std::copy_n(logits.data(), row, serial.begin() + static_cast<size_t>(i - k_wide_lead) * row);
+        next = argmax(logits.data(), V);
+    }
+    // Back to the window's first position: a truncation, or for a recurrent cache (its state
+    // rolls back over one window only) the prompt again and the lead's steps.
+    if (kv.shape().rec.n_layer == 0) {
+        kv.truncate(n_prompt + k_wide_lead);
+    } else {
+        back_to_prompt();
+        for (int i = 0; i < k_wide_lead; ++i)
+            m.forward(std::span<const token_id>(&inputs[static_cast<size_t>(i)], 1), n_prompt + i, kv, s, logits.data());
+    }
+    s.last_row_logits_only = false;   // the window: every row's logits
+    m.forward(std::span<const token_id>(inputs.data() + k_wide_lead, k_wide_rows), n_prompt + k_wide_lead, kv, s,
+              logits.data());
+    int equal = 0;
+    for (int r = 0; r < k_wide_rows; ++r)
+        equal += std::memcmp(logits.data() + static_cast<size_t>(r) * row, serial.data() + static_cast<size_t>(r) * row,
+                             row * sizeof(float)) == 0;
+    kv.truncate(n_prompt + k_wide_lead);
+    return equal;
+}
 
 }  // namespace
 
@@ -151,6 +201,7 @@ int main(int argc, char** argv) {
         // (PDL is the default on sm_90).
         double t_pdl = -1.0, t_win_graph = -1.0;
         bool pdl_equal = false, win_graph_equal = false;
+        int wide_rows_equal = -1;   // rows of the 16-row window equal to their serial steps (-1: not run)
         std::string pdl_error;
         s.last_row_logits_only = true;
         try {
@@ -198,6 +249,7 @@ int main(int argc, char** argv) {
                 }
             }
             win_graph_equal = std::memcmp(graphed.data(), eager.data(), graphed.size() * sizeof(float)) == 0;
+            wide_rows_equal = wide_window_rows_equal(*m, kv, s, logits, first, n_prompt, back_to_prompt);
             s.last_row_logits_only = true;
             set_cuda_programmatic_launch(*m, false);
         } catch (const std::exception& e) {
@@ -215,6 +267,10 @@ int main(int argc, char** argv) {
         if (t_win_graph > 0.0)
             std::printf("verify window of 8 rows (graphs + programmatic launch): %.2f ms; logits at two positions %s\n",
                         1e3 * t_win_graph, win_graph_equal ? "identical to the windows without graphs" : "DIFFER");
+        if (wide_rows_equal >= 0)
+            std::printf("verify window of %d rows at position %d (graphs + programmatic launch, reaching the chunk at %d): "
+                        "%d of %d rows bit-identical to serial steps\n",
+                        k_wide_rows, n_prompt + k_wide_lead, wide_chunk(n_prompt), wide_rows_equal, k_wide_rows);
         std::printf("{\"arch\": \"%s\", \"layers\": %d, \"n_prompt\": %d, \"prefill_tok_s\": %.1f, \"decode_tok_s\": %.1f, "
                     "\"decode_tok_s_no_graphs\": %.1f, \"decode_tok_s_pdl\": %.1f, \"pdl_tokens_equal\": %s, "
                     "\"window8_ms\": %.3f, \"window8_graph_ms\": %.3f, \"window_graph_logits_equal\": %s, "
@@ -226,6 +282,7 @@ int main(int argc, char** argv) {
         if (out[0] != out[1]) return 1;
         if (t_pdl > 0.0 && !pdl_equal) return 1;
         if (t_win_graph > 0.0 && !win_graph_equal) return 1;
+        if (wide_rows_equal >= 0 && wide_rows_equal != k_wide_rows) return 1;
     } catch (const std::exception& e) {
         std::printf("FAIL: %s\n", e.what());
         return 1;

@@ -478,13 +478,15 @@ void cuda_model::enqueue(std::span<const batch_segment> batch, const std::vector
     if (m > 0) mm(output_, xn_, m, logits_, o_act);
 }
 
+bool cuda_model::graph_shaped(std::span<const batch_segment> batch, int64_t n) {
+    return batch.size() == 1 && (n == 1 || (n <= cuda::k_split_max_rows && batch[0].n_logits == n));
+}
+
 bool cuda_model::graphs_apply(std::span<const batch_segment> batch, int64_t n) const {
     // A window's launches read its position from device memory as a step's do (the split
     // attention's lanes come from its records then, not from the position), so one graph per
-    // window size serves every position. Prefill chunks (logits for the last row only) stay
-    // uncaptured: each size would be captured for one use.
-    return graphs_ && !lanes_ && batch.size() == 1 &&
-           (n == 1 || (n <= cuda::k_split_max_rows && batch[0].n_logits == n));
+    // window size serves every position.
+    return graphs_ && !lanes_ && graph_shaped(batch, n);
 }
 
 cudaGraphExec_t cuda_model::capture(std::span<const batch_segment> batch, const std::vector<float*>& kv_bufs,

@@ -18,8 +18,7 @@ bool cuda_model::split_graphs_apply(std::span<const batch_segment> batch, int64_
     // skip the other lanes' pairs on the device; a grouped launch reads its tile count from the
     // device), and the position comes from device memory, so one set of graphs per row count
     // serves every position. A streaming forward (a prefill chunk) stays uncaptured.
-    return graphs_ && lanes_ && !lanes_->streaming() && batch.size() == 1 &&
-           (n == 1 || (n <= cuda::k_split_max_rows && batch[0].n_logits == n));
+    return graphs_ && lanes_ && !lanes_->streaming() && graph_shaped(batch, n);
 }
 
 void cuda_model::enqueue_split_step(std::span<const batch_segment> batch, const std::vector<float*>& kv_bufs, int64_t n) {

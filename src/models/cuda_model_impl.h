@@ -234,8 +234,12 @@ private:
     // Graphs kept (decode steps and verify windows of 2..16 rows, per cache): past this many the
     // cache is cleared and capture starts again.
     static constexpr size_t k_graphs_max = 64;
-    // Whether a forward of the model in VRAM runs as a captured graph: one segment of one row (a
-    // decode step) or of 2..k_split_max_rows rows that all want logits (a verify window).
+    // The forwards a graph can replay at any position, whole or split: one segment of one row (a
+    // decode step) or of 2..k_split_max_rows rows that all want logits (a verify window). A
+    // prefill chunk (logits for its last row only) stays uncaptured: each size would be captured
+    // for one use.
+    static bool graph_shaped(std::span<const batch_segment> batch, int64_t n);
+    // Whether a forward of the model in VRAM runs as a captured graph (graph_shaped, graphs on).
     bool graphs_apply(std::span<const batch_segment> batch, int64_t n) const;
 
     // Everything from the embedding copy to the LM head's logits (left in logits_). pos_dev:
