@@ -3,6 +3,7 @@
 // llama-bench's where they exist (-t, -p, -n, -r); lists are comma-separated.
 #include "cli/commands.h"
 
+#include "core/error.h"
 #include "placement/vram_budget.h"
 #include "sluice/bench.h"
 #include "sluice/engine.h"
@@ -65,6 +66,12 @@ void run(bench_args a) {
     });
     fmt::print("{}", a.json ? format_bench_json(r) : format_bench_text(r));
     std::fflush(stdout);
+    // Drafted output that differs from serial decoding is an exactness bug (E2), not a slow run:
+    // the report is printed, then the command fails, so scripts that only read exit codes see it
+    // (session 46 found a GPU one in a report's text).
+    for (const bench_result& x : r.results)
+        if (x.kind == "spec" && !x.same_tokens)
+            fail("bench: {}: the drafted tokens differ from serial decoding", x.test);
 }
 
 }  // namespace
