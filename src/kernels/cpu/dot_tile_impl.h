@@ -1,6 +1,7 @@
 // The column-tile kernels of dot.h (dot_tile_fn) for the 32-wide formats (Q8_0, Q4_0, Q4_1,
 // Q5_0, Q5_1, IQ4_NL, MXFP4): 8 weight rows (8 output columns of a matmul) against 1..64
-// activation rows, one fp32 lane per column; in the AVX-512 VNNI build, windows of 2+ rows take
+// activation rows, one fp32 lane per column; in the AVX2 build, windows of 2+ rows of the
+// unsigned-code formats take tile_block_quads; in the AVX-512 VNNI build, windows of 2+ rows take
 // tile_block_vnni (transposed codes, vpdpbusd: bench_dot, one thread, EPYC, GB/s of weights at
 // 4 / 16 / 64 rows: Q8_0 4.7 -> 5.9, 1.5 -> 1.8, 0.40 -> 0.52; Q4_1 2.4 -> 2.9, 0.9 -> 1.1,
 // 0.22 -> 0.30). Included by dot_avx2.cpp and dot_avx512.cpp right
@@ -172,6 +173,79 @@ struct tile_block {
     }
 };
 
+// sum(x) of an activation block (its 32 int8 values at xb + 4) in every lane: exact int32 adds
+// in any order, reduced in registers (a scalar reduction's extract, moves and conversion were the
+// longest chain of a row's term in the VNNI form).
+[[gnu::always_inline]] inline __m256i block_sum_all_lanes(const std::byte* xb) {
+    __m256i sx = dot32_u(_mm256_set1_epi8(1), loadu256(xb + 4));
+    sx = _mm256_add_epi32(sx, _mm256_permute2x128_si256(sx, sx, 1));
+    sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0x4E));
+    return _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0xB1));
+}
+
+#if !SLUICE_DOT_WIDE
+// The AVX2 form for windows of several rows of the formats with unsigned 4- and 5-bit codes
+// (Q4_0, Q4_1, Q5_0, Q5_1). As in tile_block_vnni, the block's 8 columns are transposed once to
+// [quad][column]; a row's integer sums are then one pmaddubsw per quad (the row's 4 values
+// broadcast) against the 8 columns' codes at once, added as int16 and widened by one pmaddwd:
+// no per-column pmaddwd and no horizontal reduction (tile_block's reduce8), and sum(x) stays in
+// registers. Exact: a pmaddubsw lane is at most 2 * 31 * 127 = 7,874 in magnitude, so a chain of
+// 4 quads stays within int16 (31,496), and for 4-bit codes (2 * 15 * 127 = 3,810 a quad) the two
+// chains' sum does too (30,480). The term and the fold are tile_block's, so the bits are
+// dot_ref's. Measured (session 46, the 2-core AMD EPYC VM, AVX2 only): bench_dot, one thread,
+// GB/s of Q4_1 weights at 2 / 4 / 8 / 16 / 64 rows, 6.77 / 4.19 / 2.40 / 1.33 / 0.32 with
+// tile_block, 7.87 / 5.22 / 3.29 / 1.92 / 0.52 with this (Q4_0, Q5_0, Q5_1 alike); SmolLM2-135M
+// Q4_1's verify windows after 256 positions (`sluice bench -d 256 --windows`, two runs each, the
+// old and new builds interleaved) 2 rows 9.45 -> 8.15 ms, 8 rows 24.1 -> 19.9, 16 rows 44.4 -> 34.1.
+template <dtype wt>
+struct tile_block_quads {
+    static_assert(tile_unsigned(wt), "unsigned codes (pmaddubsw's unsigned operand)");
+    static constexpr int code_max = (wt == dtype::q4_0 || wt == dtype::q4_1) ? 15 : 31;
+    static_assert(4 * 2 * code_max * 127 <= 32767, "4 quads of int16 partial sums without overflow");
+    static constexpr bool one_widen = 8 * 2 * code_max * 127 <= 32767;   // 4-bit codes: both chains in int16
+    __m256i t[8];    // [quad k] lane c: codes 4k..4k+3 of column c
+    __m256 d, m;     // per column
+
+    [[gnu::always_inline]] void load(const std::byte* b0, size_t ws) {
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; ++c) {
+            // The same block of the next tile's 8 rows (tile_block::load says why).
+            _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(b0) + (8 + c) * ws), _MM_HINT_T0);
+            t[c] = tile_codes<wt>(b0 + c * ws);
+        }
+        transpose8x32(t);
+        tile_scales<wt>(b0, ws, d, m);
+    }
+    [[gnu::always_inline]] __m256 term(const std::byte* xb) const {
+        auto quad = [&](int k) {
+            int32_t v;
+            std::memcpy(&v, xb + 4 + 4 * k, 4);
+            return _mm256_maddubs_epi16(t[k], _mm256_set1_epi32(v));
+        };
+        // Two chains (even and odd quads), so a row's block does not wait on one chain of 8 adds.
+        const __m256i even = _mm256_add_epi16(_mm256_add_epi16(quad(0), quad(2)), _mm256_add_epi16(quad(4), quad(6)));
+        const __m256i odd = _mm256_add_epi16(_mm256_add_epi16(quad(1), quad(3)), _mm256_add_epi16(quad(5), quad(7)));
+        const __m256i ones = _mm256_set1_epi16(1);
+        __m256i sumi = one_widen ? _mm256_madd_epi16(_mm256_add_epi16(even, odd), ones)
+                                 : _mm256_add_epi32(_mm256_madd_epi16(even, ones), _mm256_madd_epi16(odd, ones));
+        float dxf;
+        std::memcpy(&dxf, xb, 4);
+        const __m256 dx = _mm256_set1_ps(dxf);
+        const __m256i sx = block_sum_all_lanes(xb);
+        // The offset (8 or 16) times sum(x), as a shift: the same exact int32 as tile_block's.
+        if constexpr (tile_offset(wt) != 0)
+            sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(sx, tile_offset(wt) == 8 ? 3 : 4));
+        static_assert(tile_offset(wt) == 0 || tile_offset(wt) == 8 || tile_offset(wt) == 16, "a power-of-two offset");
+        const __m256 a = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(sumi));
+        if constexpr (!has_min(wt)) return a;
+        return _mm256_add_ps(a, _mm256_mul_ps(_mm256_mul_ps(m, dx), _mm256_cvtepi32_ps(sx)));
+    }
+};
+// Rows from which the quad form is used: its transpose (~24 shuffles a block) already pays at 2
+// rows (bench_dot above).
+constexpr int k_tile_quads_min_rows = 2;
+#endif
+
 #if SLUICE_DOT_WIDE
 // The VNNI form for windows of several rows (AVX-512 VNNI build only). The block's 8 columns are
 // transposed once to [quad][column]; then a row's integer sums are 8 vpdpbusd, each with one of
@@ -220,12 +294,7 @@ struct tile_block_vnni {
         // float(sx) is the scalar conversion's value): the scalar reduction's extract, moves and
         // conversion were the longest chain of a row's term once the products ran in two chains.
         __m256i sx = _mm256_setzero_si256();
-        if constexpr (offset != 0 || has_min(wt)) {
-            sx = dot32_u(_mm256_set1_epi8(1), loadu256(xb + 4));
-            sx = _mm256_add_epi32(sx, _mm256_permute2x128_si256(sx, sx, 1));
-            sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0x4E));
-            sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0xB1));
-        }
+        if constexpr (offset != 0 || has_min(wt)) sx = block_sum_all_lanes(xb);
         if constexpr (offset != 0) sumi = _mm256_sub_epi32(sumi, _mm256_mullo_epi32(sx, _mm256_set1_epi32(offset)));
         const __m256 a = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(sumi));
         if constexpr (!has_min(wt)) return a;
@@ -280,6 +349,12 @@ void tile_rows(const std::byte* w, size_t ws, const std::byte* a, size_t as, int
         tile_window<tile_block_vnni<wt>>(w, ws, bb, a, as, ab, nr, nb, out, os);
         return;
     }
+#else
+    if constexpr (tile_unsigned(wt))
+        if (nr >= k_tile_quads_min_rows) {
+            tile_window<tile_block_quads<wt>>(w, ws, bb, a, as, ab, nr, nb, out, os);
+            return;
+        }
 #endif
     tile_window<tile_block<wt>>(w, ws, bb, a, as, ab, nr, nb, out, os);
 }
