@@ -198,29 +198,24 @@ struct tile_block {
 // Q4_1's verify windows after 256 positions (`sluice bench -d 256 --windows`, two runs each, the
 // old and new builds interleaved) 2 rows 9.45 -> 8.15 ms, 8 rows 24.1 -> 19.9, 16 rows 44.4 -> 34.1.
 template <dtype wt>
-struct tile_block_quads {
+struct tile_block_quads : tile_block<wt> {
     static_assert(tile_unsigned(wt), "unsigned codes (pmaddubsw's unsigned operand)");
     static constexpr int code_max = (wt == dtype::q4_0 || wt == dtype::q4_1) ? 15 : 31;
     static_assert(4 * 2 * code_max * 127 <= 32767, "4 quads of int16 partial sums without overflow");
     static constexpr bool one_widen = 8 * 2 * code_max * 127 <= 32767;   // 4-bit codes: both chains in int16
-    __m256i t[8];    // [quad k] lane c: codes 4k..4k+3 of column c
-    __m256 d, m;     // per column
+    using tile_block<wt>::q;   // after load: [quad k] lane c holds codes 4k..4k+3 of column c
+    using tile_block<wt>::d;
+    using tile_block<wt>::m;
 
     [[gnu::always_inline]] void load(const std::byte* b0, size_t ws) {
-#pragma GCC unroll 8
-        for (int c = 0; c < 8; ++c) {
-            // The same block of the next tile's 8 rows (tile_block::load says why).
-            _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(b0) + (8 + c) * ws), _MM_HINT_T0);
-            t[c] = tile_codes<wt>(b0 + c * ws);
-        }
-        transpose8x32(t);
-        tile_scales<wt>(b0, ws, d, m);
+        tile_block<wt>::load(b0, ws);
+        transpose8x32(q);
     }
     [[gnu::always_inline]] __m256 term(const std::byte* xb) const {
         auto quad = [&](int k) {
             int32_t v;
             std::memcpy(&v, xb + 4 + 4 * k, 4);
-            return _mm256_maddubs_epi16(t[k], _mm256_set1_epi32(v));
+            return _mm256_maddubs_epi16(q[k], _mm256_set1_epi32(v));
         };
         // Two chains (even and odd quads), so a row's block does not wait on one chain of 8 adds.
         const __m256i even = _mm256_add_epi16(_mm256_add_epi16(quad(0), quad(2)), _mm256_add_epi16(quad(4), quad(6)));
