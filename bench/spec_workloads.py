@@ -18,6 +18,7 @@ import datetime
 import json
 import pathlib
 import platform
+import site
 import subprocess
 import sys
 import tempfile
@@ -42,6 +43,33 @@ def run_once(args, prompt_file, chat, extra):
             "--stats-json", f.name] + (["--chat"] if chat else []) + extra
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return json.load(open(f.name)), cmd
+
+
+def shown(path):
+    """A path as the results show it: a package's file under <site-packages>, the project's relative."""
+    text = str(path)
+    for prefix in sorted({p for p in site.getsitepackages() + [site.getusersitepackages()] if p}, key=len, reverse=True):
+        if text.startswith(prefix + "/"):
+            return "<site-packages>" + text[len(prefix):]
+    try:
+        return str(pathlib.Path(text).resolve().relative_to(ROOT))
+    except ValueError:
+        return text
+
+
+def shown_command(cmd):
+    """The command a reader can rerun: the binary's name, shown paths, no --stats-json scratch file."""
+    out, skip = [], False
+    for i, c in enumerate(cmd):
+        if skip:
+            skip = False
+        elif c == "--stats-json":
+            skip = True
+        elif i == 0:
+            out.append(pathlib.Path(c).name)
+        else:
+            out.append(shown(c) if "/" in c else c)
+    return " ".join(out)
 
 
 def machine():
@@ -89,15 +117,14 @@ def main():
         speedup = statistics.median(ratios)
         # The figures of the pair whose ratio is the median (the upper one for an even count).
         serial, drafted, _ = sorted(pairs, key=lambda p: p[2])[len(pairs) // 2]
-        rows.append(dict(name=name, serial=serial, drafted=drafted, speedup=speedup,
-                         command=" ".join(pathlib.Path(c).name if i == 0 else c for i, c in enumerate(cmd))))
+        rows.append(dict(name=name, serial=serial, drafted=drafted, speedup=speedup, command=shown_command(cmd)))
         spread = f"  spread {ratios[0]:.2f}..{ratios[-1]:.2f}x over {len(ratios)}" if len(ratios) > 1 else ""
         print(f"{name:18s} serial {serial['decode_tok_s']:7.1f} tok/s  drafted {drafted['decode_tok_s']:7.1f} tok/s  "
               f"speedup {speedup:5.2f}x  tokens/step {drafted['tokens_per_step']:5.2f}  "
               f"acceptance {drafted['acceptance']:.3f}  tokens {serial['n_decoded']}  sha equal{spread}", flush=True)
 
     if args.record:
-        model = args.model or "SmolLM2-135M-Instruct Q4_1 (default)"
+        model = shown(args.model) if args.model else "SmolLM2-135M-Instruct Q4_1 (default)"
         mach = machine()
         with open(HERE / "results.jsonl", "a") as f:
             for r in rows:
