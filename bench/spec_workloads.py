@@ -47,14 +47,15 @@ def run_once(args, prompt_file, chat, extra):
 
 def shown(path):
     """A path as the results show it: a package's file under <site-packages>, the project's relative."""
-    text = str(path)
-    for prefix in sorted({p for p in site.getsitepackages() + [site.getusersitepackages()] if p}, key=len, reverse=True):
+    text = str(pathlib.Path(path).resolve())
+    prefixes = {str(pathlib.Path(p).resolve()) for p in site.getsitepackages() + [site.getusersitepackages()] if p}
+    for prefix in sorted(prefixes, key=len, reverse=True):
         if text.startswith(prefix + "/"):
             return "<site-packages>" + text[len(prefix):]
     try:
-        return str(pathlib.Path(text).resolve().relative_to(ROOT))
+        return str(pathlib.Path(text).relative_to(ROOT))
     except ValueError:
-        return text
+        return str(path)
 
 
 def shown_command(cmd):

@@ -3,8 +3,8 @@
 // drafting) with the decode step as a CUDA graph, without, and as a graph with programmatic
 // dependent launch (PDL: the library's default on sm_90; the first three figures are taken with
 // it off), whether the decodes gave the same tokens (exit 1 when not), the time of a verify
-// window of 8 rows, and (E1 at depth) whether a 16-row window 20 positions past the prompt
-// equals its 16 serial steps bit for bit (exit 1 when not). Prints one line per figure and a
+// window of 8 rows, and (E1 at depth) whether a 16-row window that reaches a new attention chunk
+// equals its 16 serial steps bit for bit (exit 1 when not, or when that check fails to run). Prints one line per figure and a
 // JSON line at the end (for bench/RESULTS.md).
 // DECODE_BENCH_PROFILE=prefill|decode|window brackets that phase (the timed prefill, the first
 // step decoded without graphs, the first window) with cudaProfilerStart/Stop, for
@@ -15,6 +15,7 @@
 
 #include "core/thread_pool.h"
 #include "io/model_file.h"
+#include "kernels/cpu/ops.h"
 #include "kv/kv_cache.h"
 #include "models/model.h"
 
@@ -48,16 +49,19 @@ struct profile_scope {
     }
 };
 
-// E1 at depth, as the engine runs windows (graphs + PDL): k_wide_lead serial steps after the
-// prompt, then k_wide_rows more whose logits are kept; back to the prompt + k_wide_lead, the
-// same tokens as one window. The window's first position is k_wide_lead past the prompt, so
-// its later rows reach a chunk of the split attention that begins after that position (the
-// lane whose rows-to-stage count went negative before session 46). Returns the rows whose
-// logits equal their serial step's, bit for bit.
-constexpr int k_wide_rows = 16, k_wide_lead = 20;
-int wide_chunk(int n_prompt) {   // the first chunk start inside the window (k_attn_chunk 32)
-    const int p0 = n_prompt + k_wide_lead;
-    return (p0 / 32 + 1) * 32;
+// E1 at depth, as the engine runs windows (graphs + PDL): wide_lead serial steps after the
+// prompt, then k_wide_rows more whose logits are kept; back to the prompt + wide_lead, the same
+// tokens as one window. The lead puts the window's first position 20 positions into a chunk of the
+// split attention (k_attn_chunk), so its rows from the 13th on reach a chunk that begins after
+// that position (the lane whose rows-to-stage count went negative before session 46), whatever the
+// prompt's length. Returns the rows whose logits equal their serial step's, bit for bit.
+constexpr int k_wide_rows = 16, k_wide_offset = 20;
+static_assert(k_wide_offset + k_wide_rows > kernels::k_attn_chunk, "the window crosses into the next chunk");
+int wide_lead(int n_prompt) {
+    return k_wide_offset + (kernels::k_attn_chunk - n_prompt % kernels::k_attn_chunk) % kernels::k_attn_chunk;
+}
+int wide_chunk(int n_prompt) {   // the chunk start inside the window
+    return (n_prompt + wide_lead(n_prompt)) / kernels::k_attn_chunk * kernels::k_attn_chunk + kernels::k_attn_chunk;
 }
 
 template <class BackToPrompt>
@@ -65,6 +69,7 @@ int wide_window_rows_equal(model& m, kv_cache& kv, forward_scratch& s, std::vect
                            int n_prompt, BackToPrompt back_to_prompt) {
     const int V = m.hparams().n_vocab;
     const size_t row = static_cast<size_t>(V);
+    const int lead = wide_lead(n_prompt);
     std::vector<token_id> inputs;   // every step's input token: the lead's, then the window's
     std::vector<float> serial(static_cast<size_t>(k_wide_rows) * row);
     // The prompt again (a recurrent cache) must leave its last row's logits only: logits holds
@@ -72,29 +77,29 @@ int wide_window_rows_equal(model& m, kv_cache& kv, forward_scratch& s, std::vect
     s.last_row_logits_only = true;
     back_to_prompt();
     token_id next = first;
-    for (int i = 0; i < k_wide_lead + k_wide_rows; ++i) {
+    for (int i = 0; i < lead + k_wide_rows; ++i) {
         inputs.push_back(next);
         m.forward(std::span<const token_id>(&next, 1), n_prompt + i, kv, s, logits.data());
-        if (i >= k_wide_lead) std::copy_n(logits.data(), row, serial.begin() + static_cast<size_t>(i - k_wide_lead) * row);
+        if (i >= lead) std::copy_n(logits.data(), row, serial.begin() + static_cast<size_t>(i - lead) * row);
         next = argmax(logits.data(), V);
     }
     // Back to the window's first position: a truncation, or for a recurrent cache (its state
     // rolls back over one window only) the prompt again and the lead's steps.
     if (kv.shape().rec.n_layer == 0) {
-        kv.truncate(n_prompt + k_wide_lead);
+        kv.truncate(n_prompt + lead);
     } else {
         back_to_prompt();
-        for (int i = 0; i < k_wide_lead; ++i)
+        for (int i = 0; i < lead; ++i)
             m.forward(std::span<const token_id>(&inputs[static_cast<size_t>(i)], 1), n_prompt + i, kv, s, logits.data());
     }
     s.last_row_logits_only = false;   // the window: every row's logits
-    m.forward(std::span<const token_id>(inputs.data() + k_wide_lead, k_wide_rows), n_prompt + k_wide_lead, kv, s,
+    m.forward(std::span<const token_id>(inputs.data() + lead, k_wide_rows), n_prompt + lead, kv, s,
               logits.data());
     int equal = 0;
     for (int r = 0; r < k_wide_rows; ++r)
         equal += std::memcmp(logits.data() + static_cast<size_t>(r) * row, serial.data() + static_cast<size_t>(r) * row,
                              row * sizeof(float)) == 0;
-    kv.truncate(n_prompt + k_wide_lead);
+    kv.truncate(n_prompt + lead);
     return equal;
 }
 
@@ -116,7 +121,7 @@ int main(int argc, char** argv) {
         double t0 = now_s();
         auto mf = model_file::open(argv[1]);
         load_options o;
-        o.n_ctx = n_prompt + n_gen + 64;
+        o.n_ctx = n_prompt + n_gen + 64 + kernels::k_attn_chunk;   // + the wide window's lead (wide_lead)
         auto m = load_model_cuda(*mf, o, 0);
         const double t_load = now_s() - t0;
         set_cuda_programmatic_launch(*m, false);   // the baseline figures; PDL is timed at the end
@@ -259,6 +264,9 @@ int main(int argc, char** argv) {
             } catch (...) {
             }
         }
+        // A failure after the PDL decode (the window checks) is reported too, and fails the run.
+        if (t_pdl > 0.0 && !pdl_error.empty())
+            std::printf("verify windows (graphs + programmatic launch): FAILED: %s\n", pdl_error.c_str());
         if (t_pdl > 0.0)
             std::printf("decode (graphs + programmatic launch): %d tokens in %.3f s = %.1f tok/s (%.3f ms/token); tokens %s\n",
                         n_gen, t_pdl, n_gen / t_pdl, 1e3 * t_pdl / n_gen, pdl_equal ? "identical" : "DIFFER");
@@ -270,16 +278,17 @@ int main(int argc, char** argv) {
         if (wide_rows_equal >= 0)
             std::printf("verify window of %d rows at position %d (graphs + programmatic launch, reaching the chunk at %d): "
                         "%d of %d rows bit-identical to serial steps\n",
-                        k_wide_rows, n_prompt + k_wide_lead, wide_chunk(n_prompt), wide_rows_equal, k_wide_rows);
+                        k_wide_rows, n_prompt + wide_lead(n_prompt), wide_chunk(n_prompt), wide_rows_equal, k_wide_rows);
         std::printf("{\"arch\": \"%s\", \"layers\": %d, \"n_prompt\": %d, \"prefill_tok_s\": %.1f, \"decode_tok_s\": %.1f, "
                     "\"decode_tok_s_no_graphs\": %.1f, \"decode_tok_s_pdl\": %.1f, \"pdl_tokens_equal\": %s, "
                     "\"window8_ms\": %.3f, \"window8_graph_ms\": %.3f, \"window_graph_logits_equal\": %s, "
-                    "\"load_s\": %.2f, \"graph_tokens_equal\": %s}\n",
+                    "\"load_s\": %.2f, \"graph_tokens_equal\": %s, \"wide_window_rows_equal\": %d}\n",
                     hp.arch.c_str(), hp.n_layer, n_prompt, n_prompt / t_prefill, n_gen / t_decode[0], n_gen / t_decode[1],
                     t_pdl > 0.0 ? n_gen / t_pdl : 0.0, pdl_equal ? "true" : "false", 1e3 * t_win, 1e3 * t_win_graph,
                     win_graph_equal ? "true" : "false", t_load,
-                    out[0] == out[1] ? "true" : "false");
+                    out[0] == out[1] ? "true" : "false", wide_rows_equal);
         if (out[0] != out[1]) return 1;
+        if (t_pdl > 0.0 && !pdl_error.empty()) return 1;
         if (t_pdl > 0.0 && !pdl_equal) return 1;
         if (t_win_graph > 0.0 && !win_graph_equal) return 1;
         if (wide_rows_equal >= 0 && wide_rows_equal != k_wide_rows) return 1;

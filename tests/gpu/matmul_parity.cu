@@ -274,8 +274,8 @@ int gpu_parity(dtype t, int64_t n_in) {
 // are sized for; 28 (a small gaming card) gives the one-wave kernel 112 blocks, each walking
 // ~5 of the plain row's column blocks, and sends the 40 expert pairs to the many-wave kernel.
 // n_pairs: the expert launches' pairs; 96 and 128 are a 12- and a 16-row verify window's of the
-// 30B shape (8 experts a row), whose one-wave grids give each block 5 and 4 pairs' worth of
-// column blocks (a decode step's 8 pairs: 66).
+// 30B shape (8 experts a row), whose one-wave grids give each pair 5 and 4 blocks, each walking
+// ~38 and ~47 of the pair's 188 column blocks (a decode step's 8 pairs: 66 blocks a pair).
 int row_stream_parity(dtype t, int64_t n_in, int sm_count = 132, int n_pairs = 40) {
     const int64_t n_plain = 4500, n_exp_out = 1500, n_distinct = 61;
     const int n_exp = 3, n_act = n_pairs / 2;

@@ -88,26 +88,37 @@ constexpr int window_rows() {
     return r;
 }
 constexpr int k_window_rows = window_rows();   // 12 + 16 + 78 positions within the cache's 128
-// The cache's positions: PLACEMENT_N_CTX (default 128). A long cache (4096) sizes the split
-// attention's records for many chunks, so a wide window's rows run in groups of launches.
+constexpr int k_window_max = 16;   // rows a forward takes (the scratch's): the widest window
+constexpr int k_steps = 16;        // greedy steps after the prompt
+
+// Token i of the prompt (and of every verify window): spread over the vocabulary.
+token_id test_token(size_t i, int n_vocab) { return static_cast<token_id>((i * 7919 + 13) % static_cast<size_t>(n_vocab)); }
+
+// PLACEMENT_PROMPT=N: a prompt of N tokens (default and least 12), so the steps and windows after
+// it attend over that many positions (the split attention's chunks).
+int prompt_length() {
+    const char* e = std::getenv("PLACEMENT_PROMPT");
+    return e && *e ? std::max(12, std::atoi(e)) : 12;
+}
+
+// The cache's positions: PLACEMENT_N_CTX (default and least 128; more where the prompt needs it).
+// A long cache sizes the split attention's records for many chunks.
 int cache_positions() {
     const char* e = std::getenv("PLACEMENT_N_CTX");
-    const char* pe = std::getenv("PLACEMENT_PROMPT");
-    const int prompt = pe && *pe ? std::atoi(pe) : 12;
-    return std::max({e && *e ? std::atoi(e) : 128, 128, prompt + 16 + k_window_rows});
+    return std::max({e && *e ? std::atoi(e) : 128, 128, prompt_length() + k_steps + k_window_rows});
 }
 
 // picks_in: the CPU model's picks (fed to every model, so a difference cannot cascade); empty for
 // the CPU model itself.
 trace run(model& m, thread_pool& pool, const std::vector<token_id>& prompt, int steps, const std::vector<int>& picks_in) {
     const int V = m.hparams().n_vocab;
-    forward_scratch s = m.make_scratch(16, pool);
+    forward_scratch s = m.make_scratch(k_window_max, pool);
     kv_cache kv(m.kv_shape_for(cache_positions()));
     trace t;
     t.logits.resize((prompt.size() + static_cast<size_t>(steps + k_window_rows)) * static_cast<size_t>(V));
-    // The prompt in windows of at most 16 rows (the scratch's): one window for the default 12.
-    for (size_t p0 = 0; p0 < prompt.size(); p0 += 16) {
-        const size_t rows = std::min<size_t>(16, prompt.size() - p0);
+    // The prompt in windows of at most k_window_max rows: one window for the default 12.
+    for (size_t p0 = 0; p0 < prompt.size(); p0 += k_window_max) {
+        const size_t rows = std::min<size_t>(k_window_max, prompt.size() - p0);
         m.forward(std::span<const token_id>(prompt.data() + p0, rows), static_cast<int32_t>(p0), kv, s,
                   t.logits.data() + p0 * static_cast<size_t>(V));
     }
@@ -127,8 +138,8 @@ trace run(model& m, thread_pool& pool, const std::vector<token_id>& prompt, int 
     int32_t pos = static_cast<int32_t>(prompt.size()) + steps;
     for (const int w : k_windows) {
         float* out = t.logits.data() + static_cast<size_t>(pos) * V;
-        std::vector<token_id> tokens(static_cast<size_t>(w));   // the prompt's tokens, continued past its end
-        for (int i = 0; i < w; ++i) tokens[static_cast<size_t>(i)] = static_cast<token_id>((i * 7919 + 13) % V);
+        std::vector<token_id> tokens(static_cast<size_t>(w));   // the prompt's first tokens, continued past its end
+        for (int i = 0; i < w; ++i) tokens[static_cast<size_t>(i)] = test_token(static_cast<size_t>(i), V);
         m.forward(tokens, pos, kv, s, out);
         for (int r = 0; r < w; ++r) t.picks.push_back(argmax(out + static_cast<size_t>(r) * V, V));
         pos += w;
@@ -143,7 +154,8 @@ void print_differing_rows(const std::vector<float>& ref, const std::vector<float
             const size_t k = static_cast<size_t>(r) * V + i;
             if (std::memcmp(&ref[k], &got[k], 4) != 0) {
                 ++n;
-                worst = std::max(worst, std::fabs(ref[k] - got[k]));
+                const float diff = std::fabs(ref[k] - got[k]);
+                worst = std::isnan(diff) || std::isnan(worst) ? NAN : std::max(worst, diff);   // a NaN on one side shows
             }
         }
         return n;
@@ -155,7 +167,7 @@ void print_differing_rows(const std::vector<float>& ref, const std::vector<float
             if (row_differs(first + r, worst) > 0) bad += " " + std::to_string(r);
         if (!bad.empty()) std::printf("  %s (%d rows): rows differing:%s (largest difference %g)\n", what, rows, bad.c_str(), worst);
     };
-    report("prompt window", 0, n_prompt);
+    report("prompt windows", 0, n_prompt);
     report("greedy steps", n_prompt, steps);
     int pos = n_prompt + steps;
     for (const int w : k_windows) {
@@ -200,12 +212,9 @@ int run_file(const fs::path& path, thread_pool& pool) {
         std::printf("SKIP %-40s %-9s no routed experts\n", label.c_str(), hp.arch.c_str());
         return 0;
     }
-    // PLACEMENT_PROMPT=N: a prompt of N tokens (default 12), so the steps and windows after it
-    // attend over that many positions (the split attention's chunks; the cache grows to fit).
-    const char* pe = std::getenv("PLACEMENT_PROMPT");
-    std::vector<token_id> prompt(static_cast<size_t>(pe && *pe ? std::max(12, std::atoi(pe)) : 12));
-    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<token_id>((i * 7919 + 13) % static_cast<size_t>(hp.n_vocab));
-    const int steps = 16;
+    std::vector<token_id> prompt(static_cast<size_t>(prompt_length()));
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = test_token(i, hp.n_vocab);
+    const int steps = k_steps;
     const trace ref = run(*cpu, pool, prompt, steps, {});
     std::printf("---- %s %s: %d layers, %d experts (%d used); CPU model (%u threads) decode %.1f tok/s\n", label.c_str(),
                 hp.arch.c_str(), hp.n_layer, hp.n_expert, hp.n_expert_used, static_cast<unsigned>(pool.n_threads()),
@@ -327,7 +336,7 @@ int run_file(const fs::path& path, thread_pool& pool) {
                 // layer, none asks the host; forced shares never stream. The cost model's runs may
                 // stream the prompt window; its other forwards are planned.
                 const int split_layers = hp.n_layer - info.whole_layers;
-                const uint64_t forwards = (prompt.size() + 15) / 16 + static_cast<uint64_t>(steps + k_n_windows);   // the prompt in windows of 16
+                const uint64_t forwards = (prompt.size() + k_window_max - 1) / k_window_max + static_cast<uint64_t>(steps + k_n_windows);
                 const bool split_residents = info.resident > info.whole_layers * hp.n_expert;
                 if (share == k_stream && info.prefill_stream) {
                     placed = placed && info.split && m->layer_plans == 0 &&

@@ -203,6 +203,7 @@ struct tile_block_quads : tile_block<wt> {
     static constexpr int code_max = (wt == dtype::q4_0 || wt == dtype::q4_1) ? 15 : 31;
     static_assert(4 * 2 * code_max * 127 <= 32767, "4 quads of int16 partial sums without overflow");
     static constexpr bool one_widen = 8 * 2 * code_max * 127 <= 32767;   // 4-bit codes: both chains in int16
+    static_assert(tile_offset(wt) == 0 || tile_offset(wt) == 8 || tile_offset(wt) == 16, "a power-of-two offset");
     using tile_block<wt>::q;   // after load: [quad k] lane c holds codes 4k..4k+3 of column c
     using tile_block<wt>::d;
     using tile_block<wt>::m;
@@ -230,7 +231,6 @@ struct tile_block_quads : tile_block<wt> {
         // The offset (8 or 16) times sum(x), as a shift: the same exact int32 as tile_block's.
         if constexpr (tile_offset(wt) != 0)
             sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(sx, tile_offset(wt) == 8 ? 3 : 4));
-        static_assert(tile_offset(wt) == 0 || tile_offset(wt) == 8 || tile_offset(wt) == 16, "a power-of-two offset");
         const __m256 a = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(sumi));
         if constexpr (!has_min(wt)) return a;
         return _mm256_add_ps(a, _mm256_mul_ps(_mm256_mul_ps(m, dx), _mm256_cvtepi32_ps(sx)));
