@@ -66,11 +66,13 @@ int main(int argc, char** argv) {
         const model_hparams& hp = m->hparams();
         thread_pool pool(1);
         forward_scratch s = m->make_scratch(n_prompt > 16 ? n_prompt : 16, pool);
-        s.last_row_logits_only = n_rows == 1;
+        // logits: [16, n_vocab], a window's rows; the prompt's forward writes its last row only.
         std::vector<float> logits(static_cast<size_t>(hp.n_vocab) * 16);
         const std::vector<token_id> prompt = gpu_bench::synthetic_prompt(n_prompt, hp.n_vocab);
         kv_cache kv(m->kv_shape_for(o.n_ctx));
+        s.last_row_logits_only = true;
         m->forward(prompt, 0, kv, s, logits.data());
+        s.last_row_logits_only = n_rows == 1;   // a window wants every row's logits
         set_cuda_graphs(*m, true);
         set_cuda_programmatic_launch(*m, true);
         token_id next = gpu_bench::argmax(logits.data(), hp.n_vocab);
