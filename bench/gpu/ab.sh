@@ -122,7 +122,10 @@ if [ "${AB_35B:-1}" = 1 ]; then
   (PYTHONPATH=.gpudeps/py timeout 200 python3 tools/make_synthetic.py --shape qwen3.6-35b-a3b --mix q4_k_m --layers 8 \
      -o "$f35" > /tmp/ab-synth35.log 2>&1; echo "make_synthetic 35B rc=$?" >> /tmp/ab-synth35.log) &
 fi
-OUT=/tmp/ab-session BUDGET_S=300 T_TEST=200 NCU=0 KERNEL_BENCH=0 PLACEMENT_SYNTH=0 DECODE_BENCH=0 SYNTH_LAYERS=48 \
+# session.sh scales its programs' caps by its budget below 420 s (run.sh's rs): with 300, a build
+# of 187 s (four at once with AB_TRACE_BASE=1, session 48) left ops_parity a cap of 1 s. The call's
+# own timeout bounds the whole; the parity programs take ~25 s.
+OUT=/tmp/ab-session BUDGET_S=420 T_TEST=200 NCU=0 KERNEL_BENCH=0 PLACEMENT_SYNTH=0 DECODE_BENCH=0 SYNTH_LAYERS=48 \
   N_PROMPT=512 SYNTH_FILE=$f30 bash bench/gpu/session.sh > /tmp/ab-session.out 2>&1
 wait
 { tail -n 3 /tmp/ab-base.log /tmp/ab-trace.log /tmp/ab-base-trace.log /tmp/ab-synth35.log 2>/dev/null; cat /tmp/ab-session.out; } > "$O/builds.log"

@@ -265,8 +265,9 @@ int gpu_parity(dtype t, int64_t n_in) {
 // walks column blocks with the next one's weights in flight): every output equals dot_ref's
 // bits. A plain row over 4,500 columns (563 column blocks of 8, the last partial), the same with
 // a second matrix (its first 4,497 rows) and both accumulating, and expert mode: 40 pairs over 3
-// distinct experts of 1,500 columns with act_div 2 and some ids -1 (their rows must keep the
-// output's 0xff bytes), alone and paired (gate and up). The matrices repeat 61 distinct quantised
+// distinct experts of 1,499 columns (odd: where a warp takes two columns, the last one has one)
+// with act_div 2 and some ids -1 (their rows must keep the output's 0xff bytes), alone and paired
+// (gate and up). The matrices repeat 61 distinct quantised
 // rows (quantising thousands of IQ2/IQ3 rows took most of a 121 s cap): column j of the plain
 // matrix is row j % 61, column j of expert e row (5 j + 17 e) % 61, so a column, matrix or
 // expert read from the wrong place gives another row's bits (61 is prime to the 8 columns of a
@@ -277,7 +278,7 @@ int gpu_parity(dtype t, int64_t n_in) {
 // 30B shape (8 experts a row), whose one-wave grids give each pair 5 and 4 blocks, each walking
 // ~38 and ~47 of the pair's 188 column blocks (a decode step's 8 pairs: 66 blocks a pair).
 int row_stream_parity(dtype t, int64_t n_in, int sm_count = 132, int n_pairs = 40) {
-    const int64_t n_plain = 4500, n_exp_out = 1500, n_distinct = 61;
+    const int64_t n_plain = 4500, n_exp_out = 1499, n_distinct = 61;
     const int n_exp = 3, n_act = n_pairs / 2;
     const size_t wrb = *bytes_for(t, n_in), arb = quant::act_row_bytes(quant::act_format_for(t), n_in);
     const auto base = make_weights(t, n_in, n_distinct, 31);

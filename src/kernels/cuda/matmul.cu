@@ -186,6 +186,23 @@ __device__ inline float fold_step(float y, int32_t si, int32_t sm, float d, floa
     return y;
 }
 
+// fold_step for a warp step that holds two columns' rows (row_stream_body's C = 2): groups
+// [0, nb) are the first column's blocks in order, [nb, 2 nb) the second's (2 nb <= 32 / L). Each
+// column's y is t0, then y + t1, ... (fold_step's order, so its bits); every lane returns both.
+template <dtype T, int L>
+__device__ inline void fold_columns(float& y0, float& y1, int32_t si, int32_t sm, float d, float dmin, float dx,
+                                    int nb) {
+    si = group_sum<L>(si);
+    if constexpr (fmt_traits<T>::kind != term_kind::sym) sm = group_sum<L>(sm);
+    const float t = block_term<fmt_traits<T>::kind>(d, dmin, dx, si, sm);
+    for (int ib = 0; ib < nb; ++ib) {
+        const float t0 = __shfl_sync(0xffffffffu, t, ib * L);
+        const float t1 = __shfl_sync(0xffffffffu, t, (nb + ib) * L);
+        y0 = ib == 0 ? t0 : __fadd_rn(y0, t0);
+        y1 = ib == 0 ? t1 : __fadd_rn(y1, t1);
+    }
+}
+
 // grid (ceil(n_out / warps), row groups), blocks of `warps` = blockDim.x / 32 warps (4 or 8);
 // dynamic shared memory quant_smem_bytes<T>(rows of a group, warps): the warps' weight regions,
 // then one activation region per row. MAXR: the most rows a block takes, k_max_rows, or 1 for
@@ -408,9 +425,22 @@ auto one_row_kernel(int64_t nb) {
     return p == 4 ? mm_quant_kernel<T, 1, 4> : mm_quant_kernel<T, 1, 1>;
 }
 
-// The same pieces a lane for the one-wave form (matmul_row_stream.cuh).
+// Columns a warp of the one-wave form takes (matmul_row_stream.cuh, row_stream_body's C): two for
+// rows of Q4_K, Q5_K or Q6_K short enough that both fit one warp step at 8 pieces a lane (up to 4
+// blocks: 1,024 wide, the experts' down projections of the Qwen3 MoE shapes) in a launch of one
+// matrix whose rows are packed (row_bytes whole blocks, so two rows are one contiguous copy).
 template <dtype T>
-auto row_stream_kernel(int64_t nb) {
+int row_stream_columns(const mm_args& a, int64_t nb) {
+    constexpr bool kquant = T == dtype::q4_k || T == dtype::q5_k || T == dtype::q6_k;
+    if (!kquant || a.w2 || nb > 4) return 1;
+    return a.row_bytes == static_cast<size_t>(nb) * fmt_traits<T>::block_bytes ? 2 : 1;
+}
+
+// The same pieces a lane for the one-wave form (matmul_row_stream.cuh); two columns a warp at 8.
+template <dtype T>
+auto row_stream_kernel(int64_t nb, int columns) {
+    if constexpr (T == dtype::q4_k || T == dtype::q5_k || T == dtype::q6_k)
+        if (columns == 2) return mm_row_stream_kernel<T, 8, 2>;
     const int p = one_row_pieces<T>(nb);
     if constexpr (fmt_traits<T>::qk == 256 && T != dtype::q3_k)
         if (p == 8) return mm_row_stream_kernel<T, 8>;
@@ -433,15 +463,17 @@ bool launch_row_stream(const mm_args& a, unsigned pairs, cudaStream_t s, const f
                   "shared memory within the default limit");
     const int64_t nb = a.n_in / fmt_traits<T>::qk;
     if (a.tiles || (!a.ids && a.n_rows != 1) || nb > stage_sizes<T>::blocks) return false;
-    const int64_t cb1 = (a.n_out + k_warps_max - 1) / k_warps_max;
-    const int64_t n_cb = cb1 + (a.w2 ? (a.n_out2 + k_warps_max - 1) / k_warps_max : 0);
+    const int columns = row_stream_columns<T>(a, nb);
+    const int64_t block_cols = k_warps_max * columns;   // columns of a column block
+    const int64_t cb1 = (a.n_out + block_cols - 1) / block_cols;
+    const int64_t n_cb = cb1 + (a.w2 ? (a.n_out2 + block_cols - 1) / block_cols : 0);
     if (n_cb * pairs <= wave_blocks(a)) return false;
     // Rounded down, so the grid stays one wave; from 133 pairs on (a wide verify window's
     // ungrouped experts) a block row would get 3 blocks or fewer and leave up to a third of the
     // wave idle: the many-wave kernel instead.
     const int64_t gx = std::min<int64_t>(n_cb, wave_blocks(a) / pairs);
     if (gx < 4) return false;
-    launch(row_stream_kernel<T>(nb), dim3(static_cast<unsigned>(gx), pairs), dim3(k_warps_max * 32),
+    launch(row_stream_kernel<T>(nb, columns), dim3(static_cast<unsigned>(gx), pairs), dim3(k_warps_max * 32),
            row_stream_smem_bytes<T>(k_warps_max), s, reinterpret_cast<const uint8_t*>(a.w), a.row_bytes, nb, a.n_out,
            a.ids, a.expert_stride, reinterpret_cast<const uint8_t*>(a.act), a.act_stride, a.act_div, a.y, a.y_stride,
            a.accumulate, cb1, n_cb, reinterpret_cast<const uint8_t*>(a.w2), a.n_out2, a.y2, a.y2_stride, a.ids_settled,

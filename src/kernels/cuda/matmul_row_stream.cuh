@@ -49,7 +49,16 @@ constexpr size_t row_stream_smem_bytes(int warps) {
 // activations row blockIdx.y / act_div; else row 0.
 // The kernel's body for the block bx of gx blocks that walk the column blocks (the whole grid's
 // blockIdx.x and gridDim.x, or one part's: mm_row_stream_two_kernel).
-template <dtype T, int P>
+// C = 2 (short rows, row_stream_columns): each warp takes two adjacent columns of one matrix, a
+// column block 2 x warps columns; both weight rows (contiguous: row_bytes = n_blocks whole format
+// blocks) are staged as one copy and decoded in one warp step, groups [0, nb) the first column's
+// blocks and [nb, 2 nb) the second's. A round's fixed cost (its staging, the wait, the fold's
+// shuffles and the bookkeeping) was most of a short row's: the experts' down projection (768
+// wide, 3 blocks a row) moved ~1.0 TB/s in a 4-row window where gate + up (2,048 wide) moved ~1.9
+// (tests/gpu/window_trace.h100.log). Each column's terms and their fold are C = 1's. Measured on
+// an H100 (tests/gpu/row_stream_two_columns.h100.log): the down launch of a one-row step 12.7 ->
+// 10.3 us a layer, decode of the 48-layer 30B shape 357 -> 369 tok/s, an 8-row window 10.7 -> 9.9 ms.
+template <dtype T, int P, int C = 1>
 __device__ __forceinline__ void row_stream_body(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_blocks,
                                                 int64_t n_out, const int32_t* __restrict__ ids, size_t expert_stride,
                                                 const uint8_t* __restrict__ act, size_t act_stride, int act_div,
@@ -63,6 +72,7 @@ __device__ __forceinline__ void row_stream_body(const uint8_t* __restrict__ w, s
     constexpr int L = tr::qk / 8 / P;   // lanes per block (each decodes P consecutive pieces)
     constexpr int BPW = 32 / L;         // blocks per warp step
     static_assert(L >= 1 && ss::blocks % BPW == 0, "a chunk is whole warp steps");
+    static_assert(C == 1 || (C == 2 && tr::qk == 256), "two columns a warp: 256-wide formats (row_stream_columns)");
     constexpr int AB = tr::act_bytes;
     constexpr int BB = tr::block_bytes;
     constexpr int A = packed_alignment<T> > 0 ? packed_alignment<T> : 1;
@@ -93,14 +103,17 @@ __device__ __forceinline__ void row_stream_body(const uint8_t* __restrict__ w, s
     struct column {
         const uint8_t* wrow = nullptr;
         float* out = nullptr;
+        int n = 0;   // columns from wrow / out: 1, or with C = 2 two unless the matrix ends
     };
     auto column_of = [&](int64_t vb) {
         const bool second = vb >= n_cb1;
-        const int64_t j = (second ? vb - n_cb1 : vb) * nw + warp;
+        const int64_t j = ((second ? vb - n_cb1 : vb) * nw + warp) * C;
+        const int64_t end = second ? n_out2 : n_out;
         column c;
-        if (j < (second ? n_out2 : n_out)) {
+        if (j < end) {
             c.wrow = (second ? w2 : w) + static_cast<size_t>(j) * row_bytes;
             c.out = second ? y2 + row * y2_stride + j : y + row * y_stride + j;
+            c.n = C == 1 || j + 1 == end ? 1 : C;
         }
         return c;
     };
@@ -110,7 +123,7 @@ __device__ __forceinline__ void row_stream_body(const uint8_t* __restrict__ w, s
     const uint8_t* wc_cur = nullptr;
     auto first_column = [&] {
         cur = column_of(bx);
-        wc_cur = cur.wrow ? stage(cur.wrow, nb * BB, sw_cur, lane, 32) : nullptr;
+        wc_cur = cur.wrow ? stage(cur.wrow, cur.n * nb * BB, sw_cur, lane, 32) : nullptr;
         stage_commit();
     };
     if (early && e >= 0) first_column();
@@ -156,13 +169,34 @@ __device__ __forceinline__ void row_stream_body(const uint8_t* __restrict__ w, s
         column next;
         if (vb + gx < n_cb) {
             next = column_of(vb + gx);
-            if (next.wrow) wc_next = stage(next.wrow, nb * BB, sw_next, lane, 32);
+            if (next.wrow) wc_next = stage(next.wrow, next.n * nb * BB, sw_next, lane, 32);
         }
         stage_commit();
         stage_wait_but<1>();   // all but the group just committed: this column's and the row's
         if (vb == static_cast<int64_t>(bx)) __syncthreads();   // the row, staged by the block
         else __syncwarp();                                               // the weights, by this warp
-        if (cur.wrow) {
+        if constexpr (C == 2) {
+            if (cur.wrow) {   // one warp step: group g takes block g % nb of column g / nb (2 nb <= BPW)
+                const uint8_t* wcur = wc_cur;
+                const bool w_aligned = packed_aligned<T>(wcur) && BB % A == 0;
+                const int ib = g % nb;
+                int32_t si = 0, sm = 0;
+                float d = 0.0f, dmin = 0.0f, dx = 0.0f;
+                if (g < cur.n * nb) {
+                    const uint8_t* b = wcur + g * BB;   // the two rows are contiguous
+                    const uint8_t* abk = ab + ib * AB;
+                    decode_scales<T>(b, d, dmin);
+                    lane_sums<T, P>(b, piece, tb, w_aligned, abk, si, sm);
+                    dx = *reinterpret_cast<const float*>(abk);
+                }
+                float y0 = 0.0f, y1 = 0.0f;
+                fold_columns<T, L>(y0, y1, si, sm, d, dmin, dx, nb);
+                if (lane == 0) {
+                    cur.out[0] = accumulate ? __fadd_rn(cur.out[0], y0) : y0;
+                    if (cur.n == 2) cur.out[1] = accumulate ? __fadd_rn(cur.out[1], y1) : y1;
+                }
+            }
+        } else if (cur.wrow) {
             const uint8_t* wcur = wc_cur;
             const bool w_aligned = packed_aligned<T>(wcur) && BB % A == 0;
             float acc = 0.0f;
@@ -191,7 +225,7 @@ __device__ __forceinline__ void row_stream_body(const uint8_t* __restrict__ w, s
     }
 }
 
-template <dtype T, int P>
+template <dtype T, int P, int C = 1>
 __global__ void __launch_bounds__(k_warps_max * 32, 4)
     mm_row_stream_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_blocks, int64_t n_out,
                          const int32_t* __restrict__ ids, size_t expert_stride, const uint8_t* __restrict__ act,
@@ -199,7 +233,7 @@ __global__ void __launch_bounds__(k_warps_max * 32, 4)
                          int64_t n_cb1, int64_t n_cb, const uint8_t* __restrict__ w2, int64_t n_out2,
                          float* __restrict__ y2, int64_t y2_stride, bool ids_settled,
                          const float* __restrict__ sw_gate, const float* __restrict__ sw_up) {
-    row_stream_body<T, P>(w, row_bytes, n_blocks, n_out, ids, expert_stride, act, act_stride, act_div, y, y_stride,
+    row_stream_body<T, P, C>(w, row_bytes, n_blocks, n_out, ids, expert_stride, act, act_stride, act_div, y, y_stride,
                           accumulate, n_cb1, n_cb, w2, n_out2, y2, y2_stride, ids_settled, sw_gate, sw_up, blockIdx.x,
                           gridDim.x);
 }
