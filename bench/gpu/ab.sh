@@ -23,6 +23,7 @@
 # AB_KBENCH=1 adds both builds' kernel_bench attention and router lines (kernel_bench 200);
 # AB_KNCU=1 Nsight Compute's occupancy and warp states of the split attention kernel at 4,096
 # positions in kernel_bench, both builds (kncu.txt).
+# AB_WINDOW_ROWS=N also traces verify windows of N rows on the trace builds (see below).
 # AB_TRACE_BASE=1 also builds the base with STEP_TRACE=1 and traces it (trace_30b_base.log in place
 # of trace_35b.log): per-kernel times of both trees from one machine (traces from two calls
 # differ by more than a small change: session 27).
@@ -181,6 +182,15 @@ if [ "${AB_TRACE:-1}" = 1 ]; then
     timeout 60 /tmp/ab-base-trace/step_trace $f30 512 32 > "$O/trace_30b_base.log" 2>&1
   elif [ -s "$f35" ]; then
     timeout 60 /tmp/ab-trace/step_trace $f35 512 32 > "$O/trace_35b.log" 2>&1
+  fi
+fi
+# AB_WINDOW_ROWS=N: each trace build also traces verify windows of N rows (step_trace FILE 512 16 60 N):
+# trace_w<N>_30b.log, and with AB_TRACE_BASE=1 trace_w<N>_30b_base.log (8 files then, the most that
+# come back). decode_bench's window is 8 rows; the spec runs' windows are 4 (session 48's router).
+if [ "${AB_TRACE:-1}" = 1 ] && [ -n "${AB_WINDOW_ROWS:-}" ]; then
+  timeout 60 /tmp/ab-trace/step_trace $f30 512 16 60 "$AB_WINDOW_ROWS" > "$O/trace_w${AB_WINDOW_ROWS}_30b.log" 2>&1
+  if [ "${AB_TRACE_BASE:-0}" = 1 ]; then
+    timeout 60 /tmp/ab-base-trace/step_trace $f30 512 16 60 "$AB_WINDOW_ROWS" > "$O/trace_w${AB_WINDOW_ROWS}_30b_base.log" 2>&1
   fi
 fi
 if [ "${AB_NCU:-0}" = 1 ]; then
