@@ -539,6 +539,14 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
                     const auto t0 = clock_type::now();
                     decode_result res = paced ? mtp_paced_run(t, seed, pol, secs) : oracle_run(t, seed, pol);
                     r.seconds.push_back(paced ? secs : seconds_since(t0));
+                    if (pol) {
+                        r.policy_costs_calibrated.clear();
+                        r.policy_costs_end.clear();
+                        for (int rows = 1; rows <= t; ++rows) {
+                            r.policy_costs_calibrated.push_back(calibrated->cost(rows));
+                            r.policy_costs_end.push_back(pol->cost(rows));
+                        }
+                    }
                     back_to(wlen - 1);
                     r.same_tokens = r.same_tokens && res.token_sha == tape.token_sha;
                     steps += res.stats.steps;
@@ -568,6 +576,15 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
                 say(fmt::format("{}: {:.2f} tok/s, {:.2f} tokens per window of {:.2f} rows{}{}", r.test, r.tok_s,
                                 r.tokens_per_step, r.rows_mean, paced ? " (the MTP head drafting)" : "",
                                 r.same_tokens ? "" : ", TOKENS DIFFER FROM SERIAL"));
+                if (!r.policy_costs_end.empty()) {
+                    auto ms = [](const std::vector<double>& v) {
+                        std::string out;
+                        for (double x : v) out += fmt::format("{}{:.3f}", out.empty() ? "" : " ", x * 1e3);
+                        return out;
+                    };
+                    say(fmt::format("{}: the policy priced windows of 1..{} rows at {} ms (calibrated), {} ms (at the "
+                                    "run's end)", r.test, t, ms(r.policy_costs_calibrated), ms(r.policy_costs_end)));
+                }
                 rep.results.push_back(std::move(r));
             }
         }
@@ -735,6 +752,10 @@ std::string format_bench_json(const bench_report& r) {
             j["expected_tokens_per_step"] = or_null(x.expected_tokens_per_step);
             j["rows_mean"] = x.rows_mean;
             j["same_tokens"] = x.same_tokens;
+            if (!x.policy_costs_end.empty()) {
+                j["policy_costs_calibrated_s"] = x.policy_costs_calibrated;
+                j["policy_costs_end_s"] = x.policy_costs_end;
+            }
         }
         results.push_back(std::move(j));
     }

@@ -167,10 +167,12 @@ int32_t depth_policy::choose() {
     off_ = k == 0;
     if (!off_) {
         off_windows_ = 0;
+        probe_interval_ = 1;
         return k;
     }
-    if (p_.max_rows > 1 && ++off_windows_ >= p_.probe_every) {
+    if (p_.max_rows > 1 && ++off_windows_ >= probe_interval_) {
         off_windows_ = 0;
+        probe_interval_ = std::min(2 * probe_interval_, p_.probe_every);
         return std::min(p_.probe_depth, p_.max_rows - 1);
     }
     return 0;
@@ -215,6 +217,7 @@ void depth_policy::reset_request() {
     trials_ = 0.0;
     off_ = false;
     off_windows_ = 0;
+    probe_interval_ = 1;
 }
 
 }  // namespace sluice

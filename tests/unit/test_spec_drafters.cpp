@@ -243,7 +243,8 @@ TEST(depth_policy, drafting_turns_off_while_it_does_not_pay_and_probes) {
     std::vector<int32_t> picks;
     for (int i = 0; i < 8; ++i) picks.push_back(p.choose());
     EXPECT_TRUE(p.drafting_off());
-    EXPECT_EQ(picks, (std::vector<int32_t>{0, 0, 0, 2, 0, 0, 0, 2}));
+    // Probes in the 1st window off, then 2 and 4 windows apart (probe_every 4).
+    EXPECT_EQ(picks, (std::vector<int32_t>{2, 0, 2, 0, 0, 0, 2, 0}));
     // Good verdicts on flat costs turn it back on.
     for (int32_t r = 1; r <= 16; ++r) p.set_cost(r, 1.0);
     for (int i = 0; i < 50; ++i) p.record_acceptance(4, 4);

@@ -31,8 +31,10 @@ TEST(depth_policy_shared, a_request_takes_the_engines_costs_and_keeps_its_own_ac
     }
     EXPECT_GT(good.choose(), 3);
     EXPECT_FALSE(good.drafting_off());
-    EXPECT_EQ(bad.choose(), 0);
+    // Off for the bad one: its first window off probes (probe_depth drafts), the next runs without.
+    EXPECT_EQ(bad.choose(), pp.probe_depth);
     EXPECT_TRUE(bad.drafting_off());
+    EXPECT_EQ(bad.choose(), 0);
     // Taking newer costs (the engine's load moved) keeps each request's acceptance.
     const double a_good = good.acceptance(), a_bad = bad.acceptance();
     engine.record_cost(4, 0.030);
@@ -55,8 +57,9 @@ TEST(depth_policy_shared, drafting_turns_back_on_for_the_request_when_it_pays_ag
     for (int i = 0; i < 40; ++i) req.record_acceptance(0, 4);
     std::vector<int32_t> picks;
     for (int i = 0; i < 6; ++i) picks.push_back(req.choose());
-    // Off, with a probe every third window so a change is noticed.
-    EXPECT_EQ(picks, (std::vector<int32_t>{0, 0, 2, 0, 0, 2}));
+    // Off: a probe in the first window off, then after 2 windows, then every third (probe_every),
+    // so a change is noticed.
+    EXPECT_EQ(picks, (std::vector<int32_t>{2, 0, 2, 0, 0, 2}));
     // The probes are kept from now on: drafting comes back.
     for (int i = 0; i < 40; ++i) req.record_acceptance(2, 2);
     EXPECT_GT(req.choose(), 0);
@@ -65,6 +68,39 @@ TEST(depth_policy_shared, drafting_turns_back_on_for_the_request_when_it_pays_ag
     req.reset_request();
     EXPECT_FALSE(req.drafting_off());
     EXPECT_DOUBLE_EQ(req.acceptance(), pp.prior_acceptance);
+}
+
+TEST(depth_policy_shared, probes_come_after_1_2_4_windows_off_up_to_probe_every_and_start_again_when_drafting_turns_off) {
+    depth_policy engine;
+    for (int32_t r = 1; r <= 16; ++r) engine.set_cost(r, 1.0 + 0.5 * (r - 1));
+    depth_policy_params pp;
+    pp.probe_every = 8;
+    pp.probe_depth = 3;
+    depth_policy req(pp);
+    req.adopt_costs(engine);
+    auto probe_windows = [&](int n) {   // the windows (1-based) among the next n that probe
+        std::vector<int> at;
+        for (int i = 1; i <= n; ++i) {
+            const int32_t k = req.choose();
+            EXPECT_TRUE(k == 0 || k == 3) << "window " << i << ": " << k;
+            if (k == 3) at.push_back(i);
+        }
+        return at;
+    };
+    for (int i = 0; i < 40; ++i) req.record_acceptance(0, 4);
+    // Gaps of 1, 2, 4, 8, then 8: the probes' verdicts are not recorded, so drafting stays off.
+    EXPECT_EQ(probe_windows(31), (std::vector<int>{1, 3, 7, 15, 23, 31}));
+    EXPECT_TRUE(req.drafting_off());
+    // Drafting back on (every draft kept), then off again: the next probe is in its first window off.
+    for (int i = 0; i < 40; ++i) req.record_acceptance(4, 4);
+    EXPECT_GT(req.choose(), 0);
+    for (int i = 0; i < 40; ++i) req.record_acceptance(0, 4);
+    EXPECT_EQ(probe_windows(4), (std::vector<int>{1, 3}));
+    // A new request starts the interval at 1 too.
+    for (int i = 0; i < 6; ++i) req.choose();
+    req.reset_request();
+    for (int i = 0; i < 40; ++i) req.record_acceptance(0, 4);
+    EXPECT_EQ(probe_windows(1), (std::vector<int>{1}));
 }
 
 }  // namespace
