@@ -203,8 +203,8 @@ void add_run_command(CLI::App& app) {
     cmd->add_option("--draft-vocab", args->draft_vocab, "With --spec mtp: the trimmed draft vocabulary "
                     "(tools/make_draft_vocab.py; default: MODEL.draft-vocab when it exists)");
     cmd->add_option("--draft-max", args->draft_max, "Most drafts per verify window (0..15)")->capture_default_str();
-    cmd->add_option("--draft-depth", args->draft_depth, "adaptive: the measured window cost and the acceptance pick "
-                    "the drafts per window (up to --draft-max); fixed: every window carries --draft-max drafts")
+    cmd->add_option("--draft-depth", args->draft_depth, "adaptive: the measured window cost, the drafter's measured cost and the "
+                    "acceptance pick the drafts per window (up to --draft-max); fixed: every window carries --draft-max drafts")
         ->check(CLI::IsMember({"adaptive", "fixed"}))
         ->capture_default_str();
     CLI::Option* chat_opt = cmd->add_flag("--chat", args->chat, "Wrap the prompt in the model's ChatML template");

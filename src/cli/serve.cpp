@@ -219,8 +219,8 @@ void add_serve_command(CLI::App& app) {
                     "(tools/make_draft_vocab.py; default: MODEL.draft-vocab when it exists)");
     cmd->add_option("--draft-model", a->draft_model, "Draft model with the target's tokenizer (implies --spec)");
     cmd->add_option("--draft-max", a->draft_max, "Most drafts per verify window (0..15)")->capture_default_str();
-    cmd->add_option("--draft-depth", a->draft_depth, "adaptive: the measured window cost and each request's acceptance "
-                    "pick the drafts per window (up to --draft-max); fixed: every window carries --draft-max drafts")
+    cmd->add_option("--draft-depth", a->draft_depth, "adaptive: the measured window cost, the drafter's measured cost "
+                    "and each request's acceptance pick the drafts per window (up to --draft-max); fixed: every window carries --draft-max drafts")
         ->check(CLI::IsMember({"adaptive", "fixed"}))
         ->capture_default_str();
     cmd->add_option("--prefix-cache-mb", a->prefix_cache_mb, "Memory for KV checkpoints of past prompts (MiB)")

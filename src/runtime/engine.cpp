@@ -251,8 +251,9 @@ generate_stats engine::generate(std::string_view prompt, const generate_params& 
     if (const std::string rest = text.flush(); !rest.empty() && on_text) on_text(rest);
     const auto t2 = clock::now();
 
-    st.prompt_seconds = std::chrono::duration<double>(t_prefilled - t0).count();
-    st.decode_seconds = std::chrono::duration<double>(t2 - t1).count();
+    // A draft model's prefill of the prompt (inside generate()) is prompt time, not decode time.
+    st.prompt_seconds = std::chrono::duration<double>(t_prefilled - t0).count() + r.stats.drafter_prompt_seconds;
+    st.decode_seconds = std::chrono::duration<double>(t2 - t1).count() - r.stats.drafter_prompt_seconds;
     st.tokens = std::move(r.tokens);
     st.n_decoded = static_cast<int>(st.tokens.size());
     st.token_sha = r.token_sha;

@@ -26,6 +26,8 @@
 // the rest (E5).
 #include "runtime/serving_engine_impl.h"
 
+#include <utility>
+
 namespace sluice {
 
 using namespace serving_detail;
@@ -88,11 +90,16 @@ int32_t serving_engine::impl::choose_drafts(request_state& r, int32_t cap) {
         return n_d;
     }
     const int32_t depth = std::min(cap, r.policy.choose());
+    const bool drafted_last = std::exchange(r.drafted_last, depth > 0);
     if (depth == 0) {
         ++r.spec.steps_drafting_off;
         return 0;
     }
-    return valid_prefix(r.drafts->propose(r.context, depth, r.proposal), depth);
+    // Timed as the verifier times it (src/spec/verifier.cpp says which windows count).
+    const auto d0 = steady::now();
+    const int32_t n_d = valid_prefix(r.drafts->propose(r.context, depth, r.proposal), depth);
+    if (n_d > 0 && drafted_last) r.policy.record_draft_cost(seconds(d0, steady::now()), n_d);
+    return n_d;
 }
 
 serving_engine::serving_engine(std::unique_ptr<impl> p) : p_(std::move(p)) {}

@@ -70,6 +70,7 @@ struct request_state {
     mtp_drafter* mtp = nullptr;                     // drafts.get() when it is the MTP drafter
     depth_policy policy;            // this request's acceptance; the engine's window costs
     bool use_policy = false;        // drafts and adaptive_depth: the policy picks each window's depth
+    bool drafted_last = false;      // the drafter proposed for the last window (its time is then a draft's cost)
     std::vector<double> confidence; // [k_max_window] the drafter's chance of each draft being kept
     std::vector<int32_t> context;   // [n_prompt + max_tokens] prompt, then the generated ids
     std::vector<int32_t> rows;      // this step's rows: prompt rows, then the window

@@ -78,6 +78,17 @@ void depth_policy::record_cost(int32_t rows, double seconds) {
     smooth();
 }
 
+void depth_policy::record_draft_cost(double seconds, int32_t drafts) {
+    if (drafts <= 0 || !(seconds >= 0.0) || !std::isfinite(seconds)) return;  // a clock glitch
+    const double per_draft = std::max(seconds / double(drafts), 1e-12);
+    if (draft_cost_ <= 0.0) {
+        draft_cost_ = per_draft;
+        return;
+    }
+    const double lr = std::clamp(std::log(per_draft / draft_cost_), -std::log(2.0), std::log(2.0));
+    draft_cost_ *= std::exp(p_.cost_ema * lr);
+}
+
 void depth_policy::smooth() {
     // Pool adjacent violators over the measured sizes: the least-squares non-decreasing fit, so
     // a noisy size below a smaller one does not make a deeper window look cheaper.
@@ -162,6 +173,14 @@ int32_t depth_policy::best_depth() const {
     return best;
 }
 
+bool depth_policy::drafting_can_pay() const {
+    if (draft_cost_ <= 0.0) return true;
+    const double serial_tps = 1.0 / cost(1);
+    for (int32_t k = 1; k < p_.max_rows; ++k)
+        if (double(k + 1) / (cost(k + 1) + double(k) * draft_cost_) > serial_tps * (1.0 + 1e-9)) return true;
+    return false;
+}
+
 int32_t depth_policy::choose() {
     int32_t k = best_depth();
     off_ = k == 0;
@@ -170,7 +189,7 @@ int32_t depth_policy::choose() {
         probe_interval_ = 1;
         return k;
     }
-    if (p_.max_rows > 1 && ++off_windows_ >= probe_interval_) {
+    if (p_.max_rows > 1 && drafting_can_pay() && ++off_windows_ >= probe_interval_) {
         off_windows_ = 0;
         probe_interval_ = std::min(2 * probe_interval_, p_.probe_every);
         return std::min(p_.probe_depth, p_.max_rows - 1);
@@ -208,7 +227,6 @@ void depth_policy::adopt_costs(const depth_policy& other) {
     shape_ = other.shape_;
     smooth_ = other.smooth_;
     scale_ = other.scale_;
-    draft_cost_ = other.draft_cost_;
     calibrated_ = other.calibrated_;
 }
 

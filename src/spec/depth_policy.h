@@ -62,6 +62,13 @@ public:
     void set_cost(int32_t rows, double seconds);     // overrides (tests, or a stored calibration)
     void record_cost(int32_t rows, double seconds);  // a real window's time: load factor and size
     void set_draft_cost(double seconds_per_draft) { draft_cost_ = seconds_per_draft; }
+    // A drafter's time to propose `drafts` drafts (a draft model's or an MTP head's forwards,
+    // its catch-up on the last window's tokens included): the per-draft cost the choices add to
+    // a window's, k drafts costing k of it. The first sample sets it; later ones move it as
+    // record_cost moves the load factor (cost_ema, clipped to a factor of 2). Prompt lookup's
+    // proposals cost next to nothing and are not timed.
+    void record_draft_cost(double seconds, int32_t drafts);
+    double draft_cost() const { return draft_cost_; }
     // The verifier's verdict on a window: the first `accepted` of `proposed` drafts were kept.
     void record_acceptance(int32_t accepted, int32_t proposed);
 
@@ -72,9 +79,10 @@ public:
     int32_t choose_for(std::span<const double> keep);
     // Start of a request: acceptance back to the prior and drafting on; costs are kept.
     void reset_request();
-    // Takes `other`'s window costs (measured shape, load factor, draft cost, calibrated) and
-    // keeps this policy's acceptance: the serving engine measures the costs once and gives every
-    // request a policy of its own for its acceptance. No allocation (fixed arrays).
+    // Takes `other`'s window costs (measured shape, load factor, calibrated) and keeps this
+    // policy's acceptance and draft cost (both belong to the request's drafter): the serving
+    // engine measures the window costs once and gives every request a policy of its own. No
+    // allocation (fixed arrays).
     void adopt_costs(const depth_policy& other);
 
     double acceptance() const;
@@ -84,6 +92,11 @@ public:
     double expected_tokens(int32_t drafts) const;
     double tokens_per_second(int32_t drafts) const;
     int32_t best_depth() const;       // argmax of tokens_per_second, smallest on ties
+    // False when no window of drafts could beat a serial step even with every draft kept, at the
+    // measured window and draft costs (a draft model nearly as slow as the target): choose()
+    // then stops probing, since no verdict could turn drafting back on. True while the draft
+    // cost is unmeasured.
+    bool drafting_can_pay() const;
     bool drafting_off() const { return off_; }
 
 private:

@@ -31,21 +31,50 @@ draft_model_drafter::draft_model_drafter(verify_target& draft, const sampling_pa
 
 void draft_model_drafter::reset() { seen_.clear(); }
 
-int32_t draft_model_drafter::propose(std::span<const int32_t> ctx, int32_t max_n, std::span<int32_t> out) {
-    ++stats_.calls;
-    const int64_t len = int64_t(ctx.size());
+void draft_model_drafter::check_prefix(std::span<const int32_t> ctx, bool strict) const {
     const int32_t np = draft_.n_past();
-    int32_t want = std::min({max_n, p_.max_draft, int32_t(out.size())});
     if (np != int32_t(seen_.size()))
         fail("draft model drafter: the draft model holds {} positions but the drafter fed it {}: reset both between "
              "requests",
              np, seen_.size());
     // The draft state must be a prefix of the context; it is unless the caller changed requests
     // without resetting.
-    if (np >= len || !std::equal(seen_.begin(), seen_.end(), ctx.begin()))
+    const size_t len = ctx.size();
+    if (size_t(np) > len || (strict && size_t(np) == len) || !std::equal(seen_.begin(), seen_.end(), ctx.begin()))
         fail("draft model drafter: the draft model's state ({} tokens) is not a prefix of the context ({} tokens): "
              "reset both between requests",
              np, len);
+}
+
+void draft_model_drafter::commit_unread(std::span<const int32_t> rows) {
+    // A session target takes the rows without its output head and without a [prompt_chunk,
+    // n_vocab] buffer (512 rows are 311 MB at Qwen3's vocabulary, which every request used to
+    // allocate); another target forwards them in chunks, into a buffer grown once.
+    if (rows.empty()) return;
+    if (!draft_.prefill_without_logits(rows)) {
+        const int64_t n = int64_t(rows.size());
+        const size_t need = size_t(std::min<int64_t>(p_.prompt_chunk, n)) * size_t(draft_.n_vocab());
+        if (logits_.size() < need) logits_.resize(need);
+        for (int64_t next = 0; next < n;) {
+            const int32_t chunk = int32_t(std::min<int64_t>(p_.prompt_chunk, n - next));
+            draft_.forward(rows.subspan(size_t(next), size_t(chunk)), logits_.data());
+            draft_.commit(chunk);
+            next += chunk;
+        }
+    }
+    seen_.insert(seen_.end(), rows.begin(), rows.end());
+}
+
+void draft_model_drafter::catch_up(std::span<const int32_t> ctx) {
+    check_prefix(ctx, false);
+    commit_unread(ctx.subspan(seen_.size()));
+}
+
+int32_t draft_model_drafter::propose(std::span<const int32_t> ctx, int32_t max_n, std::span<int32_t> out) {
+    ++stats_.calls;
+    const int64_t len = int64_t(ctx.size());
+    int32_t want = std::min({max_n, p_.max_draft, int32_t(out.size())});
+    check_prefix(ctx, true);
     if (want <= 0 || len == 0) {
         ++stats_.empty;
         return 0;
@@ -53,25 +82,12 @@ int32_t draft_model_drafter::propose(std::span<const int32_t> ctx, int32_t max_n
     const int32_t nv = draft_.n_vocab();
 
     // Catch up on the unseen context tokens; the last row predicts the token at len. After a
-    // window (its kept drafts and the bonus token) that is one forward into the buffer. Beyond the
-    // buffer's rows (a prompt) the rows before the last need no logits: a session target takes
-    // them without its output head and without a [prompt_chunk, n_vocab] buffer (512 rows are
-    // 311 MB at Qwen3's vocabulary, which every request used to allocate); another target forwards
-    // them in chunks, into a buffer grown once.
-    int64_t next = np;
-    if (const int64_t head = len - 1 - np; len - np > int64_t(logits_.size() / size_t(nv))) {
-        const std::span<const int32_t> rows_before = ctx.subspan(size_t(np), size_t(head));
-        if (!draft_.prefill_without_logits(rows_before)) {
-            const size_t need = size_t(std::min<int64_t>(p_.prompt_chunk, head)) * size_t(nv);
-            if (logits_.size() < need) logits_.resize(need);
-            for (int64_t next = 0; next < head;) {
-                const int32_t rows = int32_t(std::min<int64_t>(p_.prompt_chunk, head - next));
-                draft_.forward(rows_before.subspan(size_t(next), size_t(rows)), logits_.data());
-                draft_.commit(rows);
-                next += rows;
-            }
-        }
-        seen_.insert(seen_.end(), rows_before.begin(), rows_before.end());
+    // window (its kept drafts and the bonus token) that is one forward into the buffer; beyond
+    // the buffer's rows (a prompt not caught up by catch_up()) the rows before the last need no
+    // logits.
+    int64_t next = draft_.n_past();
+    if (len - next > int64_t(logits_.size() / size_t(nv))) {
+        commit_unread(ctx.subspan(size_t(next), size_t(len - 1 - next)));
         next = len - 1;
     }
     const int32_t rows = int32_t(len - next);

@@ -46,8 +46,14 @@ public:
     // the tokens the drafter believes that state holds.
     void reset() override;
     int32_t propose(std::span<const int32_t> context, int32_t max_n, std::span<int32_t> out) override;
+    void catch_up(std::span<const int32_t> context) override;
 
 private:
+    // Fails unless the draft state (seen_) is a prefix of ctx (shorter than it when `strict`).
+    void check_prefix(std::span<const int32_t> ctx, bool strict) const;
+    // Commits rows at the draft state's end whose logits nobody reads.
+    void commit_unread(std::span<const int32_t> rows);
+
     verify_target& draft_;
     keyed_sampler sampler_;
     draft_model_params p_;

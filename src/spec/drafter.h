@@ -25,6 +25,12 @@ public:
     // context only grows between calls of one request. May propose fewer (or none).
     virtual int32_t propose(std::span<const int32_t> context, int32_t max_n, std::span<int32_t> out) = 0;
 
+    // Brings the drafter's state up to `context` (a prompt's tokens but its last, committed)
+    // without proposing, so that the first propose() of the request pays for one row, as later
+    // ones do: a draft model prefills the prompt here, in the prompt's time. Optional: a
+    // drafter that keeps no state, or one the caller does not warm, catches up in propose().
+    virtual void catch_up(std::span<const int32_t> context) { (void)context; }
+
     // The verifier's verdict on the last proposal: the first `accepted` of `proposed` drafts
     // were kept (proposed may be below what propose() returned: the decoder caps a window).
     virtual void observe(int32_t accepted, int32_t proposed) {

@@ -30,6 +30,7 @@ struct spec_stats {
     int64_t prompt_rows = 0;       // prompt rows forwarded before the first window
     int64_t steps_drafting_off = 0;// windows the depth policy ran without drafts
     double forward_seconds = 0.0;  // wall time inside verify forwards
+    double drafter_prompt_seconds = 0.0;  // the drafter's catch-up on the prompt (drafter::catch_up), prompt time
     drafter_stats drafter;
     std::string drafter_name;      // "none" for serial decoding
     // Acceptance per draft depth: [d] counts the windows whose draft d+1 was proposed, and of

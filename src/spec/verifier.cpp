@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "core/error.h"
 #include "runtime/token_sha.h"
@@ -88,6 +89,11 @@ decode_result speculative_decoder::generate(std::span<const int32_t> prompt, con
     if (drafter_) {
         drafter_->reset();
         drafter_->reset_stats();
+        // The prompt but its last token (the first window's row), as the target holds it: a draft
+        // model prefills it here, so the first window pays for one row as later ones do.
+        const auto c0 = std::chrono::steady_clock::now();
+        if (opt.max_window > 1) drafter_->catch_up(prompt.first(prompt.size() - 1));
+        res.stats.drafter_prompt_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
     }
     if (policy_) {
         policy_->reset_request();
@@ -96,6 +102,7 @@ decode_result speculative_decoder::generate(std::span<const int32_t> prompt, con
 
     token_sha sha;
     int32_t generated = 0;
+    bool drafted_last_window = false;   // the drafter proposed for the last window (choose() path)
     bool done = opt.max_tokens == 0;
     res.reason = stop_reason::max_tokens;
     while (!done) {
@@ -118,7 +125,18 @@ decode_result speculative_decoder::generate(std::span<const int32_t> prompt, con
                 depth = std::min(depth, policy_->choose());
                 if (depth == 0) ++res.stats.steps_drafting_off;
             }
-            if (depth > 0) n_d = valid_prefix(drafter_->propose(context, depth, drafts), drafts, nv, depth);
+            const bool drafted_last = std::exchange(drafted_last_window, depth > 0);
+            if (depth > 0) {
+                // Timed: a draft model's or an MTP head's forwards are a cost the policy weighs.
+                // Only after a window that drafted too: the drafter then catches up on that
+                // window's tokens alone, where after windows without drafts (or on the first
+                // call, the prompt) it catches up on all of them, a cost of resuming, not of a draft.
+                const auto d0 = std::chrono::steady_clock::now();
+                n_d = valid_prefix(drafter_->propose(context, depth, drafts), drafts, nv, depth);
+                if (policy_ && n_d > 0 && drafted_last)
+                    policy_->record_draft_cost(
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - d0).count(), n_d);
+            }
         }
         const int32_t rows = n_d + 1;
         window[0] = context.back();

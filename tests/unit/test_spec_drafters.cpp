@@ -189,6 +189,27 @@ TEST(draft_model, drafts_are_the_draft_models_own_continuation) {
     EXPECT_THROW(dm.propose(other, 3, out), error);
 }
 
+TEST(draft_model, catch_up_prefills_the_prompt_and_changes_no_draft) {
+    // catch_up() commits the prompt's tokens but its last; propose() then forwards one row and
+    // drafts what a drafter that was not warmed drafts.
+    toy_target warm_draft(toy_params{}), cold_draft(toy_params{});
+    const draft_model_params dp{.max_draft = 5, .prompt_chunk = 4};
+    draft_model_drafter warm(warm_draft, sampling_params::greedy(), dp), cold(cold_draft, sampling_params::greedy(), dp);
+    const std::vector<int32_t> ctx = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7};
+    warm.catch_up(std::span<const int32_t>(ctx.data(), ctx.size() - 1));
+    EXPECT_EQ(warm_draft.committed(), std::vector<int32_t>(ctx.begin(), ctx.end() - 1));
+    warm.catch_up(std::span<const int32_t>(ctx.data(), ctx.size() - 1));   // nothing new: nothing done
+    EXPECT_EQ(warm_draft.n_past(), int32_t(ctx.size()) - 1);
+    std::vector<int32_t> a(16), b(16);
+    ASSERT_EQ(warm.propose(ctx, 5, a), 5);
+    ASSERT_EQ(cold.propose(ctx, 5, b), 5);
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(warm_draft.committed(), ctx);
+    // A context the state is not a prefix of is an error, as in propose().
+    const std::vector<int32_t> other = {7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7};
+    EXPECT_THROW(warm.catch_up(other), error);
+}
+
 TEST(depth_policy, expected_tokens_follow_the_geometric_series) {
     depth_policy_params pp;
     pp.prior_acceptance = 0.5;
@@ -230,6 +251,66 @@ TEST(depth_policy, picks_the_depth_with_most_tokens_per_second) {
     q.set_cost(5, 2.0);
     EXPECT_DOUBLE_EQ(q.cost(3), 1.5);
     EXPECT_DOUBLE_EQ(q.cost(9), 2.0);
+}
+
+TEST(depth_policy, a_drafters_measured_cost_per_draft_makes_windows_shallower) {
+    depth_policy_params pp;
+    pp.prior_acceptance = 0.8;
+    depth_policy p(pp);
+    for (int32_t r = 1; r <= 16; ++r) p.set_cost(r, 1.0 + 0.25 * (r - 1));
+    auto brute = [&](double d) {   // argmax over k of E(k) / (cost(k + 1) + k d)
+        int32_t want = 0;
+        double best = 0.0;
+        for (int32_t k = 0; k < 16; ++k) {
+            const double tps = (1.0 - std::pow(0.8, k + 1)) / (1.0 - 0.8) / (1.0 + 0.25 * k + d * k);
+            if (tps > best * (1.0 + 1e-9)) {
+                best = tps;
+                want = k;
+            }
+        }
+        return want;
+    };
+    const int32_t free_depth = p.best_depth();
+    EXPECT_EQ(free_depth, brute(0.0));
+    // A draft model that costs half a one-row window a draft: the first sample sets the cost.
+    p.record_draft_cost(3.0, 6);
+    EXPECT_DOUBLE_EQ(p.draft_cost(), 0.5);
+    EXPECT_EQ(p.best_depth(), brute(0.5));
+    EXPECT_LT(p.best_depth(), free_depth);
+    // Later samples move it by at most cost_ema * ln 2 each (a descheduled drafter says little).
+    p.record_draft_cost(600.0, 6);
+    EXPECT_NEAR(p.draft_cost(), 0.5 * std::exp(pp.cost_ema * std::log(2.0)), 1e-12);
+    p.record_draft_cost(-1.0, 3);   // clock glitches and empty proposals change nothing
+    p.record_draft_cost(1.0, 0);
+    EXPECT_NEAR(p.draft_cost(), 0.5 * std::exp(pp.cost_ema * std::log(2.0)), 1e-12);
+    // The draft cost is the request's: taking an engine's window costs keeps it.
+    depth_policy engine;
+    for (int32_t r = 1; r <= 16; ++r) engine.set_cost(r, 2.0);
+    const double d = p.draft_cost();
+    p.adopt_costs(engine);
+    EXPECT_DOUBLE_EQ(p.draft_cost(), d);
+    EXPECT_DOUBLE_EQ(p.cost(3), 2.0);
+}
+
+TEST(depth_policy, no_probes_where_drafts_cannot_pay_even_when_all_are_kept) {
+    depth_policy_params pp;
+    pp.probe_every = 4;
+    pp.probe_depth = 2;
+    depth_policy p(pp);
+    for (int32_t r = 1; r <= 16; ++r) p.set_cost(r, 1.0 + 0.25 * (r - 1));
+    for (int i = 0; i < 20; ++i) p.record_acceptance(0, 4);   // off
+    EXPECT_TRUE(p.drafting_can_pay());                       // draft cost not measured yet
+    // A draft costing a whole one-row window: k + 1 tokens for 1 + 0.25 k + k > k + 1 seconds.
+    p.record_draft_cost(6.0, 6);
+    EXPECT_FALSE(p.drafting_can_pay());
+    for (int i = 0; i < 12; ++i) EXPECT_EQ(p.choose(), 0) << "window " << i;
+    // A cheaper drafter can pay again (every draft kept): the probes come back.
+    depth_policy q(pp);
+    for (int32_t r = 1; r <= 16; ++r) q.set_cost(r, 1.0 + 0.25 * (r - 1));
+    for (int i = 0; i < 20; ++i) q.record_acceptance(0, 4);
+    q.record_draft_cost(0.6, 6);
+    EXPECT_TRUE(q.drafting_can_pay());
+    EXPECT_EQ(q.choose(), 2);
 }
 
 TEST(depth_policy, drafting_turns_off_while_it_does_not_pay_and_probes) {
