@@ -98,9 +98,12 @@ struct bench_result {
     double expected_tokens_per_step = 0.0;  // 1 + a + ... + a^(T-1) (0 for a policy's windows)
     double rows_mean = 0.0;         // rows per window over the run (at most T; a policy's: its choices)
     bool same_tokens = true;        // token_sha equal to serial decoding's
-    // A policy's windows: the seconds it priced windows of 1..T rows at, as calibrated before the
-    // run and as the run's own windows left them (its last repetition); empty for fixed windows.
-    std::vector<double> policy_costs_calibrated, policy_costs_end;
+    // A policy's windows: the milliseconds it priced windows of 1..T rows at, as calibrated
+    // before the run and as the run's own windows left them, and a draft at the run's end (its
+    // drafter's measured cost: 0 for the oracle's free drafts); its last repetition. Empty and
+    // 0 for fixed windows.
+    std::vector<double> policy_costs_calibrated_ms, policy_costs_end_ms;
+    double policy_draft_cost_ms = 0.0;
 };
 
 struct bench_report {

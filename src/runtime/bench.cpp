@@ -21,6 +21,7 @@
 #include "spec/verifier.h"
 
 #include <fmt/core.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 // The CUDA model (src/models/cuda_model.h) when this build has it.
@@ -540,12 +541,13 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
                     decode_result res = paced ? mtp_paced_run(t, seed, pol, secs) : oracle_run(t, seed, pol);
                     r.seconds.push_back(paced ? secs : seconds_since(t0));
                     if (pol) {
-                        r.policy_costs_calibrated.clear();
-                        r.policy_costs_end.clear();
+                        r.policy_costs_calibrated_ms.resize(size_t(t));
+                        r.policy_costs_end_ms.resize(size_t(t));
                         for (int rows = 1; rows <= t; ++rows) {
-                            r.policy_costs_calibrated.push_back(calibrated->cost(rows));
-                            r.policy_costs_end.push_back(pol->cost(rows));
+                            r.policy_costs_calibrated_ms[size_t(rows - 1)] = 1e3 * calibrated->cost(rows);
+                            r.policy_costs_end_ms[size_t(rows - 1)] = 1e3 * pol->cost(rows);
                         }
+                        r.policy_draft_cost_ms = 1e3 * pol->draft_cost();
                     }
                     back_to(wlen - 1);
                     r.same_tokens = r.same_tokens && res.token_sha == tape.token_sha;
@@ -576,15 +578,11 @@ bench_report run_bench(const bench_options& o, const std::function<void(std::str
                 say(fmt::format("{}: {:.2f} tok/s, {:.2f} tokens per window of {:.2f} rows{}{}", r.test, r.tok_s,
                                 r.tokens_per_step, r.rows_mean, paced ? " (the MTP head drafting)" : "",
                                 r.same_tokens ? "" : ", TOKENS DIFFER FROM SERIAL"));
-                if (!r.policy_costs_end.empty()) {
-                    auto ms = [](const std::vector<double>& v) {
-                        std::string out;
-                        for (double x : v) out += fmt::format("{}{:.3f}", out.empty() ? "" : " ", x * 1e3);
-                        return out;
-                    };
-                    say(fmt::format("{}: the policy priced windows of 1..{} rows at {} ms (calibrated), {} ms (at the "
-                                    "run's end)", r.test, t, ms(r.policy_costs_calibrated), ms(r.policy_costs_end)));
-                }
+                if (!r.policy_costs_end_ms.empty())
+                    say(fmt::format("{}: the policy priced windows of 1..{} rows at {:.3f} ms (calibrated), {:.3f} ms "
+                                    "(at the run's end), a draft at {:.3f} ms", r.test, t,
+                                    fmt::join(r.policy_costs_calibrated_ms, " "), fmt::join(r.policy_costs_end_ms, " "),
+                                    r.policy_draft_cost_ms));
                 rep.results.push_back(std::move(r));
             }
         }
@@ -712,103 +710,6 @@ std::string format_bench_text(const bench_report& r) {
     s += fmt::format("\nplacement: {}\n", r.placement_note);
     for (const auto& n : r.notes) s += fmt::format("note: {}\n", n);
     return s;
-}
-
-std::string format_bench_json(const bench_report& r) {
-    using nlohmann::json;
-    auto or_null = [](double v) { return v > 0 ? json(v) : json(nullptr); };
-    json groups = json::array();
-    for (const auto& g : r.groups)
-        groups.push_back({{"name", g.name}, {"bytes", g.bytes}, {"bytes_per_token", g.bytes_per_token}});
-    json results = json::array();
-    for (const auto& x : r.results) {
-        json j{{"test", x.test},
-               {"kind", x.kind},
-               {"n_prompt", x.n_prompt},
-               {"n_gen", x.n_gen},
-               {"depth", x.depth},
-               {"rows", x.rows},
-               {"reps", x.reps},
-               {"seconds", x.seconds},
-               {"mean_s", x.mean_s},
-               {"stddev_s", x.stddev_s},
-               {"tok_s", x.tok_s},
-               {"stddev_tok_s", x.stddev_tok_s},
-               {"bytes_per_token", x.bytes_per_token},
-               {"ceiling_tok_s", or_null(x.ceiling_tok_s)},
-               {"ceiling_fraction", x.ceiling_tok_s > 0 ? json(x.ceiling_fraction) : json(nullptr)},
-               {"ceiling_bound", x.ceiling_bound},
-               {"memory_ceiling_tok_s", or_null(x.memory_ceiling_tok_s)},
-               {"ops_per_token", x.ops_per_token},
-               {"compute_ceiling_tok_s", or_null(x.compute_ceiling_tok_s)}};
-        if (x.hit_rate >= 0) {
-            j["hit_rate"] = x.hit_rate;
-            j["swaps"] = x.swaps;
-        }
-        if (x.kind == "spec") {
-            j["accept"] = x.accept;
-            j["acceptance"] = x.acceptance;
-            j["tokens_per_step"] = x.tokens_per_step;
-            j["expected_tokens_per_step"] = or_null(x.expected_tokens_per_step);
-            j["rows_mean"] = x.rows_mean;
-            j["same_tokens"] = x.same_tokens;
-            if (!x.policy_costs_end.empty()) {
-                j["policy_costs_calibrated_s"] = x.policy_costs_calibrated;
-                j["policy_costs_end_s"] = x.policy_costs_end;
-            }
-        }
-        results.push_back(std::move(j));
-    }
-    json gpu = r.gpu_present ? json{{"note", r.gpu_note},
-                                    {"pcie_h2d_gb_s", r.pcie_h2d_gb_s},
-                                    {"hbm_read_gb_s", r.hbm_read_gb_s},
-                                    {"peak_int8_ops_s", or_null(r.gpu_peak_ops_s)}}
-                             : json(nullptr);
-    json j{{"sluice_bench", 1},
-           {"model", {{"path", r.model_path}, {"description", r.model}, {"file_bytes", r.file_bytes}}},
-           {"machine", r.machine},
-           {"backend", r.backend},
-           {"threads", r.threads},
-           {"numa",
-            {{"nodes", r.numa_nodes},
-             {"threads_per_node", r.threads_per_node},
-             {"simulated", r.numa_simulated},
-             {"description", r.numa}}},
-           {"chunk", r.chunk},
-           {"decode_warmup", r.warmup},
-           {"bandwidth",
-            {{"ram_read_gb_s", or_null(r.ram_read_gb_s)},
-             {"ram_probe_bytes", r.ram_probe_bytes},
-             {"gpu", gpu},
-             {"gpu_note", r.gpu_note}}},
-           {"roofline",
-            {{"bandwidth_gb_s", or_null(r.bandwidth_gb_s)},
-             {"bandwidth_source", r.bandwidth_source},
-             {"bytes_per_token", r.bytes_per_token},
-             {"kv_bytes_per_position", r.kv_bytes_per_position},
-             {"ceiling_tok_s", or_null(r.ceiling_tok_s)},
-             {"groups", groups},
-             {"weight_macs_per_row", r.weight_macs_per_row},
-             {"attn_macs_per_position", r.attn_macs_per_position},
-             {"routed_macs_per_row", r.routed_macs_per_row},
-             {"traffic",
-              {{"shared_bytes", r.shared_bytes},
-               {"embd_row_bytes", r.embd_row_bytes},
-               {"routed_bytes_total", r.routed_bytes_total},
-               {"n_expert", r.n_expert},
-               {"n_expert_used", r.n_expert_used},
-               {"kv_bytes_per_position", r.kv_bytes_per_position}}},
-             {"cpu_peak_ops_s", or_null(r.cpu_peak_ops_s)},
-             {"cpu_peak_isa", r.cpu_peak_isa},
-             {"gpu_peak_ops_s", or_null(r.gpu_peak_ops_s)},
-             {"peak_ops_s", or_null(r.peak_ops_s)},
-             {"peak_source", r.peak_source},
-             {"compute_ceiling_tok_s", or_null(r.compute_ceiling_tok_s)}}},
-           {"results", results},
-           {"placement", r.placement_json.empty() ? json(nullptr) : json::parse(r.placement_json)},
-           {"placement_note", r.placement_note},
-           {"notes", r.notes}};
-    return j.dump(1) + "\n";
 }
 
 }  // namespace sluice

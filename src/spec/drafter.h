@@ -27,8 +27,9 @@ public:
 
     // Brings the drafter's state up to `context` (a prompt's tokens but its last, committed)
     // without proposing, so that the first propose() of the request pays for one row, as later
-    // ones do: a draft model prefills the prompt here, in the prompt's time. Optional: a
-    // drafter that keeps no state, or one the caller does not warm, catches up in propose().
+    // ones after a drafting window do: a draft model prefills the prompt here, in the prompt's
+    // time. Optional: a drafter that keeps no state does nothing, and one not called here
+    // catches up in propose().
     virtual void catch_up(std::span<const int32_t> context) { (void)context; }
 
     // The verifier's verdict on the last proposal: the first `accepted` of `proposed` drafts

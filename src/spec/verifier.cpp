@@ -92,7 +92,7 @@ decode_result speculative_decoder::generate(std::span<const int32_t> prompt, con
         // The prompt but its last token (the first window's row), as the target holds it: a draft
         // model prefills it here, so the first window pays for one row as later ones do.
         const auto c0 = std::chrono::steady_clock::now();
-        if (opt.max_window > 1) drafter_->catch_up(prompt.first(prompt.size() - 1));
+        if (opt.max_window > 1 && opt.max_tokens > 1) drafter_->catch_up(prompt.first(prompt.size() - 1));
         res.stats.drafter_prompt_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
     }
     if (policy_) {
@@ -129,15 +129,15 @@ decode_result speculative_decoder::generate(std::span<const int32_t> prompt, con
             if (depth > 0) {
                 // Timed: a draft model's or an MTP head's forwards are a cost the policy weighs.
                 // Only after a window that drafted too: the drafter then catches up on that
-                // window's tokens alone, where after windows without drafts (or on the first
-                // call, the prompt) it catches up on all of them, a cost of resuming, not of a draft.
+                // window's tokens alone (every token passes through a draft model once, so that
+                // is part of steady drafting's cost), where after windows without drafts it
+                // catches up on all of them, a cost of resuming, not of a draft.
                 const auto d0 = std::chrono::steady_clock::now();
                 n_d = valid_prefix(drafter_->propose(context, depth, drafts), drafts, nv, depth);
                 if (policy_ && n_d > 0 && drafted_last)
                     policy_->record_draft_cost(
                         std::chrono::duration<double>(std::chrono::steady_clock::now() - d0).count(), n_d);
-            }
-        }
+            }        }
         const int32_t rows = n_d + 1;
         window[0] = context.back();
         std::copy_n(drafts.begin(), n_d, window.begin() + 1);
