@@ -63,15 +63,21 @@ void depth_policy::set_cost(int32_t rows, double seconds) {
     smooth();
 }
 
+namespace {
+// log(sample / estimate), clipped to a factor of 2: one timing that lost its core for a while
+// moves an estimate by at most its weight times ln 2.
+double clipped_log_ratio(double sample, double estimate) {
+    return std::clamp(std::log(sample / estimate), -std::log(2.0), std::log(2.0));
+}
+}  // namespace
+
 void depth_policy::record_cost(int32_t rows, double seconds) {
     if (rows < 1 || rows > 16 || !(seconds > 0.0) || !std::isfinite(seconds)) return;  // a clock glitch
     double& s = shape_[size_t(rows)];
     if (s == 0.0) {
         s = seconds / scale_;
     } else {
-        // Clipped to a factor of 2: one window that lost its core for a while moves the
-        // estimate by at most cost_ema * ln 2.
-        double lr = std::clamp(std::log(seconds / (scale_ * s)), -std::log(2.0), std::log(2.0));
+        const double lr = clipped_log_ratio(seconds, scale_ * s);
         scale_ *= std::exp(p_.cost_ema * lr);
         s *= std::exp(p_.shape_ema * lr);
     }
@@ -82,18 +88,13 @@ void depth_policy::set_draft_cost(double seconds_per_draft) {
     if (!(seconds_per_draft >= 0.0) || !std::isfinite(seconds_per_draft))
         fail("depth policy: set_draft_cost: expected finite seconds >= 0, got {}", seconds_per_draft);
     draft_cost_ = seconds_per_draft;
-    draft_samples_ = k_draft_cost_settle;
 }
 
 void depth_policy::record_draft_cost(double seconds, int32_t drafts) {
     if (drafts <= 0 || !(seconds >= 0.0) || !std::isfinite(seconds)) return;  // a clock glitch
     const double per_draft = std::max(seconds / double(drafts), 1e-12);
-    if (draft_samples_++ < k_draft_cost_settle) {
-        draft_cost_ = draft_cost_ > 0.0 ? std::min(draft_cost_, per_draft) : per_draft;
-        return;
-    }
-    const double lr = std::clamp(std::log(per_draft / draft_cost_), -std::log(2.0), std::log(2.0));
-    draft_cost_ *= std::exp(p_.cost_ema * lr);
+    draft_cost_ = draft_cost_ > 0.0 ? draft_cost_ * std::exp(p_.cost_ema * clipped_log_ratio(per_draft, draft_cost_))
+                                    : per_draft;
 }
 
 void depth_policy::smooth() {
@@ -181,7 +182,7 @@ int32_t depth_policy::best_depth() const {
 }
 
 bool depth_policy::drafting_can_pay() const {
-    if (draft_cost_ <= 0.0 || draft_samples_ < k_draft_cost_settle) return true;
+    if (draft_cost_ <= 0.0) return true;
     const double serial_tps = 1.0 / cost(1);
     for (int32_t k = 1; k < p_.max_rows; ++k)
         if (double(k + 1) / (cost(k + 1) + double(k) * draft_cost_) > serial_tps * (1.0 + 1e-9)) return true;
@@ -244,7 +245,6 @@ void depth_policy::reset_request() {
     off_windows_ = 0;
     probe_interval_ = 1;
     draft_cost_ = 0.0;
-    draft_samples_ = 0;
 }
 
 }  // namespace sluice

@@ -61,20 +61,18 @@ public:
 
     void set_cost(int32_t rows, double seconds);     // overrides (tests, or a stored calibration)
     void record_cost(int32_t rows, double seconds);  // a real window's time: load factor and size
-    void set_draft_cost(double seconds_per_draft);   // an override: counts as settled (tests)
+    void set_draft_cost(double seconds_per_draft);   // an override (tests)
     // A drafter's time to propose `drafts` drafts (a draft model's or an MTP head's forwards,
     // its catch-up on the last window's tokens included): the per-draft cost the choices add to
-    // a window's, k drafts costing k of it. The first k_draft_cost_settle samples keep their
-    // minimum (interference only ever inflates a timing); later ones move it as record_cost
-    // moves the load factor (cost_ema, clipped to a factor of 2). Prompt lookup's proposals cost
-    // next to nothing and are not timed. One sample settles it: the verifier times only a
-    // drafting window that follows another, and on the shipped pair (models/README.md, the
-    // 2-core VM) drafting stopped before a second such window, so a second sample never came
-    // and the probes, each catching the draft model up on 32 windows, kept decode at ~0.8x
-    // serial where one sample gave ~0.93x (bench/RESULTS.md, session 50). An inflated sample
-    // can so turn drafting off for the rest of its request (reset_request() forgets it).
+    // a window's, k drafts costing k of it. Prompt lookup's proposals cost next to nothing and
+    // are not timed. The first sample sets it; later ones move it as record_cost moves the load
+    // factor (cost_ema, clipped to a factor of 2). One sample is trusted: the verifier times only
+    // a drafting window that follows another, and on the shipped pair (models/README.md, the
+    // 2-core VM) drafting stopped before a second such window, so waiting for a second sample
+    // left the probes running, each catching the draft model up on up to 32 windows: decode
+    // ~0.8x serial, against ~0.93x with one (bench/RESULTS.md, session 50). An inflated first
+    // sample can so turn drafting off for the rest of its request (reset_request() forgets it).
     void record_draft_cost(double seconds, int32_t drafts);
-    static constexpr int32_t k_draft_cost_settle = 1;
     double draft_cost() const { return draft_cost_; }
     // The verifier's verdict on a window: the first `accepted` of `proposed` drafts were kept.
     void record_acceptance(int32_t accepted, int32_t proposed);
@@ -102,8 +100,8 @@ public:
     int32_t best_depth() const;       // argmax of tokens_per_second, smallest on ties
     // False when no window of drafts could beat a serial step even with every draft kept, at the
     // measured window and draft costs (a draft model nearly as slow as the target): choose()
-    // then stops probing, since no verdict could turn drafting back on. True until the draft
-    // cost has settled (k_draft_cost_settle samples): one inflated timing never stops drafting.
+    // then stops probing, since no verdict could turn drafting back on. True while the draft
+    // cost is unmeasured.
     bool drafting_can_pay() const;
     bool drafting_off() const { return off_; }
 
@@ -115,7 +113,6 @@ private:
     std::array<double, 17> smooth_{}; // [rows] shape_ made non-decreasing and filled in, 0 = nothing measured
     double scale_ = 1.0;              // load factor: real windows' time over the measured shape
     double draft_cost_ = 0.0;         // seconds a draft, 0 = not measured (the request's drafter)
-    int32_t draft_samples_ = 0;       // draft-cost samples so far
     double successes_ = 0.0, trials_ = 0.0;
     bool calibrated_ = false;
     bool off_ = false;

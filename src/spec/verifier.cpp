@@ -137,7 +137,8 @@ decode_result speculative_decoder::generate(std::span<const int32_t> prompt, con
                 if (policy_ && n_d > 0 && drafted_last)
                     policy_->record_draft_cost(
                         std::chrono::duration<double>(std::chrono::steady_clock::now() - d0).count(), n_d);
-            }        }
+            }
+        }
         const int32_t rows = n_d + 1;
         window[0] = context.back();
         std::copy_n(drafts.begin(), n_d, window.begin() + 1);

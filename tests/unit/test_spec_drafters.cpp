@@ -304,19 +304,15 @@ TEST(depth_policy, no_probes_where_drafts_cannot_pay_even_when_all_are_kept) {
     for (int32_t r = 1; r <= 16; ++r) p.set_cost(r, 1.0 + 0.25 * (r - 1));
     for (int i = 0; i < 20; ++i) p.record_acceptance(0, 4);   // off
     EXPECT_TRUE(p.drafting_can_pay());                       // draft cost not measured yet
-    // A draft costing a whole one-row window: k + 1 tokens for 1 + 0.25 k + k > k + 1 seconds,
-    // once the cost has settled.
-    for (int i = 0; i < depth_policy::k_draft_cost_settle; ++i) {
-        EXPECT_TRUE(p.drafting_can_pay());
-        p.record_draft_cost(6.0, 6);
-    }
+    // A draft costing a whole one-row window: k + 1 tokens for 1 + 0.25 k + k > k + 1 seconds.
+    p.record_draft_cost(6.0, 6);
     EXPECT_FALSE(p.drafting_can_pay());
     for (int i = 0; i < 12; ++i) EXPECT_EQ(p.choose(), 0) << "window " << i;
     // A cheaper drafter can pay again (every draft kept): the probes come back.
     depth_policy q(pp);
     for (int32_t r = 1; r <= 16; ++r) q.set_cost(r, 1.0 + 0.25 * (r - 1));
     for (int i = 0; i < 20; ++i) q.record_acceptance(0, 4);
-    for (int i = 0; i < depth_policy::k_draft_cost_settle; ++i) q.record_draft_cost(0.6, 6);
+    q.record_draft_cost(0.6, 6);
     EXPECT_TRUE(q.drafting_can_pay());
     EXPECT_EQ(q.choose(), 2);
 }
